@@ -1,0 +1,135 @@
+// Backend: the kernels a device provides, behind one interface.
+//
+// Note [Device dispatch]
+// Every op has a short front-end (tensor/elementwise.cpp, tensor/reduce.cpp,
+// ...) that validates its arguments, works out the result's shape and dtype,
+// allocates it, and then makes exactly one device decision:
+//   backend_for(out.device()).binary(BinaryOp::Add, out, a, b);
+// The kernels never re-check what the front-end has checked, and no op body
+// contains `if (cuda)`. The CPU kernels live in tensor/cpu/, the CUDA ones in
+// tensor/cuda/; each backend is one class implementing this interface.
+//
+// Conventions for all kernels:
+// - Every tensor argument is already on this backend's device.
+// - Elementwise inputs are already broadcast to the output's shape (a
+//   broadcast dim has stride 0) and already converted to one dtype, the
+//   "compute dtype"; the output has that dtype, or Bool for comparisons.
+// - Outputs are written through their strides, so a kernel must handle any
+//   layout; contiguous layouts are the fast path. An output may alias an
+//   input exactly (in-place ops), never partially.
+// - Kernels that find bad data (an out-of-range index) throw kiln::Error;
+//   OpenMP regions must not throw, so they record the error and throw after.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "tensor/tensor.h"
+
+namespace kiln {
+
+enum class UnaryOp : uint8_t {
+  Neg, Abs, Exp, Log, Sqrt, Rsqrt, Relu, Sigmoid, Tanh,
+  Gelu,      // exact: x * Phi(x), as torch's default
+  GeluTanh,  // tanh approximation, as torch's approximate='tanh'
+  LogicalNot,  // output Bool
+};
+
+enum class BinaryOp : uint8_t {
+  Add, Sub, Mul, Div, Pow, Maximum, Minimum,
+  Eq, Ne, Lt, Le, Gt, Ge,                // output Bool
+  LogicalAnd, LogicalOr, LogicalXor,     // output Bool
+};
+
+enum class ReduceOp : uint8_t { Sum, Prod, Max, Min };
+
+enum class Distribution : uint8_t {
+  Uniform,    // [a, b)
+  Normal,     // mean a, std b
+  Bernoulli,  // 1 with probability a
+  RandInt,    // integers in [a, b)
+};
+
+// Geometry of a 2-d convolution's unfold (im2col) and fold (col2im).
+struct ConvGeometry {
+  int64_t channels, height, width;    // input C, H, W
+  int64_t kernel_h, kernel_w;
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+
+  int64_t out_h() const { return (height + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) / stride_h + 1; }
+  int64_t out_w() const { return (width + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) / stride_w + 1; }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // dst = src elementwise, converting dtype. Shapes equal (src may have
+  // stride-0 dims). One of the two may be on the CPU when this backend is a
+  // device backend: that is how host<->device copies happen.
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  virtual void fill(const Tensor& out, Scalar value) = 0;
+
+  // ---- elementwise (tensor/cpu/unary.cpp, binary.cpp) ----
+  virtual void unary(UnaryOp op, const Tensor& out, const Tensor& in) = 0;
+  virtual void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  // out = cond ? a : b; cond is Bool.
+  virtual void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) = 0;
+  virtual void clamp(const Tensor& out, const Tensor& in, std::optional<Scalar> lo, std::optional<Scalar> hi) = 0;
+
+  // ---- reductions (tensor/cpu/reduce.cpp) ----
+  // `out` has the input's rank with size 1 in every reduced dim (keepdim
+  // shape); `dims` are sorted, unique, non-negative. Sum/Prod of integers or
+  // bool accumulate in int64 (out is Int64); floats accumulate in at least
+  // float32 (double for float64) and write out's dtype.
+  virtual void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const Shape& dims) = 0;
+  // Max/Min along one dim with the index of the first extreme (NaN wins, as
+  // torch). values/indices have keepdim shape; indices are Int64.
+  virtual void reduce_with_index(ReduceOp op, const Tensor& values, const Tensor& indices, const Tensor& in,
+                                 int64_t dim) = 0;
+  // Softmax or log-softmax along `dim`, numerically stable (max subtracted).
+  virtual void softmax(const Tensor& out, const Tensor& in, int64_t dim, bool log) = 0;
+
+  // ---- matrix multiply (tensor/cpu/gemm*.cpp) ----
+  // c = alpha * a @ b + beta * c, batched: a (B, M, K), b (B, K, N),
+  // c (B, M, N), any strides (a batch stride of 0 broadcasts). When beta == 0
+  // c's old contents are ignored, even NaN.
+  virtual void gemm(const Tensor& c, const Tensor& a, const Tensor& b, double alpha, double beta) = 0;
+
+  // ---- indexing (tensor/cpu/index.cpp) ----
+  // out = in.index_select(dim, index); index is 1-d Int64.
+  virtual void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) = 0;
+  // out[i][j][k] = in[i][index[i][j][k]][k] for dim 1, etc.
+  virtual void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) = 0;
+  // out[i][index[i][j][k]][k] += src[i][j][k] for dim 1, etc. (in place on out).
+  virtual void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) = 0;
+
+  // ---- convolution helpers (tensor/cpu/im2col.cpp) ----
+  // x: (N, C, H, W) -> cols: (N, C*kh*kw, oh*ow), zero padding.
+  virtual void im2col(const Tensor& cols, const Tensor& x, const ConvGeometry& g) = 0;
+  // cols: (N, C*kh*kw, oh*ow) -> x: (N, C, H, W), overlapping patches summed;
+  // x is overwritten.
+  virtual void col2im(const Tensor& x, const Tensor& cols, const ConvGeometry& g) = 0;
+
+  // ---- random numbers (tensor/cpu/random.cpp) ----
+  // Fills `out` (contiguous) from Philox4x32-10 keyed by `seed`: element i
+  // uses counter block `offset + i` (see tensor/random.h), so the values do
+  // not depend on threads or device.
+  virtual void random(const Tensor& out, Distribution dist, double a, double b, uint64_t seed,
+                      uint64_t offset) = 0;
+};
+
+// The backend that runs kernels for `device`; throws kiln::Error naming the
+// device when Kiln was built without it.
+Backend& backend_for(Device device);
+
+// The backend that owns a copy between `dst` and `src` (the device side when
+// one of them is on the CPU); throws for copies between two different device
+// types that are both not the CPU.
+Backend& backend_for_copy(Device dst, Device src);
+
+}  // namespace kiln

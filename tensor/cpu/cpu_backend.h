@@ -1,0 +1,41 @@
+// The CPU backend: OpenMP threads and SIMD kernels (AVX2 / AVX-512 chosen at
+// run time, with a portable fallback). Each group of methods is defined in
+// its own file under tensor/cpu/, named in tensor/backend.h.
+#pragma once
+
+#include "tensor/backend.h"
+
+namespace kiln::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+
+  void copy(const Tensor& dst, const Tensor& src) override;
+  void fill(const Tensor& out, Scalar value) override;
+
+  void unary(UnaryOp op, const Tensor& out, const Tensor& in) override;
+  void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) override;
+  void clamp(const Tensor& out, const Tensor& in, std::optional<Scalar> lo, std::optional<Scalar> hi) override;
+
+  void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const Shape& dims) override;
+  void reduce_with_index(ReduceOp op, const Tensor& values, const Tensor& indices, const Tensor& in,
+                         int64_t dim) override;
+  void softmax(const Tensor& out, const Tensor& in, int64_t dim, bool log) override;
+
+  void gemm(const Tensor& c, const Tensor& a, const Tensor& b, double alpha, double beta) override;
+
+  void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) override;
+  void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) override;
+  void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override;
+
+  void im2col(const Tensor& cols, const Tensor& x, const ConvGeometry& g) override;
+  void col2im(const Tensor& x, const Tensor& cols, const ConvGeometry& g) override;
+
+  void random(const Tensor& out, Distribution dist, double a, double b, uint64_t seed, uint64_t offset) override;
+};
+
+CpuBackend& backend();
+
+}  // namespace kiln::cpu

@@ -1,0 +1,52 @@
+// Storage: one contiguous block of device memory shared by a tensor and its views.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "tensor/allocator.h"
+#include "tensor/device.h"
+
+namespace kiln {
+
+class Storage {
+ public:
+  // Fresh memory from the device's registered allocator.
+  static std::shared_ptr<Storage> allocate(size_t nbytes, Device device);
+  // Wraps memory Kiln does not own; `deleter` (may be empty) runs when the
+  // last tensor referring to it is gone.
+  static std::shared_ptr<Storage> from_blob(void* data, size_t nbytes, Device device,
+                                            std::function<void(void*)> deleter = {});
+
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage();
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+  // Note [Version counter]
+  // Every in-place write to a storage bumps its version. Autograd saves the
+  // version of each tensor it keeps for backward and compares it when the
+  // backward runs, so that "x was modified in place after being saved" is an
+  // error instead of a silently wrong gradient. It lives on the storage so
+  // that writes through any view are seen.
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  Storage(void* data, size_t nbytes, Device device, Allocator* allocator, std::function<void(void*)> deleter);
+
+  void* data_;
+  size_t nbytes_;
+  Device device_;
+  Allocator* allocator_;                 // set when Kiln allocated the memory
+  std::function<void(void*)> deleter_;  // set for from_blob memory
+  std::atomic<uint64_t> version_{0};
+};
+
+}  // namespace kiln

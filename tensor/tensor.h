@@ -1,0 +1,199 @@
+// Tensor: a typed, strided view of a Storage on some device.
+//
+// Note [Tensor and TensorImpl]
+// A Tensor is a handle: copying it shares the same TensorImpl, exactly as
+// `b = a` shares an object in Python. A TensorImpl holds the sizes, strides,
+// storage offset and dtype; several TensorImpls (views) may share one Storage.
+// Element (i0, i1, ...) lives at
+//   storage.data() + element_size * (offset + i0*stride[0] + i1*stride[1] + ...).
+//
+// The tensor layer knows nothing of gradients. It leaves one slot for the
+// autograd layer (AutogradMeta, an opaque pointer) and one for quantization
+// parameters, so the layers above can attach their data without this file
+// knowing what it is.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "tensor/device.h"
+#include "tensor/dtype.h"
+#include "tensor/error.h"
+#include "tensor/scalar.h"
+#include "tensor/shape.h"
+#include "tensor/storage.h"
+
+namespace kiln {
+
+// Attached by autograd/ to tensors that take part in differentiation; the
+// tensor layer only stores and copies the pointer.
+struct AutogradMeta {
+  virtual ~AutogradMeta() = default;
+};
+
+// Affine quantization parameters carried by int8/uint8/int32 tensors:
+// real = scale * (q - zero_point), per tensor or per channel along `axis`.
+struct QuantParams {
+  enum class Scheme : uint8_t { PerTensor, PerChannel };
+  Scheme scheme = Scheme::PerTensor;
+  std::vector<double> scales;         // 1 value, or one per channel
+  std::vector<int64_t> zero_points;  // same count as scales
+  int64_t axis = 0;                   // the channel dim for PerChannel
+};
+
+// Where new tensors go and what they hold: zeros({2, 3}, DType::Int64),
+// zeros({2, 3}, {DType::Float64, cuda_device(0)}).
+struct TensorOptions {
+  DType dtype = DType::Float32;
+  Device device = kCPU;
+
+  TensorOptions() = default;
+  TensorOptions(DType d) : dtype(d) {}                    // NOLINT: implicit by design
+  TensorOptions(Device dev) : device(dev) {}              // NOLINT
+  TensorOptions(DType d, Device dev) : dtype(d), device(dev) {}
+};
+
+class TensorImpl {
+ public:
+  TensorImpl(std::shared_ptr<Storage> storage, DType dtype, Shape sizes, Shape strides, int64_t offset);
+
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+  DType dtype() const { return dtype_; }
+  const Shape& sizes() const { return sizes_; }
+  const Shape& strides() const { return strides_; }
+  int64_t offset() const { return offset_; }
+  int64_t numel() const { return numel_; }
+
+  // Points this tensor at other memory with the same dtype and numel. FSDP
+  // uses it to swap a parameter's shard for the gathered full tensor and back
+  // without the modules that hold the parameter noticing.
+  void set_storage(std::shared_ptr<Storage> storage, Shape sizes, Shape strides, int64_t offset);
+
+  const std::shared_ptr<AutogradMeta>& autograd_meta() const { return autograd_meta_; }
+  void set_autograd_meta(std::shared_ptr<AutogradMeta> meta) { autograd_meta_ = std::move(meta); }
+
+  const std::shared_ptr<const QuantParams>& quant_params() const { return quant_params_; }
+  void set_quant_params(std::shared_ptr<const QuantParams> params) { quant_params_ = std::move(params); }
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  DType dtype_;
+  Shape sizes_;
+  Shape strides_;
+  int64_t offset_;
+  int64_t numel_;
+  std::shared_ptr<AutogradMeta> autograd_meta_;
+  std::shared_ptr<const QuantParams> quant_params_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: holds no TensorImpl
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // Uninitialised memory of the given shape, contiguous.
+  static Tensor empty(const Shape& shape, TensorOptions options = {});
+
+  bool defined() const { return impl_ != nullptr; }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  // True when both handles share one TensorImpl (not merely equal values).
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+
+  // ---- metadata ----
+  const Shape& shape() const { return checked_impl().sizes(); }
+  const Shape& strides() const { return checked_impl().strides(); }
+  int64_t dim() const { return static_cast<int64_t>(shape().size()); }
+  int64_t size(int64_t dim) const;    // negative dims count from the end
+  int64_t stride(int64_t dim) const;
+  int64_t numel() const { return checked_impl().numel(); }
+  int64_t storage_offset() const { return checked_impl().offset(); }
+  DType dtype() const { return checked_impl().dtype(); }
+  Device device() const { return checked_impl().storage()->device(); }
+  const std::shared_ptr<Storage>& storage() const { return checked_impl().storage(); }
+  size_t element_size() const { return kiln::element_size(dtype()); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
+  bool is_contiguous() const;
+  bool is_floating_point() const { return is_floating(dtype()); }
+
+  // ---- raw data ----
+  // Address of element (0, 0, ...).
+  void* data_ptr() const;
+  // Typed address of element (0, 0, ...); throws if T does not match dtype().
+  template <class T>
+  T* data() const {
+    KILN_CHECK(dtype_of<T>() == dtype(), "Tensor::data: requested ", dtype_of<T>(), " but the tensor is ",
+               dtype());
+    return static_cast<T*>(data_ptr());
+  }
+  // The single element of a one-element tensor, converted to T (copies from
+  // the device if needed).
+  template <class T>
+  T item() const {
+    return item().to<T>();
+  }
+  Scalar item() const;
+  // Element at a full index on a CPU tensor, converted to T; bounds checked.
+  //   double v = t.at<double>({1, 2});
+  template <class T>
+  T at(std::initializer_list<int64_t> index) const {
+    return element_at(index).to<T>();
+  }
+  Scalar element_at(std::initializer_list<int64_t> index) const;
+
+  // ---- views (share storage, no copy; tensor/view.cpp) ----
+  Tensor view(const Shape& shape) const;      // needs compatible strides; one size may be -1
+  Tensor reshape(const Shape& shape) const;   // a view when possible, else a copy
+  Tensor permute(const Shape& dims) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;  // transpose of a 2-d tensor (1-d and 0-d unchanged)
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;  // clamps like Python
+  Tensor select(int64_t dim, int64_t index) const;  // removes `dim`
+  Tensor expand(const Shape& shape) const;          // -1 keeps a size; new dims on the left
+  Tensor expand_as(const Tensor& other) const { return expand(other.shape()); }
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  // A view with the given sizes, strides and offset into the same storage;
+  // throws if it would reach outside the storage.
+  Tensor as_strided(const Shape& sizes, const Shape& strides, int64_t offset) const;
+
+  // ---- copies and conversions (tensor/copy.cpp) ----
+  // Copies `src` into this tensor, broadcasting src to this shape, converting
+  // dtype and crossing devices as needed. Bumps the version counter.
+  Tensor& copy_(const Tensor& src);
+  Tensor contiguous() const;  // this tensor if already contiguous, else a copy
+  Tensor clone() const;       // always a new contiguous copy
+  Tensor to(DType dtype) const;  // this tensor if dtype matches, else a converted copy
+  Tensor to(Device device) const;
+  Tensor to(DType dtype, Device device) const;
+  Tensor cpu() const { return to(kCPU); }
+
+  // ---- autograd and quantization slots ----
+  uint64_t version() const { return storage()->version(); }
+  void bump_version() const { storage()->bump_version(); }
+
+  // ---- printing (tensor/print.cpp) ----
+  std::string str() const;
+
+ private:
+  const TensorImpl& checked_impl() const {
+    KILN_CHECK(impl_ != nullptr, "Tensor: the tensor is undefined (default-constructed)");
+    return *impl_;
+  }
+
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// The default dtype for floating tensors made without one (float32).
+inline constexpr DType kDefaultFloat = DType::Float32;
+
+}  // namespace kiln

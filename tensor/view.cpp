@@ -1,0 +1,228 @@
+// Views: new sizes/strides/offset over the same storage, no data copied.
+#include <algorithm>
+#include <numeric>
+#include <optional>
+
+#include "tensor/tensor.h"
+
+namespace kiln {
+
+static Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>(base.storage(), base.dtype(), std::move(sizes), std::move(strides), offset);
+  return Tensor(std::move(impl));
+}
+
+// Resolves a single -1 in `shape` so that its numel equals `numel`.
+static Shape infer_size(const Shape& shape, int64_t numel, std::string_view op) {
+  Shape out = shape;
+  int64_t known = 1;
+  int64_t infer_at = -1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      KILN_CHECK(infer_at < 0, op, ": only one dimension can be -1, got ", shape);
+      infer_at = static_cast<int64_t>(i);
+    } else {
+      KILN_CHECK(out[i] >= 0, op, ": invalid size ", out[i], " in shape ", shape);
+      known *= out[i];
+    }
+  }
+  if (infer_at >= 0) {
+    KILN_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape, " is invalid for input of size ", numel);
+    out[infer_at] = numel / known;
+  } else {
+    KILN_CHECK(known == numel, op, ": shape ", shape, " is invalid for input of size ", numel);
+  }
+  return out;
+}
+
+// Strides that let `new_shape` view memory laid out as (old_shape,
+// old_strides), or nothing when no such strides exist. Walks both shapes in
+// chunks of equal numel; within a chunk the old dims must be contiguous with
+// respect to each other (PyTorch's computeStride).
+static std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strides, const Shape& new_shape) {
+  Shape new_strides(new_shape.size());
+  if (old_shape.empty() || shape_numel(old_shape) == 0) return contiguous_strides(new_shape);
+  int64_t view_d = static_cast<int64_t>(new_shape.size()) - 1;
+  int64_t chunk_base_stride = old_strides.empty() ? 1 : old_strides.back();
+  int64_t tensor_numel = 1;
+  int64_t view_numel = 1;
+  for (int64_t tensor_d = static_cast<int64_t>(old_shape.size()) - 1; tensor_d >= 0; --tensor_d) {
+    tensor_numel *= old_shape[tensor_d];
+    bool chunk_ends = tensor_d == 0 || (old_shape[tensor_d - 1] != 1 &&
+                                        old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride);
+    if (chunk_ends) {
+      while (view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d] == 1)) {
+        new_strides[view_d] = view_numel * chunk_base_stride;
+        view_numel *= new_shape[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (tensor_d > 0) {
+        chunk_base_stride = old_strides[tensor_d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return new_strides;
+}
+
+Tensor Tensor::view(const Shape& shape_arg) const {
+  Shape new_shape = infer_size(shape_arg, numel(), "view");
+  auto strides_or = view_strides(shape(), strides(), new_shape);
+  KILN_CHECK(strides_or.has_value(), "view: cannot view a tensor of shape ", shape(), " and strides ", strides(),
+             " as shape ", new_shape, "; the memory is not laid out compatibly, use reshape() to copy");
+  return make_view(*this, std::move(new_shape), std::move(*strides_or), storage_offset());
+}
+
+Tensor Tensor::reshape(const Shape& shape_arg) const {
+  Shape new_shape = infer_size(shape_arg, numel(), "reshape");
+  if (auto strides_or = view_strides(shape(), strides(), new_shape)) {
+    return make_view(*this, std::move(new_shape), std::move(*strides_or), storage_offset());
+  }
+  return contiguous().view(new_shape);
+}
+
+Tensor Tensor::permute(const Shape& dims) const {
+  KILN_CHECK(static_cast<int64_t>(dims.size()) == dim(), "permute: got ", dims.size(),
+             " dims for a tensor of shape ", shape());
+  Shape sizes(dims.size()), new_strides(dims.size());
+  std::vector<bool> seen(dims.size(), false);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    int64_t d = wrap_dim(dims[i], dim(), "permute");
+    KILN_CHECK(!seen[d], "permute: dim ", d, " repeated in ", dims);
+    seen[d] = true;
+    sizes[i] = shape()[d];
+    new_strides[i] = strides()[d];
+  }
+  return make_view(*this, std::move(sizes), std::move(new_strides), storage_offset());
+}
+
+Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
+  if (dim() == 0) return *this;
+  int64_t a = wrap_dim(dim0, dim(), "transpose");
+  int64_t b = wrap_dim(dim1, dim(), "transpose");
+  Shape sizes = shape(), new_strides = strides();
+  std::swap(sizes[a], sizes[b]);
+  std::swap(new_strides[a], new_strides[b]);
+  return make_view(*this, std::move(sizes), std::move(new_strides), storage_offset());
+}
+
+Tensor Tensor::t() const {
+  KILN_CHECK(dim() <= 2, "t: expects a tensor with at most 2 dims, got shape ", shape());
+  return dim() < 2 ? *this : transpose(0, 1);
+}
+
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  KILN_CHECK(dim() > 0, "narrow: cannot narrow a 0-dim tensor");
+  d = wrap_dim(d, dim(), "narrow");
+  int64_t n = shape()[d];
+  if (start < 0) start += n;
+  KILN_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: start ", start, " and length ", length,
+             " are out of range for dim ", d, " of size ", n);
+  Shape sizes = shape();
+  sizes[d] = length;
+  return make_view(*this, std::move(sizes), strides(), storage_offset() + start * strides()[d]);
+}
+
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  KILN_CHECK(dim() > 0, "slice: cannot slice a 0-dim tensor");
+  KILN_CHECK(step > 0, "slice: step must be positive, got ", step);
+  d = wrap_dim(d, dim(), "slice");
+  int64_t n = shape()[d];
+  // Python semantics: negative bounds count from the end, then clamp.
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  start = std::clamp<int64_t>(start, 0, n);
+  end = std::clamp<int64_t>(end, start, n);
+  Shape sizes = shape(), new_strides = strides();
+  sizes[d] = (end - start + step - 1) / step;
+  new_strides[d] *= step;
+  return make_view(*this, std::move(sizes), std::move(new_strides), storage_offset() + start * strides()[d]);
+}
+
+Tensor Tensor::select(int64_t d, int64_t index) const {
+  KILN_CHECK(dim() > 0, "select: cannot select from a 0-dim tensor");
+  d = wrap_dim(d, dim(), "select");
+  int64_t n = shape()[d];
+  KILN_CHECK(index >= -n && index < n, "select: index ", index, " is out of range for dim ", d, " of size ", n);
+  if (index < 0) index += n;
+  Shape sizes = shape(), new_strides = strides();
+  int64_t offset = storage_offset() + index * strides()[d];
+  sizes.erase(sizes.begin() + d);
+  new_strides.erase(new_strides.begin() + d);
+  return make_view(*this, std::move(sizes), std::move(new_strides), offset);
+}
+
+Tensor Tensor::expand(const Shape& target) const {
+  KILN_CHECK(static_cast<int64_t>(target.size()) >= dim(), "expand: cannot expand shape ", shape(), " to ", target,
+             " (fewer dims)");
+  size_t lead = target.size() - shape().size();
+  Shape sizes(target.size()), new_strides(target.size());
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (i < lead) {
+      KILN_CHECK(target[i] >= 0, "expand: size -1 not allowed in new leading dim ", i, " of ", target);
+      sizes[i] = target[i];
+      new_strides[i] = 0;
+      continue;
+    }
+    int64_t own = shape()[i - lead];
+    int64_t want = target[i] == -1 ? own : target[i];
+    KILN_CHECK(own == want || own == 1, "expand: cannot expand shape ", shape(), " to ", target, " (dim ", i,
+               ": ", own, " vs ", want, ")");
+    sizes[i] = want;
+    new_strides[i] = own == want ? strides()[i - lead] : 0;
+  }
+  return make_view(*this, std::move(sizes), std::move(new_strides), storage_offset());
+}
+
+Tensor Tensor::squeeze() const {
+  Shape sizes, new_strides;
+  for (int64_t i = 0; i < dim(); ++i) {
+    if (shape()[i] == 1) continue;
+    sizes.push_back(shape()[i]);
+    new_strides.push_back(strides()[i]);
+  }
+  return make_view(*this, std::move(sizes), std::move(new_strides), storage_offset());
+}
+
+Tensor Tensor::squeeze(int64_t d) const {
+  if (dim() == 0) return *this;
+  d = wrap_dim(d, dim(), "squeeze");
+  if (shape()[d] != 1) return *this;  // as torch: squeezing a non-1 dim is a no-op
+  Shape sizes = shape(), new_strides = strides();
+  sizes.erase(sizes.begin() + d);
+  new_strides.erase(new_strides.begin() + d);
+  return make_view(*this, std::move(sizes), std::move(new_strides), storage_offset());
+}
+
+Tensor Tensor::unsqueeze(int64_t d) const {
+  d = wrap_dim(d, dim() + 1, "unsqueeze");
+  Shape sizes = shape(), new_strides = strides();
+  // The new dim's stride only matters for contiguity checks; pick the one a
+  // contiguous tensor would have.
+  int64_t stride = d < dim() ? strides()[d] * shape()[d] : 1;
+  sizes.insert(sizes.begin() + d, 1);
+  new_strides.insert(new_strides.begin() + d, stride);
+  return make_view(*this, std::move(sizes), std::move(new_strides), storage_offset());
+}
+
+Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  if (dim() == 0) return reshape({1});
+  int64_t s = wrap_dim(start_dim, dim(), "flatten");
+  int64_t e = wrap_dim(end_dim, dim(), "flatten");
+  KILN_CHECK(s <= e, "flatten: start_dim ", start_dim, " comes after end_dim ", end_dim);
+  Shape sizes(shape().begin(), shape().begin() + s);
+  int64_t merged = 1;
+  for (int64_t i = s; i <= e; ++i) merged *= shape()[i];
+  sizes.push_back(merged);
+  sizes.insert(sizes.end(), shape().begin() + e + 1, shape().end());
+  return reshape(sizes);
+}
+
+Tensor Tensor::as_strided(const Shape& sizes, const Shape& new_strides, int64_t offset) const {
+  return make_view(*this, sizes, new_strides, offset);
+}
+
+}  // namespace kiln
