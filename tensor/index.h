@@ -1,0 +1,18 @@
+// Indexing with index tensors (Int64). Out-of-range indices throw
+// kiln::Error naming the op, the index and the valid range.
+#pragma once
+
+#include "tensor/tensor.h"
+
+namespace kiln {
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);  // index: 1-d
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);        // torch.gather
+// A copy of x with src added at index along dim, as torch.scatter_add.
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor& scatter_add_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+// (*) Int64 labels -> (*, num_classes) Int64, as torch.nn.functional.one_hot;
+// num_classes < 0 means max(labels) + 1.
+Tensor one_hot(const Tensor& labels, int64_t num_classes = -1);
+
+}  // namespace kiln

@@ -1,0 +1,41 @@
+// Reductions over any set of dims, with keepdim, plus softmax.
+//
+// `dims` empty means all dims. Negative dims count from the end; repeated
+// dims are an error. Integer and bool sums accumulate in int64 and return
+// Int64, as torch; float16/bfloat16 accumulate in float32.
+#pragma once
+
+#include "tensor/tensor.h"
+
+namespace kiln {
+
+Tensor sum(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim, DType dtype);  // accumulate/return in dtype
+Tensor mean(const Tensor& x, const Shape& dims = {}, bool keepdim = false);  // floating inputs only
+Tensor prod(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+Tensor amax(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+
+// Max/min along one dim: values and the index of the first extreme.
+struct ValuesIndices {
+  Tensor values;
+  Tensor indices;  // Int64
+};
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor max(const Tensor& x);  // over all elements, 0-dim
+Tensor min(const Tensor& x);
+// Index of the max/min along `dim`; without a dim, over the flattened tensor.
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+
+// Variance and standard deviation with Bessel's correction by default
+// (correction = 1), as torch.var.
+Tensor var(const Tensor& x, const Shape& dims = {}, int64_t correction = 1, bool keepdim = false);
+Tensor std(const Tensor& x, const Shape& dims = {}, int64_t correction = 1, bool keepdim = false);
+Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);
+
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+}  // namespace kiln
