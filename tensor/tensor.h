@@ -50,11 +50,14 @@ struct QuantParams {
 struct TensorOptions {
   DType dtype = DType::Float32;
   Device device = kCPU;
+  // False when the caller left the dtype at its default, so that factories
+  // with their own rule (arange(5) is int64, as torch) can apply it.
+  bool dtype_given = false;
 
   TensorOptions() = default;
-  TensorOptions(DType d) : dtype(d) {}                    // NOLINT: implicit by design
-  TensorOptions(Device dev) : device(dev) {}              // NOLINT
-  TensorOptions(DType d, Device dev) : dtype(d), device(dev) {}
+  TensorOptions(DType d) : dtype(d), dtype_given(true) {}  // NOLINT: implicit by design
+  TensorOptions(Device dev) : device(dev) {}               // NOLINT
+  TensorOptions(DType d, Device dev) : dtype(d), device(dev), dtype_given(true) {}
 };
 
 class TensorImpl {

@@ -1,0 +1,98 @@
+// CPU where (select by a bool condition) and clamp kernels.
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <type_traits>
+
+#include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/loops.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+// Below this many elements a kernel stays on one thread.
+constexpr int64_t kGrain = 1 << 15;
+
+// where only moves elements, so it is instantiated per element size, not
+// per dtype: W is an unsigned integer as wide as the element.
+template <class W>
+void where_loop(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
+  constexpr int64_t w = sizeof(W);
+  StridedLoop<4> loop({&out, &cond, &a, &b});
+  loop.run(kGrain, [](char** p, const int64_t* s, int64_t n) {
+    if (s[0] == w && s[1] == 1 && s[2] == w && s[3] == w) {
+      W* o = reinterpret_cast<W*>(p[0]);
+      const bool* c = reinterpret_cast<const bool*>(p[1]);
+      const W* x = reinterpret_cast<const W*>(p[2]);
+      const W* y = reinterpret_cast<const W*>(p[3]);
+      for (int64_t i = 0; i < n; ++i) o[i] = c[i] ? x[i] : y[i];
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      bool c = *reinterpret_cast<const bool*>(p[1] + i * s[1]);
+      const char* src = c ? p[2] + i * s[2] : p[3] + i * s[3];
+      std::memcpy(p[0] + i * s[0], src, w);
+    }
+  });
+}
+
+// max(x, lo) then min(., hi), as torch: lo > hi gives hi everywhere, and a
+// NaN in x or in a bound gives NaN.
+template <class C>
+C clamp_value(C x, const std::optional<C>& lo, const std::optional<C>& hi) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (std::isnan(x)) return x;
+    if (lo && std::isnan(*lo)) return *lo;
+    if (hi && std::isnan(*hi)) return *hi;
+  }
+  if (lo && x < *lo) x = *lo;
+  if (hi && x > *hi) x = *hi;
+  return x;
+}
+
+template <class T>
+void clamp_loop(const Tensor& out, const Tensor& in, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+  using C = ComputeType<T>;
+  // Bounds round to T first, as torch casts them to the tensor's dtype.
+  std::optional<C> lo_v, hi_v;
+  if (lo) lo_v = static_cast<C>(lo->to<T>());
+  if (hi) hi_v = static_cast<C>(hi->to<T>());
+  StridedLoop<2> loop({&out, &in});
+  loop.run(kGrain, [&](char** p, const int64_t* s, int64_t n) {
+    if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
+      T* o = reinterpret_cast<T*>(p[0]);
+      const T* x = reinterpret_cast<const T*>(p[1]);
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(clamp_value(static_cast<C>(x[i]), lo_v, hi_v));
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      C x = static_cast<C>(*reinterpret_cast<const T*>(p[1] + i * s[1]));
+      *reinterpret_cast<T*>(p[0] + i * s[0]) = static_cast<T>(clamp_value(x, lo_v, hi_v));
+    }
+  });
+}
+
+}  // namespace
+
+void CpuBackend::where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
+  switch (out.element_size()) {
+    case 1: return where_loop<uint8_t>(out, cond, a, b);
+    case 2: return where_loop<uint16_t>(out, cond, a, b);
+    case 4: return where_loop<uint32_t>(out, cond, a, b);
+    case 8: return where_loop<uint64_t>(out, cond, a, b);
+  }
+  KILN_FAIL("where: unexpected element size ", out.element_size(), " of ", out.dtype());
+}
+
+void CpuBackend::clamp(const Tensor& out, const Tensor& in, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+  visit_dtype(out.dtype(), [&]<class T>() {
+    if constexpr (std::is_same_v<T, bool>) {
+      KILN_FAIL("clamp: not supported for bool tensors");
+    } else {
+      clamp_loop<T>(out, in, lo, hi);
+    }
+  });
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,59 @@
+// The CUDA backend object, and the kernel groups that the CUDA backend issue
+// has not written yet.
+//
+// Each missing group throws kiln::Error naming the op, so a user who moves a
+// model to the GPU learns which op is missing rather than meeting a crash;
+// moving the tensors back with .cpu() is the workaround until then. A group's
+// function here is deleted when its tensor/cuda/<group>.cu lands.
+#include "tensor/cuda/cuda_backend.h"
+
+#include "tensor/cuda/allocator.h"
+
+namespace kiln::cuda {
+
+CudaBackend::CudaBackend() { register_cuda_allocator(); }
+
+CudaBackend& backend() {
+  static CudaBackend instance;
+  return instance;
+}
+
+namespace {
+
+[[noreturn]] void not_implemented(const char* op) {
+  KILN_FAIL(op, ": not implemented for CUDA tensors yet (issue 5: CUDA backend)");
+}
+
+}  // namespace
+
+void CudaBackend::unary(UnaryOp, const Tensor&, const Tensor&) { not_implemented("unary"); }
+void CudaBackend::binary(BinaryOp, const Tensor&, const Tensor&, const Tensor&) { not_implemented("binary"); }
+void CudaBackend::where(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { not_implemented("where"); }
+void CudaBackend::clamp(const Tensor&, const Tensor&, std::optional<Scalar>, std::optional<Scalar>) {
+  not_implemented("clamp");
+}
+
+void CudaBackend::reduce(ReduceOp, const Tensor&, const Tensor&, const Shape&) { not_implemented("reduce"); }
+void CudaBackend::reduce_with_index(ReduceOp, const Tensor&, const Tensor&, const Tensor&, int64_t) {
+  not_implemented("reduce_with_index");
+}
+void CudaBackend::softmax(const Tensor&, const Tensor&, int64_t, bool) { not_implemented("softmax"); }
+
+void CudaBackend::gemm(const Tensor&, const Tensor&, const Tensor&, double, double) { not_implemented("gemm"); }
+
+void CudaBackend::index_select(const Tensor&, const Tensor&, int64_t, const Tensor&) {
+  not_implemented("index_select");
+}
+void CudaBackend::gather(const Tensor&, const Tensor&, int64_t, const Tensor&) { not_implemented("gather"); }
+void CudaBackend::scatter_add(const Tensor&, int64_t, const Tensor&, const Tensor&) {
+  not_implemented("scatter_add");
+}
+
+void CudaBackend::im2col(const Tensor&, const Tensor&, const ConvGeometry&) { not_implemented("im2col"); }
+void CudaBackend::col2im(const Tensor&, const Tensor&, const ConvGeometry&) { not_implemented("col2im"); }
+
+void CudaBackend::random(const Tensor&, Distribution, double, double, uint64_t, uint64_t) {
+  not_implemented("random");
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,54 @@
+// The CUDA backend: kernels for tensors on NVIDIA GPUs.
+//
+// Each group of methods is defined in its own file under tensor/cuda/, named
+// as in tensor/backend.h (copy.cu, fill.cu, ...). All work is queued on the
+// legacy default stream of the tensor's device, with that device made current
+// (cuda::DeviceGuard) around it. The groups not yet written for CUDA throw
+// kiln::Error naming the op (cuda_backend.cpp), so a model that reaches one
+// learns which op is missing instead of crashing.
+//
+// This header does not include the CUDA runtime; tensor/backend.cpp includes
+// it from plain C++.
+#pragma once
+
+#include "tensor/backend.h"
+
+namespace kiln::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend();
+  std::string_view name() const override { return "cuda"; }
+
+  // tensor/cuda/copy.cu: host<->device and device<->device, any layout and dtype.
+  void copy(const Tensor& dst, const Tensor& src) override;
+  // tensor/cuda/fill.cu
+  void fill(const Tensor& out, Scalar value) override;
+
+  void unary(UnaryOp op, const Tensor& out, const Tensor& in) override;
+  void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) override;
+  void clamp(const Tensor& out, const Tensor& in, std::optional<Scalar> lo, std::optional<Scalar> hi) override;
+
+  void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const Shape& dims) override;
+  void reduce_with_index(ReduceOp op, const Tensor& values, const Tensor& indices, const Tensor& in,
+                         int64_t dim) override;
+  void softmax(const Tensor& out, const Tensor& in, int64_t dim, bool log) override;
+
+  void gemm(const Tensor& c, const Tensor& a, const Tensor& b, double alpha, double beta) override;
+
+  void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) override;
+  void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) override;
+  void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override;
+
+  void im2col(const Tensor& cols, const Tensor& x, const ConvGeometry& g) override;
+  void col2im(const Tensor& x, const Tensor& cols, const ConvGeometry& g) override;
+
+  void random(const Tensor& out, Distribution dist, double a, double b, uint64_t seed, uint64_t offset) override;
+};
+
+// The one CudaBackend, serving every CUDA device. Constructing it needs no GPU:
+// a machine without one gets a backend whose kernels throw "no CUDA device".
+CudaBackend& backend();
+
+}  // namespace kiln::cuda

@@ -1,0 +1,50 @@
+# Installs a built Kiln into a scratch prefix and builds and runs a consumer
+# project against it (see tests/install/CMakeLists.txt). Run by ctest as
+#   cmake -DKILN_BUILD_DIR=<build> -DCONSUMER_SOURCE_DIR=<src> -DWORK_DIR=<scratch>
+#         -DGENERATOR=<gen> -DCXX_COMPILER=<c++> -DBUILD_TYPE=<config> -DKILN_CUDA=<ON|OFF>
+#         -P run_install_test.cmake
+# Each step stops the test with the failing command's output.
+cmake_minimum_required(VERSION 3.25)
+
+foreach(var KILN_BUILD_DIR CONSUMER_SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER KILN_CUDA)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "run_install_test.cmake: -D${var}=... is required")
+  endif()
+endforeach()
+if(NOT BUILD_TYPE)
+  set(BUILD_TYPE Release)
+endif()
+
+set(prefix ${WORK_DIR}/prefix)
+set(consumer_build ${WORK_DIR}/build)
+file(REMOVE_RECURSE ${WORK_DIR})
+
+function(run_step name)
+  message(STATUS "install test: ${name}")
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "install test: ${name} failed (${status}):\n${ARGN}\n${out}")
+  endif()
+  message(STATUS "${out}")
+endfunction()
+
+run_step("install Kiln into ${prefix}"
+  ${CMAKE_COMMAND} --install ${KILN_BUILD_DIR} --prefix ${prefix} --config ${BUILD_TYPE})
+
+# Only the scratch prefix may provide Kiln: no package registry, no build tree.
+run_step("configure the consumer"
+  ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${consumer_build} -G ${GENERATOR}
+  -DCMAKE_BUILD_TYPE=${BUILD_TYPE} -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix}
+  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DEXPECT_KILN_CUDA=${KILN_CUDA})
+
+file(STRINGS ${consumer_build}/CMakeCache.txt kiln_dir REGEX "^Kiln_DIR:")
+string(REGEX REPLACE "^Kiln_DIR:[A-Z]+=" "" kiln_dir "${kiln_dir}")
+string(FIND "${kiln_dir}" "${prefix}/" at)
+if(NOT at EQUAL 0)
+  message(FATAL_ERROR "install test: the consumer found Kiln at '${kiln_dir}', not under ${prefix}")
+endif()
+
+run_step("build the consumer" ${CMAKE_COMMAND} --build ${consumer_build} --config ${BUILD_TYPE})
+# The consumer finds libkiln through the build RPATH CMake gives it for the
+# imported kiln::kiln; no LD_LIBRARY_PATH, as a user's program would.
+run_step("run the consumer" ${consumer_build}/consumer)

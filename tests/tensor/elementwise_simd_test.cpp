@@ -1,0 +1,227 @@
+// The vectorised float32 kernels (tensor/cpu/elementwise_simd.h), called
+// directly at every level this CPU supports: their accuracy over dense
+// sweeps against float64, and agreement with the scalar reference loops.
+#include "tensor/cpu/elementwise_simd.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+
+#include "kiln.h"
+#include "tensor/cpu/cpu_features.h"
+#include "tests/tensor/test_util.h"
+
+namespace kiln {
+namespace {
+
+struct Level {
+  const char* name;
+  cpu::UnaryF32Kernel unary;
+  cpu::BinaryF32Kernel binary;
+};
+
+// The vector levels this CPU can run (AVX-512 only where present).
+std::vector<Level> levels() {
+  std::vector<Level> out;
+  cpu::SimdLevel level = cpu::simd_level();
+  if (level >= cpu::SimdLevel::Avx2) out.push_back({"avx2", cpu::unary_f32_avx2, cpu::binary_f32_avx2});
+  if (level >= cpu::SimdLevel::Avx512) out.push_back({"avx512", cpu::unary_f32_avx512, cpu::binary_f32_avx512});
+  return out;
+}
+
+// Distance in float32 ulps at the reference (subnormal spacing below FLT_MIN).
+double ulp_error(float got, double ref) {
+  if (std::isnan(ref)) return std::isnan(got) ? 0 : INFINITY;
+  if (std::isinf(static_cast<float>(ref))) return static_cast<float>(ref) == got ? 0 : INFINITY;
+  double a = std::fabs(ref);
+  int e;
+  std::frexp(a, &e);
+  double ulp = a < FLT_MIN ? std::ldexp(1.0, -149) : std::ldexp(1.0, e - 24);
+  return std::fabs(got - ref) / ulp;
+}
+
+// n points evenly over [lo, hi] plus the values every kernel must handle.
+std::vector<float> sweep(double lo, double hi, int n) {
+  std::vector<float> x;
+  for (int i = 0; i <= n; ++i) x.push_back(static_cast<float>(lo + (hi - lo) * i / n));
+  for (float s : {0.0f, -0.0f, 1e-40f, -1e-40f, 1e-20f, -1e-20f, FLT_MIN, -FLT_MIN, FLT_MAX, -FLT_MAX,
+                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN()}) {
+    x.push_back(s);
+  }
+  return x;
+}
+
+struct Accuracy {
+  UnaryOp op;
+  const char* name;
+  double lo, hi;
+  double max_ulps;
+  double (*reference)(double);
+};
+
+double sigmoid_reference(double x) { return 1 / (1 + std::exp(-x)); }
+double exp_reference(double x) { return std::exp(x); }
+double tanh_reference(double x) { return std::tanh(x); }
+double sqrt_reference(double x) { return std::sqrt(x); }
+double rsqrt_reference(double x) { return 1 / std::sqrt(x); }
+double log_reference(double x) { return std::log(x); }
+double gelu_reference(double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }
+
+TEST(ElementwiseSimd, UnaryAccuracyOverDenseSweeps) {
+  if (levels().empty()) GTEST_SKIP() << "no vector level on this CPU";
+  // The bounds are the measured maxima rounded up; they fail if a
+  // coefficient or the range reduction is broken (errors would be huge).
+  std::vector<Accuracy> cases = {
+      {UnaryOp::Exp, "exp", -104, 89, 1.0, exp_reference},
+      {UnaryOp::Sigmoid, "sigmoid", -110, 110, 2.5, sigmoid_reference},
+      {UnaryOp::Tanh, "tanh", -12, 12, 2.5, tanh_reference},
+      {UnaryOp::Gelu, "gelu", -16, 12, 6, gelu_reference},
+      {UnaryOp::Log, "log", 0, 4, 2.5, log_reference},
+      {UnaryOp::Log, "log", 0, 1e30, 2, log_reference},
+      {UnaryOp::Sqrt, "sqrt", 0, 1e6, 0.5, sqrt_reference},
+      {UnaryOp::Rsqrt, "rsqrt", 1e-6, 1e6, 1.5, rsqrt_reference},  // 1 / sqrt: two roundings
+  };
+  for (const Level& level : levels()) {
+    for (const Accuracy& c : cases) {
+      std::vector<float> x = sweep(c.lo, c.hi, 2000003);
+      // A small tanh range too, where expm1's relative precision matters.
+      if (c.op == UnaryOp::Tanh) {
+        for (float v : sweep(-0.7, 0.7, 200003)) x.push_back(v);
+      }
+      std::vector<float> y(x.size());
+      ASSERT_TRUE(level.unary(c.op, y.data(), x.data(), static_cast<int64_t>(x.size())));
+      double worst = 0;
+      float worst_x = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        if ((c.op == UnaryOp::Sqrt || c.op == UnaryOp::Rsqrt || c.op == UnaryOp::Log) && x[i] < 0) continue;
+        double err = ulp_error(y[i], c.reference(x[i]));
+        if (err > worst) {
+          worst = err;
+          worst_x = x[i];
+        }
+      }
+      EXPECT_LE(worst, c.max_ulps) << level.name << " " << c.name << " worst at x=" << worst_x;
+      std::cout << "[ accuracy ] " << level.name << " " << c.name << ": max error " << worst << " ulp at x=" << worst_x
+                << "\n";
+    }
+  }
+}
+
+TEST(ElementwiseSimd, EveryLengthAndTailMatchesTheFullVectorResult) {
+  // Lengths 0..40 cover empty runs, runs shorter than one vector, and every
+  // tail length; each element must equal the value computed in a long run.
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<float> dist(-6, 6);
+  std::vector<float> x(64), full(64), part(64), b(64);
+  for (float& v : x) v = dist(gen);
+  for (float& v : b) v = dist(gen);
+  for (const Level& level : levels()) {
+    for (UnaryOp op : {UnaryOp::Exp, UnaryOp::Sigmoid, UnaryOp::Tanh, UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::Relu,
+                       UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Sqrt, UnaryOp::Rsqrt, UnaryOp::Log}) {
+      ASSERT_TRUE(level.unary(op, full.data(), x.data(), 64));
+      for (int64_t n = 0; n <= 40; ++n) {
+        std::fill(part.begin(), part.end(), -12345.0f);
+        ASSERT_TRUE(level.unary(op, part.data(), x.data(), n));
+        // Bit equality, so that NaN (sqrt of negatives) compares too.
+        for (int64_t i = 0; i < n; ++i) {
+          EXPECT_EQ(std::bit_cast<uint32_t>(part[i]), std::bit_cast<uint32_t>(full[i]))
+              << level.name << " op " << int(op) << " n=" << n;
+        }
+        EXPECT_EQ(part[n], -12345.0f) << "wrote past the end, n=" << n;
+      }
+    }
+    for (BinaryOp op :
+         {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Minimum}) {
+      for (int64_t n : {1, 7, 8, 9, 17, 33}) {
+        for (int steps = 0; steps < 4; ++steps) {
+          int64_t a_step = steps & 1, b_step = steps >> 1;
+          std::fill(part.begin(), part.end(), -12345.0f);
+          ASSERT_TRUE(level.binary(op, part.data(), x.data(), a_step, b.data(), b_step, n));
+          for (int64_t i = 0; i < n; ++i) {
+            float u = x[i * a_step], v = b[i * b_step];
+            float expect = op == BinaryOp::Add       ? u + v
+                           : op == BinaryOp::Sub     ? u - v
+                           : op == BinaryOp::Mul     ? u * v
+                           : op == BinaryOp::Div     ? u / v
+                           : op == BinaryOp::Maximum ? std::max(u, v)
+                                                     : std::min(u, v);
+            EXPECT_EQ(part[i], expect) << level.name << " op " << int(op) << " n=" << n << " steps " << steps;
+          }
+          EXPECT_EQ(part[n], -12345.0f);
+        }
+      }
+    }
+  }
+}
+
+TEST(ElementwiseSimd, NanAndSignedZeroSemantics) {
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const Level& level : levels()) {
+    float a[4] = {nan, 1.0f, nan, -0.0f}, b[4] = {1.0f, nan, nan, 0.0f}, out[4];
+    // maximum/minimum propagate NaN from either side, as torch.
+    for (BinaryOp op : {BinaryOp::Maximum, BinaryOp::Minimum}) {
+      ASSERT_TRUE(level.binary(op, out, a, 1, b, 1, 4));
+      for (int i = 0; i < 3; ++i) EXPECT_TRUE(std::isnan(out[i])) << level.name << " op " << int(op) << " at " << i;
+    }
+    float x[4] = {nan, -0.0f, -3.0f, 2.0f};
+    ASSERT_TRUE(level.unary(UnaryOp::Relu, out, x, 4));
+    EXPECT_TRUE(std::isnan(out[0]));
+    EXPECT_EQ(out[2], 0.0f);
+    EXPECT_EQ(out[3], 2.0f);
+    ASSERT_TRUE(level.unary(UnaryOp::Abs, out, x, 4));
+    EXPECT_FALSE(std::signbit(out[1]));
+    ASSERT_TRUE(level.unary(UnaryOp::Tanh, out, x, 4));
+    EXPECT_TRUE(std::isnan(out[0]));
+    EXPECT_TRUE(std::signbit(out[1]));  // tanh(-0) = -0
+    // Ops without a vector form report it, so the scalar loop runs.
+    EXPECT_FALSE(level.unary(UnaryOp::LogicalNot, out, x, 4));
+    EXPECT_FALSE(level.binary(BinaryOp::Pow, out, a, 1, b, 1, 4));
+  }
+}
+
+TEST(ElementwiseSimd, VectorAndScalarPathsOfPublicOpsAgree) {
+  // The same values contiguous (vector kernel) and with inner stride 2
+  // (scalar loop); the two use different exp/tanh implementations, so they
+  // agree to a few ulps, and exactly for the IEEE operations.
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> dist(-9, 9);
+  std::vector<float> v(4096);
+  for (float& x : v) x = dist(gen);
+  Tensor x = from_vector<float>(v);
+  Tensor strided = x.view({2, -1}).t().contiguous().t();
+  auto as_vector = [](const Tensor& t) {
+    Tensor c = t.contiguous();
+    return std::vector<float>(c.data<float>(), c.data<float>() + c.numel());
+  };
+  struct Op {
+    const char* name;
+    Tensor (*fn)(const Tensor&);
+    double ulps;
+  };
+  auto gelu_exact = [](const Tensor& t) { return gelu(t); };
+  for (Op op : {Op{"exp", exp, 2}, Op{"sigmoid", sigmoid, 4}, Op{"tanh", tanh, 4}, Op{"gelu", gelu_exact, 6},
+                Op{"relu", relu, 0}, Op{"neg", neg, 0}, Op{"abs", abs, 0}}) {
+    std::vector<float> fast = as_vector(op.fn(x)), slow = as_vector(op.fn(strided));
+    for (size_t i = 0; i < fast.size(); ++i) {
+      EXPECT_LE(ulp_error(fast[i], slow[i]), op.ulps) << op.name << " x=" << v[i];
+    }
+  }
+  std::vector<float> fast = as_vector(gelu(x, true)), slow = as_vector(gelu(strided, true));
+  for (size_t i = 0; i < fast.size(); ++i) {
+    // The vector kernel forms u = 0.798(x + 0.045x^3) in float, and e^(2u)
+    // multiplies its ~3 ulp relative error by |2u| for negative x; the
+    // scalar loop forms u in double.
+    double x3 = double(v[i]) * v[i] * v[i];
+    double conditioning = v[i] < 0 ? 3 * 2 * 0.798 * std::fabs(v[i] + 0.044715 * x3) : 0;
+    EXPECT_LE(ulp_error(fast[i], slow[i]), 6 + conditioning) << "gelu_tanh x=" << v[i];
+  }
+}
+
+}  // namespace
+}  // namespace kiln
