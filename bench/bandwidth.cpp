@@ -4,7 +4,7 @@
 // output written once (add over 16M float32 moves 3 x 64 MB). The anchor is
 // memcpy of one 64 MB tensor, which reads 64 MB and writes 64 MB, run with
 // the same threads on per-thread chunks, as Kiln's kernels split their work.
-// Both rates are bytes moved / median time, so ratio = kiln_gbs / memcpy_gbs
+// Both rates are bytes moved / best time, so ratio = kiln_gbs / memcpy_gbs
 // says how close an op comes to the machine's copy bandwidth (1.0 = as
 // fast as memcpy per byte). Reductions only read, so they may exceed 1.
 //
@@ -13,7 +13,7 @@
 // cases run the same backend kernel into a preallocated output, so the two
 // rows separate the kernel's speed from the allocation's.
 //
-// Usage: build/bench/bandwidth [reps]   (default 9 timed repetitions after 2 warm-ups)
+// Usage: build/bench/bandwidth [reps]   (default 9 timed repetitions after a warm-up)
 #include <omp.h>
 
 #include <algorithm>
@@ -23,6 +23,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln.h"
@@ -34,18 +35,25 @@ using kiln::Tensor;
 constexpr int64_t kNumel = int64_t{1} << 24;  // 16M float32 = 64 MB per tensor
 constexpr int64_t kTensorBytes = kNumel * 4;
 
-// Median wall time of `reps` runs of fn after two warm-up runs.
-double median_seconds(const std::function<void()>& fn, int reps) {
-  fn();
-  fn();
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
+// Best wall times of `reps` alternating runs of kiln_fn and anchor_fn,
+// after one warm-up run of each. Alternating gives both the same machine
+// state, and the best run is the one least disturbed by other processes
+// (a median drifts with the load of a shared machine).
+std::pair<double, double> best_seconds(const std::function<void()>& kiln_fn, const std::function<void()>& anchor_fn,
+                                       int reps) {
+  auto seconds = [](const std::function<void()>& fn) {
     auto start = std::chrono::steady_clock::now();
     fn();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  kiln_fn();
+  anchor_fn();
+  double best_kiln = 1e30, best_anchor = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    best_kiln = std::min(best_kiln, seconds(kiln_fn));
+    best_anchor = std::min(best_anchor, seconds(anchor_fn));
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return {best_kiln, best_anchor};
 }
 
 // memcpy split into one contiguous chunk per thread, as parallel_for splits
@@ -119,9 +127,8 @@ int main(int argc, char** argv) {
     if (threads > max_threads && threads > 1) break;
     kiln::set_num_threads(threads);
     for (const Case& bench_case : cases) {
-      // Interleaved with its anchor, so that both see the same machine state.
-      double t_kiln = median_seconds(bench_case.run, reps);
-      double t_copy = median_seconds([&] { parallel_memcpy(dst.data(), src.data(), T, threads); }, reps);
+      auto [t_kiln, t_copy] =
+          best_seconds(bench_case.run, [&] { parallel_memcpy(dst.data(), src.data(), T, threads); }, reps);
       double kiln_gbs = bench_case.bytes / t_kiln / 1e9;
       double memcpy_gbs = 2.0 * T / t_copy / 1e9;
       std::printf("bandwidth op=%s bytes=%lld threads=%d kiln_gbs=%.2f memcpy_gbs=%.2f ratio=%.2f\n",

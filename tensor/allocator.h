@@ -25,8 +25,13 @@ class Allocator {
   virtual void deallocate(void* ptr, size_t nbytes, Device device) = 0;
 };
 
-// The 64-byte-aligned host allocator.
+// The 64-byte-aligned host allocator; it caches large blocks for reuse
+// (Note [CPU allocator] in allocator.cpp).
 Allocator& cpu_allocator();
+// Returns the CPU allocator's cached blocks to the system.
+void cpu_empty_cache();
+// Bytes held in the CPU allocator's cache.
+size_t cpu_cached_bytes();
 
 // The allocator used for new tensors on `type`; the CUDA backend registers
 // its own at start-up. Throws kiln::Error if none is registered.

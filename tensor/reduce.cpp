@@ -134,8 +134,9 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   // 16-bit floats: sum and divide in float32 so that a large sum does not
   // overflow float16 before the division brings it back into range.
   if (is_half_precision(x.dtype())) return div(sum(x, d, keepdim, DType::Float32), n).to(x.dtype());
-  // An empty reduction divides 0 by 0: NaN, as torch.
-  return div(run_reduce(ReduceOp::Sum, x, d, keepdim, x.dtype()), n);
+  // An empty reduction divides 0 by 0: NaN, as torch. (A C++ double does
+  // not promote a float32 tensor; .to() only pins the contract.)
+  return div(run_reduce(ReduceOp::Sum, x, d, keepdim, x.dtype()), n).to(x.dtype());
 }
 
 Tensor prod(const Tensor& x, const Shape& dims, bool keepdim) {

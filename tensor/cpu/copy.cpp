@@ -19,15 +19,26 @@ void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
              src.device(), " to ", dst.device());
   StridedLoop<2> loop({&dst, &src});
   if (dst.dtype() == src.dtype()) {
-    size_t size = dst.element_size();
-    loop.run(kCopyGrain, [size](char** p, const int64_t* s, int64_t n) {
-      if (s[0] == static_cast<int64_t>(size) && s[1] == static_cast<int64_t>(size)) {
-        std::memcpy(p[0], p[1], n * size);
-        return;
-      }
-      for (int64_t i = 0; i < n; ++i) std::memcpy(p[0] + i * s[0], p[1] + i * s[1], size);
-    });
-    return;
+    // Same dtype: move bits, typed by width so that strided runs compile to
+    // plain loads and stores rather than a memcpy call per element.
+    auto copy_bits = [&]<class Bits>() {
+      loop.run(kCopyGrain, [](char** p, const int64_t* s, int64_t n) {
+        constexpr int64_t size = sizeof(Bits);
+        if (s[0] == size && s[1] == size) {
+          std::memcpy(p[0], p[1], n * size);
+          return;
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          *reinterpret_cast<Bits*>(p[0] + i * s[0]) = *reinterpret_cast<const Bits*>(p[1] + i * s[1]);
+        }
+      });
+    };
+    switch (dst.element_size()) {
+      case 1: copy_bits.operator()<uint8_t>(); return;
+      case 2: copy_bits.operator()<uint16_t>(); return;
+      case 4: copy_bits.operator()<uint32_t>(); return;
+      default: copy_bits.operator()<uint64_t>(); return;
+    }
   }
   visit_dtype(dst.dtype(), [&]<class D>() {
     visit_dtype(src.dtype(), [&]<class S>() {

@@ -31,11 +31,19 @@ static Tensor outer_view(const Tensor& t, const Shape& sizes, int64_t dim) {
   return t.as_strided(outer_sizes, outer_strides, t.storage_offset());
 }
 
+// Out of line, so that the check in the per-element loops stays a compare
+// and a never-taken branch.
+[[noreturn, gnu::cold, gnu::noinline]] static void index_out_of_range(const char* op, int64_t v, int64_t dim,
+                                                                       int64_t limit) {
+  KILN_FAIL(op, ": index ", v, " is out of range for dim ", dim, " of size ", limit);
+}
+
 // Reads index value i of a run and rejects it unless it lies in [0, limit).
 static inline int64_t checked_index(const char* op, const char* idx, int64_t idx_step, int64_t i, int64_t dim,
                                     int64_t limit) {
   int64_t v = *reinterpret_cast<const int64_t*>(idx + i * idx_step);
-  KILN_CHECK(v >= 0 && v < limit, op, ": index ", v, " is out of range for dim ", dim, " of size ", limit);
+  // One unsigned compare covers v < 0 too.
+  if (static_cast<uint64_t>(v) >= static_cast<uint64_t>(limit)) [[unlikely]] index_out_of_range(op, v, dim, limit);
   return v;
 }
 

@@ -99,8 +99,10 @@ typename Fold<Op, T>::Acc fold_block(const T* p, int64_t n, int64_t stride) {
   using Acc = typename F::Acc;
   using Value = typename F::Value;
   if constexpr (std::is_same_v<T, float> && Op != ReduceOp::Prod) {
+    // Short runs (last-dim sums of (N, 16)) are cheaper inline than through
+    // the dispatched call.
     static const FloatBlockFn fast = pick_float_block(Op);
-    if (stride == 1 && n > 0) return fast(p, n);
+    if (stride == 1 && n >= 64) return fast(p, n);
   }
   if (stride == 1) {
     // Eight independent accumulators: no loop-carried dependency chain, and

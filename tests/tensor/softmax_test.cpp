@@ -163,7 +163,7 @@ TEST(Softmax, LogSumExpIsStable) {
   EXPECT_EQ(logsumexp(with_inf, {0}).item<double>(), kInf);
   EXPECT_TRUE(std::isnan(logsumexp(from_vector<double>({1, kNaN}), {0}).item<double>()));
   // Against a float64 reference over two dims of a permuted view.
-  Tensor x = make<double>(pseudo_random(60, -50, 50), {3, 4, 5}).permute({2, 0, 1});  // (5, 3, 4)
+  Tensor x = from_vector<double>(pseudo_random(60, -50, 50), {3, 4, 5}).permute({2, 0, 1});  // (5, 3, 4)
   std::vector<double> xv = values_of(x);
   Tensor got = logsumexp(x, {0, 2}, true);
   EXPECT_EQ(got.shape(), (Shape{1, 3, 1}));
