@@ -103,9 +103,7 @@ TEST(Elementwise, ErrorsNameOpShapesAndDevices) {
                "sub: subtracting bool tensors is not supported");
   // A tensor that claims to live on cuda:0 (never touched): the device check
   // comes before any kernel.
-  static float fake[4];
-  auto storage = Storage::from_blob(fake, sizeof fake, cuda_device(0));
-  Tensor on_cuda(std::make_shared<TensorImpl>(storage, DType::Float32, Shape{4}, Shape{1}, 0));
+  Tensor on_cuda = tensor_claiming_device(cuda_device(0), 4);
   expect_error([&] { add(zeros({4}), on_cuda); },
                "add: expected all tensors to be on the same device, but found cpu and cuda:0");
   expect_error([&] { where(from_vector<bool>({true}), on_cuda, on_cuda.to(DType::Float32)); },

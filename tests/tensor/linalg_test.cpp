@@ -221,12 +221,12 @@ TEST(Linear, Errors) {
   expect_error([] { linear(zeros({}), zeros({5, 8})); }, "linear: input must have at least 1 dimension, got shape []");
 }
 
-#ifdef KILN_WITH_CUDA
 TEST(Matmul, DeviceMismatch) {
-  expect_error([] { matmul(zeros({2, 3}), zeros({3, 2}, cuda_device(0))); },
+  Tensor on_cuda = tensor_claiming_device(cuda_device(0), 6).view({3, 2});
+  expect_error([&] { matmul(zeros({2, 3}), on_cuda); },
                "matmul: expected both tensors on the same device, got cpu and cuda:0");
+  expect_error([&] { linear(zeros({4, 2}), on_cuda); }, "linear: expected both tensors on the same device");
 }
-#endif
 
 }  // namespace
 }  // namespace kiln

@@ -109,6 +109,30 @@ TEST(Storage, FromBlobRunsDeleterOnce) {
   EXPECT_EQ(deleted, 1);
 }
 
+TEST(CpuAllocator, ReusesLargeBlocksAndEmptiesCache) {
+  cpu_empty_cache();
+  EXPECT_EQ(cpu_cached_bytes(), 0u);
+  void* first = nullptr;
+  {
+    Tensor big = Tensor::empty({1 << 20});  // 4 MiB: a large block
+    first = big.data_ptr();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % kCpuAlignment, 0u);
+  }
+  EXPECT_GE(cpu_cached_bytes(), size_t{4} << 20);
+  {
+    // The same size comes back from the cache, and fill still writes it.
+    Tensor again = full({1 << 20}, 3.0f);
+    EXPECT_EQ(again.data_ptr(), first);
+    EXPECT_EQ(again.at<float>({(1 << 20) - 1}), 3.0f);
+    EXPECT_EQ(cpu_cached_bytes(), 0u);
+  }
+  cpu_empty_cache();
+  EXPECT_EQ(cpu_cached_bytes(), 0u);
+  // Small blocks are never cached.
+  { Tensor small = Tensor::empty({16}); }
+  EXPECT_EQ(cpu_cached_bytes(), 0u);
+}
+
 TEST(Tensor, DevicesWithoutBackendFailClearly) {
 #ifndef KILN_WITH_CUDA
   expect_error([] { zeros({2}, cuda_device(0)); }, "Kiln was built without");

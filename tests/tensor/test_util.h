@@ -5,7 +5,9 @@
 
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "kiln.h"
 
@@ -17,6 +19,15 @@ inline Tensor iota_tensor(const Shape& shape) {
   int32_t* p = t.data<int32_t>();
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<int32_t>(i);
   return t;
+}
+
+// A float32 tensor of `numel` elements whose storage claims to live on
+// `device` but is host memory that is never touched: lets device-mismatch
+// checks, which run before any kernel, be tested on machines without a GPU.
+inline Tensor tensor_claiming_device(Device device, int64_t numel) {
+  auto memory = std::make_shared<std::vector<float>>(numel);
+  auto storage = Storage::from_blob(memory->data(), numel * sizeof(float), device, [memory](void*) {});
+  return Tensor(std::make_shared<TensorImpl>(storage, DType::Float32, Shape{numel}, Shape{1}, 0));
 }
 
 // Expects fn to throw kiln::Error whose message contains `expected`.
