@@ -2,12 +2,13 @@
 // tile for float32 and 6 x 8 for float64, each row two ymm vectors, so the
 // tile takes 12 of the 16 ymm registers, leaving 2 for the B row and 1 for
 // the broadcast A value. 6 x 2 independent FMAs per k hide the FMA latency
-// (4 cycles x 2 ports on Zen / Haswell needs >= 8 in flight).
+// (4 cycles x 2 ports on Zen / Haswell needs >= 8 in flight). The kernels
+// themselves are the shared templates in tensor/cpu/gemm_kernels.h; this file
+// gives them ymm registers, and holds the transposing B packer.
 #include <immintrin.h>
 
-#include <utility>
-
 #include "tensor/cpu/gemm.h"
+#include "tensor/cpu/gemm_kernels.h"
 
 namespace kiln::cpu {
 namespace {
@@ -41,94 +42,6 @@ struct Ymm<double> {
   static V fmadd(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
   static V mul(V a, V b) { return _mm256_mul_pd(a, b); }
 };
-
-// One tile of MR rows and NV vectors per row (NV = 2 for full tiles, 1 for an
-// N edge of at most half a tile). A packed A sliver holds MR values per k, so
-// an M edge gets a kernel of exactly its row count and computes no padding
-// rows; an A read in place (kPackedA false) has rows lda apart.
-template <class T, int MR, int NV, bool kPackedA>
-void micro_kernel(int64_t kc, const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t rsc, int64_t csc,
-                  int64_t m, int64_t n, T alpha, T beta) {
-  using Y = Ymm<T>;
-  using V = typename Y::V;
-  constexpr int L = Y::kLanes;
-  constexpr int NR = NV * L;
-  constexpr int kFullNR = 2 * L;  // the B sliver's width, whatever NV
-  // The tile's rows are about to be written: start fetching them now so the
-  // store at the end does not wait on memory.
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i) {
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * rsc), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * rsc + NR - 1), _MM_HINT_T0);
-  }
-  // acc[v][i]: vector v of tile row i. The unroll pragmas make GCC keep the
-  // array in registers rather than on the stack.
-  V acc[NV][MR];
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 2
-    for (int v = 0; v < NV; ++v) acc[v][i] = Y::zero();
-  }
-#pragma GCC unroll 4
-  for (int64_t p = 0; p < kc; ++p) {
-    // Packed B: 4 k-steps ahead. B read in place: the same row 4 slivers
-    // ahead, which the hardware prefetchers miss with K rows in flight.
-    _mm_prefetch(reinterpret_cast<const char*>(b + 4 * kFullNR), _MM_HINT_T0);
-    V bv[NV];
-#pragma GCC unroll 2
-    for (int v = 0; v < NV; ++v) bv[v] = Y::load(b + v * L);
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
-      V ai = Y::broadcast(kPackedA ? a + i : a + i * lda);
-#pragma GCC unroll 2
-      for (int v = 0; v < NV; ++v) acc[v][i] = Y::fmadd(ai, bv[v], acc[v][i]);
-    }
-    a += kPackedA ? MR : 1;
-    b += ldb;
-  }
-
-  V va = Y::set1(alpha);
-  if (m == MR && n == NR && csc == 1) {
-    V vb = Y::set1(beta);
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 2
-      for (int v = 0; v < NV; ++v) {
-        T* out = c + i * rsc + v * L;
-        Y::store(out, beta == T(0) ? Y::mul(va, acc[v][i]) : Y::fmadd(va, acc[v][i], Y::mul(vb, Y::load(out))));
-      }
-    }
-    return;
-  }
-  // N edge or strided C: write the whole tile to the stack, then only its
-  // valid m x n part to C.
-  alignas(64) T tile[MR * NR];  // tile: (MR, NR)
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 2
-    for (int v = 0; v < NV; ++v) Y::store(tile + i * NR + v * L, Y::mul(va, acc[v][i]));
-  }
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      T& out = c[i * rsc + j * csc];
-      out = beta == T(0) ? tile[i * NR + j] : tile[i * NR + j] + beta * out;
-    }
-  }
-}
-
-// The kernel for `rows` rows, two vectors per row or one, A packed or not.
-template <class T, size_t... Rows>
-MicroKernel<T> select_kernel(int64_t rows, bool wide, bool packed_a, std::index_sequence<Rows...>) {
-  static constexpr MicroKernel<T> kTable[2][2][sizeof...(Rows)] = {
-      {{&micro_kernel<T, Rows + 1, 1, false>...}, {&micro_kernel<T, Rows + 1, 2, false>...}},
-      {{&micro_kernel<T, Rows + 1, 1, true>...}, {&micro_kernel<T, Rows + 1, 2, true>...}}};
-  return kTable[packed_a][wide][rows - 1];
-}
-
-template <class T>
-MicroKernel<T> select6(int64_t rows, bool wide, bool packed_a) {
-  return select_kernel<T>(rows, wide, packed_a, std::make_index_sequence<6>());
-}
 
 // ---- packing B = w.t() -------------------------------------------------------
 
@@ -191,21 +104,18 @@ void pack_b_columns_avx2(int64_t nr, int64_t kc, const T* b, int64_t csb, T* dst
 template void pack_b_columns_avx2<float>(int64_t, int64_t, const float*, int64_t, float*);
 template void pack_b_columns_avx2<double>(int64_t, int64_t, const double*, int64_t, double*);
 
-namespace {
-}  // namespace
-
 // Blocks for Zen 2/3 (L1d 32 KiB, L2 512 KiB): a B sliver KC x NR is 16 KiB,
 // half of L1; an A block MC x KC is 144 KiB for either type, well inside L2;
 // a B panel KC x NC (4 / 8 MiB) is L3's. Measured on an EPYC (Zen 3): MC from
 // 96 to 240 and KC 256 or 384 change 1024^3 / 2048^3 by less than the noise.
 template <>
 GemmKernel<float> gemm_kernel_avx2<float>() {
-  return {&select6<float>, &pack_b_columns_avx2<float>, 6, 16, 144, 256, 4080};
+  return {&vec::select_rows<Ymm, float, 6>, &pack_b_columns_avx2<float>, 6, 16, 144, 256, 4080};
 }
 
 template <>
 GemmKernel<double> gemm_kernel_avx2<double>() {
-  return {&select6<double>, &pack_b_columns_avx2<double>, 6, 8, 72, 256, 4080};
+  return {&vec::select_rows<Ymm, double, 6>, &pack_b_columns_avx2<double>, 6, 8, 72, 256, 4080};
 }
 
 }  // namespace kiln::cpu
