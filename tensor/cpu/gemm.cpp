@@ -154,9 +154,9 @@ void pack_b(const GemmKernel<T>& kern, int64_t n, int64_t kc, const T* b, int64_
 
 // ---- threading -----------------------------------------------------------------
 
-// Below this many FLOPs per thread (~50 us of work) a second thread costs more
+// Below this many FLOPs per thread (~25 us of work) a second thread costs more
 // (waking it, its cold cache, repacking) than it saves.
-constexpr int64_t kFlopsPerThread = int64_t{1} << 22;
+constexpr int64_t kFlopsPerThread = int64_t{1} << 21;
 
 int threads_for(double flops, int max_threads) {
   double wanted = flops / static_cast<double>(kFlopsPerThread);
