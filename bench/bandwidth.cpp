@@ -86,6 +86,10 @@ Tensor pattern(int64_t n, int seed) {
 
 int main(int argc, char** argv) {
   int reps = argc > 1 ? std::atoi(argv[1]) : 9;
+  if (argc > 2 || reps < 1) {
+    std::fprintf(stderr, "usage: bandwidth [reps]   (reps >= 1 timed repetitions, default 9)\n");
+    return 2;
+  }
   Tensor a = pattern(kNumel, 1);
   Tensor b = pattern(kNumel, 2);
   Tensor accum = a.clone();  // written in place

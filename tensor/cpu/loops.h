@@ -50,6 +50,11 @@ class StridedLoop {
   int64_t ndim() const { return static_cast<int64_t>(sizes_.size()); }
   // Byte strides of the innermost run, per operand.
   const std::array<int64_t, N>& inner_strides() const { return strides_[0]; }
+  // The merged sizes and per-operand byte strides, innermost dim first.
+  const std::vector<int64_t>& sizes() const { return sizes_; }
+  const std::vector<std::array<int64_t, N>>& strides() const { return strides_; }
+  // Address of element 0 of operand k.
+  char* base(size_t k) const { return base_[k]; }
 
   // Runs inner(ptrs, byte_strides, n) over all elements, in parallel when
   // there are more than `grain` elements.

@@ -104,5 +104,27 @@ TEST(Copy, CopyConvertsAndBroadcasts) {
   EXPECT_GT(dst.version(), before);
 }
 
+TEST(Copy, TransposingCopiesWalkTilesCorrectly) {
+  // Odd sizes leave partial tiles on both edges; the 3-d permute merges to a
+  // 2-d transposing walk; float64 and uint8 cover other element widths.
+  for (Shape shape : {Shape{37, 53}, Shape{64, 64}, Shape{9, 8}}) {
+    Tensor x = iota_tensor(shape);
+    Tensor y = x.t().contiguous();
+    for (int64_t i = 0; i < shape[1]; ++i)
+      for (int64_t j = 0; j < shape[0]; ++j) ASSERT_EQ(y.at<int>({i, j}), j * shape[1] + i);
+  }
+  Tensor cube = iota_tensor({6, 5, 40});
+  Tensor p = cube.permute({2, 0, 1}).contiguous();  // (40, 6, 5): dims 0,1 of the input merge
+  for (int64_t k = 0; k < 40; ++k)
+    for (int64_t i = 0; i < 6; ++i)
+      for (int64_t j = 0; j < 5; ++j) ASSERT_EQ(p.at<int>({k, i, j}), (i * 5 + j) * 40 + k);
+  Tensor d = iota_tensor({20, 30}).to(DType::Float64);
+  Tensor dt = Tensor::empty({30, 20}, DType::Float64);
+  dt.copy_(d.t());
+  EXPECT_EQ(dt.at<double>({29, 19}), 19 * 30 + 29);
+  Tensor u = iota_tensor({16, 12}).to(DType::UInt8).t().contiguous();
+  EXPECT_EQ(u.at<int>({11, 15}), (15 * 12 + 11) % 256);
+}
+
 }  // namespace
 }  // namespace kiln
