@@ -5,16 +5,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <exception>
-#include <mutex>
 #include <new>
 
+#include "tensor/cpu/parallel.h"
 #include "tensor/error.h"
-#include "tensor/parallel.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace kiln::cpu {
 namespace {
@@ -163,31 +157,6 @@ int threads_for(double flops, int max_threads) {
   return static_cast<int>(std::clamp(wanted, 1.0, static_cast<double>(std::max(1, max_threads))));
 }
 
-// Runs fn(tid, nthreads) on `nthreads` threads (the caller alone when 1) and
-// rethrows the first exception on the caller: none may escape an OpenMP region.
-template <class Fn>
-void run_threads(int nthreads, const Fn& fn) {
-#ifdef _OPENMP
-  if (nthreads > 1 && !omp_in_parallel()) {
-    std::exception_ptr error;
-    std::mutex error_mutex;
-#pragma omp parallel num_threads(nthreads)
-    {
-      try {
-        fn(omp_get_thread_num(), omp_get_num_threads());
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-      }
-    }
-    if (error) std::rethrow_exception(error);
-    return;
-  }
-#endif
-  (void)nthreads;
-  fn(0, 1);
-}
-
 // ---- the two routes ------------------------------------------------------------
 
 // C = beta * C, for K == 0 or alpha == 0 (beta == 0 writes zeros, reading nothing).
@@ -221,7 +190,7 @@ void gemm_direct_b(const GemmArgs<T>& g, const GemmKernel<T>& kern, int nthreads
   if (full_slivers < nslivers) {
     pack_b(kern, g.n - full_slivers * nr, k, g.b + full_slivers * nr, g.rsb, g.csb, btail);
   }
-  run_threads(nthreads, [&](int tid, int nt) {
+  parallel_region(nthreads, [&](int tid, int nt) {
     for (int64_t s = nslivers * tid / nt; s < nslivers * (tid + 1) / nt; ++s) {
       const bool full = s < full_slivers;
       const T* bs = full ? g.b + s * nr : btail;
@@ -299,7 +268,7 @@ void gemm_packed(const GemmArgs<T>& g, const GemmKernel<T>& kern, int nthreads) 
   const bool split_rows = g.m > g.n;
   const int64_t tile = split_rows ? kern.mr : kern.nr, extent = split_rows ? g.m : g.n;
   const int64_t tiles = (extent + tile - 1) / tile;
-  run_threads(static_cast<int>(std::min<int64_t>(nthreads, tiles)), [&](int tid, int nt) {
+  parallel_region(static_cast<int>(std::min<int64_t>(nthreads, tiles)), [&](int tid, int nt) {
     const int64_t begin = tiles * tid / nt * tile, end = std::min(extent, tiles * (tid + 1) / nt * tile);
     if (begin >= end) return;
     GemmArgs<T> part = g;
@@ -374,7 +343,7 @@ void gemm_at_level(const GemmArgs<T>& args, SimdLevel level, int max_threads) {
     return;
   }
   // Products too small to share out: one thread each.
-  run_threads(whole_batch, [&](int tid, int nt) {
+  parallel_region(whole_batch, [&](int tid, int nt) {
     for (int64_t i = args.batch * tid / nt; i < args.batch * (tid + 1) / nt; ++i) gemm_one(product(i), kern, 1);
   });
 }

@@ -10,18 +10,6 @@
 namespace kiln {
 namespace {
 
-// Flat (row-major) element k of any-rank `t`, read through its strides as double.
-double flat_value(const Tensor& t, int64_t k) {
-  int64_t off = 0;
-  for (int64_t d = t.dim() - 1; d >= 0; --d) {
-    off += (k % t.size(d)) * t.stride(d);
-    k /= t.size(d);
-  }
-  return visit_dtype(t.dtype(), [&]<class T>() {
-    return static_cast<double>(static_cast<ComputeType<T>>(static_cast<const T*>(t.data_ptr())[off]));
-  });
-}
-
 std::vector<double> values(const Tensor& t) {
   std::vector<double> v(t.numel());
   for (int64_t k = 0; k < t.numel(); ++k) v[k] = flat_value(t, k);

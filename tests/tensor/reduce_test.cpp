@@ -16,17 +16,6 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Deterministic values in [lo, hi) from a 64-bit LCG.
-std::vector<double> pseudo_random(int64_t n, double lo, double hi, uint64_t seed = 1) {
-  std::vector<double> v(n);
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& x : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = lo + (hi - lo) * static_cast<double>(s >> 11) / static_cast<double>(1ull << 53);
-  }
-  return v;
-}
-
 template <class T>
 Tensor make(const std::vector<double>& values, const Shape& shape) {
   std::vector<T> converted(values.begin(), values.end());
