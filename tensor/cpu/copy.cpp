@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "tensor/cpu/copy_simd.h"
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/cpu_features.h"
 #include "tensor/cpu/loops.h"
 
 namespace kiln::cpu {
@@ -24,7 +26,8 @@ static constexpr int64_t kTile = 8;
 // operands while it is in cache. The tile is 8 wide because the rows of a
 // power-of-two matrix sit a multiple of 4 KiB apart and so share one L1 set:
 // 8 of them fit the 8 ways, 16 or 32 evict each other (measured: 4096 x 4096
-// float32 at 4.3 GB/s with 8, 3.4 with 16, 2.1 with 32).
+// float32 at 4.3 GB/s with 8, 3.4 with 16, 2.1 with 32). This is the
+// portable path and the reference for copy_transposed_simd below.
 template <class Bits>
 static void copy_tiled_2d(const StridedLoop<2>& loop) {
   const int64_t rows = loop.sizes()[1], cols = loop.sizes()[0];
@@ -49,6 +52,40 @@ static void copy_tiled_2d(const StridedLoop<2>& loop) {
   });
 }
 
+// Rows of the source matrix one parallel_for task of copy_transposed_simd
+// takes at a time: a whole number of the kernels' 16-row cache blocks.
+static constexpr int64_t kSimdRows = 16;
+
+// The transposing copy with register-tile kernels (tensor/cpu/copy_simd.h),
+// when the elements are 4 or 8 bytes, one operand is contiguous along the
+// loop's inner dim and the other along its outer dim, and the CPU has AVX2.
+// Returns false (having done nothing) otherwise.
+static bool copy_transposed_simd(const StridedLoop<2>& loop, int64_t size) {
+  if ((size != 4 && size != 8) || simd_level() < SimdLevel::Avx2) return false;
+  const int64_t rows = loop.sizes()[1], cols = loop.sizes()[0];
+  const auto& inner = loop.strides()[0];
+  const auto& outer = loop.strides()[1];
+  // The kernels read src (m, n) row by row and write dst (n, m); name the
+  // loop's dims so that src's unit stride is along n.
+  int64_t m, n, ld_src, ld_dst;
+  if (inner[0] == size && outer[1] == size) {  // dst[i, j] = src[j, i]
+    m = cols, n = rows, ld_src = inner[1], ld_dst = outer[0];
+  } else if (inner[1] == size && outer[0] == size) {  // dst[j, i] = src[i, j]
+    m = rows, n = cols, ld_src = outer[1], ld_dst = inner[0];
+  } else {
+    return false;
+  }
+  auto kernel = size == 4 ? transpose_32_avx2 : transpose_64_avx2;
+  char* dst = loop.base(0);
+  const char* src = loop.base(1);
+  int64_t tasks = (m + kSimdRows - 1) / kSimdRows;
+  parallel_for(0, tasks, std::max<int64_t>(1, kCopyGrain / (kSimdRows * n)), [&](int64_t begin, int64_t end) {
+    int64_t i0 = begin * kSimdRows, i1 = std::min(m, end * kSimdRows);
+    kernel(dst + i0 * size, ld_dst, src + i0 * ld_src, ld_src, i1 - i0, n);
+  });
+  return true;
+}
+
 // True when the loop is a 2-d walk that is contiguous along different dims
 // in the two operands: the transposing case copy_tiled_2d is for.
 static bool is_transposing(const StridedLoop<2>& loop, int64_t element_size) {
@@ -67,7 +104,10 @@ void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
     // Same dtype: move bits, typed by width so that strided runs compile to
     // plain loads and stores rather than a memcpy call per element.
     auto copy_bits = [&]<class Bits>() {
-      if (is_transposing(loop, sizeof(Bits))) return copy_tiled_2d<Bits>(loop);
+      if (is_transposing(loop, sizeof(Bits))) {
+        if (copy_transposed_simd(loop, sizeof(Bits))) return;
+        return copy_tiled_2d<Bits>(loop);
+      }
       loop.run(kCopyGrain, [](char** p, const int64_t* s, int64_t n) {
         constexpr int64_t size = sizeof(Bits);
         if (s[0] == size && s[1] == size) {

@@ -1,0 +1,23 @@
+// Register-tile transposes for transposing copies (x.t().contiguous()).
+//
+// dst (cols, rows) = src (rows, cols)^T for elements of 4 or 8 bytes; both
+// operands have unit column stride and the given row strides in bytes
+// (ld_src >= cols * size, ld_dst >= rows * size). Pointers need no alignment.
+// Any rows, cols >= 0: edges the register tiles do not cover are copied one
+// element at a time. The _avx2 versions (tensor/cpu/copy_avx2.cpp) run only
+// when simd_level() allows (Note [SIMD dispatch]); AVX-512 machines use them
+// too, since a wider register does not make a memory-bound transpose faster.
+// The portable reference is copy_tiled_2d in tensor/cpu/copy.cpp.
+//
+//   // b: (n, m) contiguous, a: (m, n) contiguous
+//   transpose_32_avx2(b, m * 4, a, n * 4, m, n);
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::cpu {
+
+void transpose_32_avx2(char* dst, int64_t ld_dst, const char* src, int64_t ld_src, int64_t rows, int64_t cols);
+void transpose_64_avx2(char* dst, int64_t ld_dst, const char* src, int64_t ld_src, int64_t rows, int64_t cols);
+
+}  // namespace kiln::cpu
