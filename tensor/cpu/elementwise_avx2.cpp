@@ -28,6 +28,7 @@ struct Avx2Float {
   static Reg sign_bit() { return _mm256_set1_ps(-0.0f); }
   static Reg abs(Reg a) { return _mm256_andnot_ps(sign_bit(), a); }
   static Reg neg(Reg a) { return _mm256_xor_ps(sign_bit(), a); }
+  static Reg minus_abs(Reg a) { return _mm256_or_ps(sign_bit(), a); }
   static Reg copysign(Reg magnitude, Reg sign) {
     return _mm256_or_ps(_mm256_andnot_ps(sign_bit(), magnitude), _mm256_and_ps(sign_bit(), sign));
   }
@@ -47,6 +48,14 @@ struct Avx2Float {
     Reg f1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, bias), 23));
     Reg f2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(rest, bias), 23));
     return _mm256_mul_ps(_mm256_mul_ps(p, f1), f2);
+  }
+  // p * 2^n for n in [-150, 0] and p in [0.5, 2] as (p * 2^(n + 64)) * 2^-64:
+  // the first product is an exact normal float, the second rounds a
+  // subnormal result once. Fewer steps than scale2, for exp of x <= 0.
+  static Reg scale2_nonpositive(Reg p, Reg n) {
+    __m256i biased = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127 + 64));
+    Reg f = _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, f), _mm256_set1_ps(0x1p-64f));
   }
   // The biased exponent field minus 127, and the mantissa with exponent 0.
   static Reg split_exponent(Reg x, Reg& e) {

@@ -34,6 +34,7 @@ struct Avx512Float {
   static __m512i sign_bit() { return _mm512_set1_epi32(static_cast<int>(0x80000000u)); }
   static Reg abs(Reg a) { return _mm512_castsi512_ps(_mm512_andnot_si512(sign_bit(), _mm512_castps_si512(a))); }
   static Reg neg(Reg a) { return _mm512_castsi512_ps(_mm512_xor_si512(sign_bit(), _mm512_castps_si512(a))); }
+  static Reg minus_abs(Reg a) { return _mm512_castsi512_ps(_mm512_or_si512(sign_bit(), _mm512_castps_si512(a))); }
   static Reg copysign(Reg magnitude, Reg sign) {
     __m512i m = _mm512_andnot_si512(sign_bit(), _mm512_castps_si512(magnitude));
     __m512i s = _mm512_and_si512(sign_bit(), _mm512_castps_si512(sign));
@@ -54,6 +55,12 @@ struct Avx512Float {
     Reg f1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(half, bias), 23));
     Reg f2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(rest, bias), 23));
     return _mm512_mul_ps(_mm512_mul_ps(p, f1), f2);
+  }
+  // See Avx2Float::scale2_nonpositive.
+  static Reg scale2_nonpositive(Reg p, Reg n) {
+    __m512i biased = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127 + 64));
+    Reg f = _mm512_castsi512_ps(_mm512_slli_epi32(biased, 23));
+    return _mm512_mul_ps(_mm512_mul_ps(p, f), _mm512_set1_ps(0x1p-64f));
   }
   // See Avx2Float::split_exponent.
   static Reg split_exponent(Reg x, Reg& e) {
