@@ -2,14 +2,41 @@
 // get everything; docs/ARCHITECTURE.md is the tour of what lies behind it.
 #pragma once
 
-#include "tensor/backend.h"
-#include "tensor/conv.h"
-#include "tensor/elementwise.h"
-#include "tensor/factory.h"
-#include "tensor/index.h"
-#include "tensor/linalg.h"
-#include "tensor/parallel.h"
-#include "tensor/random.h"
-#include "tensor/reduce.h"
-#include "tensor/shape_ops.h"
-#include "tensor/tensor.h"
+// tensor/: tensors and the raw kiln::ops:: kernels' front-ends.
+#include "tensor/ops.h"
+#include "tensor/safetensors.h"
+#include "tensor/tensor_dict.h"
+
+// autograd/: the differentiable kiln:: functions and the backward engine.
+#include "autograd/checkpoint.h"
+#include "autograd/custom_function.h"
+#include "autograd/engine.h"
+#include "autograd/function.h"
+#include "autograd/grad_mode.h"
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+
+// nn/: modules, layers, losses, initialisation and the functional ops.
+#include "nn/activation.h"
+#include "nn/container.h"
+#include "nn/conv.h"
+#include "nn/dropout.h"
+#include "nn/embedding.h"
+#include "nn/flatten.h"
+#include "nn/functional.h"
+#include "nn/init.h"
+#include "nn/linear.h"
+#include "nn/loss.h"
+#include "nn/models/lenet.h"
+#include "nn/module.h"
+#include "nn/normalization.h"
+#include "nn/pooling.h"
+
+// optim/: optimizers, learning-rate schedules, gradient clipping, checkpoints.
+#include "optim/adam.h"
+#include "optim/clip_grad.h"
+#include "optim/lr_scheduler.h"
+#include "optim/one_cycle_lr.h"
+#include "optim/optimizer.h"
+#include "optim/sgd.h"
+#include "optim/training_checkpoint.h"

@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
   Tensor matrix = a.view({4096, 4096});
   Tensor sink;                       // keeps each result alive until the next run replaces it
   Tensor out = kiln::empty_like(a);  // preallocated output of the *_kernel cases
-  kiln::zero_(out);
+  kiln::ops::zero_(out);
   Tensor scale = kiln::scalar_tensor(1.5f).expand({kNumel});  // a broadcast scalar operand
   kiln::Backend& cpu = kiln::backend_for(kiln::kCPU);
 
@@ -105,25 +105,25 @@ int main(int argc, char** argv) {
 
   const int64_t T = kTensorBytes;
   std::vector<Case> cases = {
-      {"add", 3 * T, [&] { sink = kiln::add(a, b); }},
-      {"mul_scalar", 2 * T, [&] { sink = kiln::mul(a, 1.5); }},
+      {"add", 3 * T, [&] { sink = kiln::ops::add(a, b); }},
+      {"mul_scalar", 2 * T, [&] { sink = kiln::ops::mul(a, 1.5); }},
       {"add_kernel", 3 * T, [&] { cpu.binary(kiln::BinaryOp::Add, out, a, b); }},
       {"mul_scalar_kernel", 2 * T, [&] { cpu.binary(kiln::BinaryOp::Mul, out, a, scale); }},
-      {"relu", 2 * T, [&] { sink = kiln::relu(a); }},
+      {"relu", 2 * T, [&] { sink = kiln::ops::relu(a); }},
       {"relu_kernel", 2 * T, [&] { cpu.unary(kiln::UnaryOp::Relu, out, a); }},
       {"exp_kernel", 2 * T, [&] { cpu.unary(kiln::UnaryOp::Exp, out, a); }},
       {"sigmoid_kernel", 2 * T, [&] { cpu.unary(kiln::UnaryOp::Sigmoid, out, a); }},
-      {"exp", 2 * T, [&] { sink = kiln::exp(a); }},
-      {"sigmoid", 2 * T, [&] { sink = kiln::sigmoid(a); }},
-      {"tanh", 2 * T, [&] { sink = kiln::tanh(a); }},
-      {"gelu_tanh", 2 * T, [&] { sink = kiln::gelu(a, true); }},
-      {"add_inplace", 3 * T, [&] { kiln::add_(accum, b); }},
-      {"mul_scalar_inplace", 2 * T, [&] { kiln::mul_(accum, 1.0); }},
+      {"exp", 2 * T, [&] { sink = kiln::ops::exp(a); }},
+      {"sigmoid", 2 * T, [&] { sink = kiln::ops::sigmoid(a); }},
+      {"tanh", 2 * T, [&] { sink = kiln::ops::tanh(a); }},
+      {"gelu_tanh", 2 * T, [&] { sink = kiln::ops::gelu(a, true); }},
+      {"add_inplace", 3 * T, [&] { kiln::ops::add_(accum, b); }},
+      {"mul_scalar_inplace", 2 * T, [&] { kiln::ops::mul_(accum, 1.0); }},
       {"transpose_contiguous", 2 * T, [&] { sink = matrix.t().contiguous(); }},
-      {"sum_all", T, [&] { sink = kiln::sum(a); }},
-      {"sum_lastdim", T, [&] { sink = kiln::sum(matrix, {-1}); }},
-      {"mean", T, [&] { sink = kiln::mean(a); }},
-      {"amax", T, [&] { sink = kiln::amax(a); }},
+      {"sum_all", T, [&] { sink = kiln::ops::sum(a); }},
+      {"sum_lastdim", T, [&] { sink = kiln::ops::sum(matrix, {-1}); }},
+      {"mean", T, [&] { sink = kiln::ops::mean(a); }},
+      {"amax", T, [&] { sink = kiln::ops::amax(a); }},
   };
 
   int max_threads = kiln::get_num_threads();

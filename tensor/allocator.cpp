@@ -1,6 +1,7 @@
 #include "tensor/allocator.h"
 
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -38,6 +39,7 @@ class CpuAllocator final : public Allocator {
   void* allocate(size_t nbytes, Device device) override {
     KILN_CHECK(device.is_cpu(), "CpuAllocator: asked for memory on ", device);
     if (nbytes == 0) return nullptr;
+    count_allocated(nbytes);
     if (nbytes < kLargeBlock) return checked_aligned_alloc(kCpuAlignment, round_up(nbytes, kCpuAlignment), nbytes);
     size_t size = round_up(nbytes, kLargeGranularity);
     {
@@ -60,6 +62,7 @@ class CpuAllocator final : public Allocator {
 
   void deallocate(void* ptr, size_t nbytes, Device) override {
     if (ptr == nullptr) return;
+    allocated_bytes_.fetch_sub(nbytes, std::memory_order_relaxed);
     if (nbytes >= kLargeBlock) {
       size_t size = round_up(nbytes, kLargeGranularity);
       std::lock_guard<std::mutex> lock(mutex_);
@@ -79,6 +82,10 @@ class CpuAllocator final : public Allocator {
     cached_bytes_ = 0;
   }
 
+  size_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
+  size_t peak_allocated_bytes() const { return peak_bytes_.load(std::memory_order_relaxed); }
+  void reset_peak() { peak_bytes_.store(allocated_bytes(), std::memory_order_relaxed); }
+
   size_t cached_bytes() {
     std::lock_guard<std::mutex> lock(mutex_);
     return cached_bytes_;
@@ -94,6 +101,17 @@ class CpuAllocator final : public Allocator {
     return ptr;
   }
 
+  // Bytes handed out and not yet returned (as requested, not rounded), and
+  // their high-water mark: what activation checkpointing saves shows here.
+  void count_allocated(size_t nbytes) {
+    size_t now = allocated_bytes_.fetch_add(nbytes, std::memory_order_relaxed) + nbytes;
+    size_t peak = peak_bytes_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_bytes_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+  }
+
+  std::atomic<size_t> allocated_bytes_{0};
+  std::atomic<size_t> peak_bytes_{0};
   std::mutex mutex_;
   std::unordered_multimap<size_t, void*> cache_;  // rounded size -> free block
   size_t cached_bytes_ = 0;
@@ -118,6 +136,12 @@ Allocator& cpu_allocator() { return the_cpu_allocator(); }
 void cpu_empty_cache() { the_cpu_allocator().empty_cache(); }
 
 size_t cpu_cached_bytes() { return the_cpu_allocator().cached_bytes(); }
+
+size_t cpu_allocated_bytes() { return the_cpu_allocator().allocated_bytes(); }
+
+size_t cpu_peak_allocated_bytes() { return the_cpu_allocator().peak_allocated_bytes(); }
+
+void cpu_reset_peak_allocated_bytes() { the_cpu_allocator().reset_peak(); }
 
 Allocator& allocator_for(DeviceType type) {
   Allocator* allocator = allocators()[static_cast<int>(type)];

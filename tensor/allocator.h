@@ -32,6 +32,11 @@ Allocator& cpu_allocator();
 void cpu_empty_cache();
 // Bytes held in the CPU allocator's cache.
 size_t cpu_cached_bytes();
+// Bytes of CPU tensor memory in use now, and the most in use since the last
+// cpu_reset_peak_allocated_bytes() (or since the start).
+size_t cpu_allocated_bytes();
+size_t cpu_peak_allocated_bytes();
+void cpu_reset_peak_allocated_bytes();
 
 // The allocator used for new tensors on `type`; the CUDA backend registers
 // its own at start-up. Throws kiln::Error if none is registered.

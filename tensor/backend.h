@@ -63,6 +63,18 @@ struct ConvGeometry {
   int64_t out_w() const { return (width + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) / stride_w + 1; }
 };
 
+// Geometry of 2-d max/avg pooling over (H, W) planes, resolved by the
+// front-end (tensor/pool.cpp): out_h/out_w already follow ceil_mode, see
+// ops::pool_output_size in tensor/pool.h.
+struct PoolGeometry {
+  int64_t height, width;  // input H, W
+  int64_t out_h, out_w;
+  int64_t kernel_h, kernel_w;
+  int64_t stride_h, stride_w;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -114,6 +126,72 @@ class Backend {
   // cols: (N, C*kh*kw, oh*ow) -> x: (N, C, H, W), overlapping patches summed;
   // x is overwritten.
   virtual void col2im(const Tensor& x, const Tensor& cols, const ConvGeometry& g) = 0;
+
+  // ---- 2-d convolution (tensor/cpu/conv2d.cpp) ----
+  // One group of a convolution, float32 or float64 (the front-end in
+  // tensor/conv.cpp loops over groups and converts 16-bit floats).
+  // x: (N, C, H, W), any strides; weight: (OC, C*kh*kw), any strides;
+  // bias: (OC) or undefined; out: (N, OC, oh, ow) with every (oh, ow) plane
+  // contiguous (stride(3) == 1, stride(2) == ow), overwritten.
+  virtual void conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      const ConvGeometry& g) = 0;
+  // grad_out: (N, OC, oh, ow) with contiguous planes. Overwrites
+  // grad_input (N, C, H, W) with contiguous planes and grad_weight
+  // (OC, C*kh*kw) with contiguous rows, each only when defined.
+  virtual void conv2d_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_out,
+                               const Tensor& x, const Tensor& weight, const ConvGeometry& g) = 0;
+
+  // ---- pooling (tensor/cpu/pool.cpp) ----
+  // Every tensor is contiguous and holds P = N*C planes: x and grad_x are
+  // (P, H, W), values, indices, out and grad_out (P, oh, ow); the floating
+  // tensors share one dtype, indices are Int64 into one plane's H*W.
+  // Backward kernels overwrite grad_x.
+  // Max pooling: padding is -inf; ties keep the first tap in row-major window
+  // order, NaN wins (the last NaN, as torch); a window with no tap inside the
+  // input gives -inf and index -1, which the backward skips.
+  virtual void max_pool2d(const Tensor& values, const Tensor& indices, const Tensor& x, const PoolGeometry& g) = 0;
+  // grad_x[p, indices[p, i]] += grad_out[p, i]; throws on an index outside the plane.
+  virtual void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices) = 0;
+  // Window sums divided by divisor_override when given (non-zero), else by
+  // the window's size clipped to the padded input (count_include_pad) or to
+  // the input itself.
+  virtual void avg_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool count_include_pad,
+                          std::optional<int64_t> divisor_override) = 0;
+  virtual void avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g,
+                                   bool count_include_pad, std::optional<int64_t> divisor_override) = 0;
+  // Output cell (i, j) averages rows floor(i*H/oh) .. ceil((i+1)*H/oh) - 1
+  // and the columns alike; sizes come from the tensors.
+  virtual void adaptive_avg_pool2d(const Tensor& out, const Tensor& x) = 0;
+  virtual void adaptive_avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out) = 0;
+
+  // ---- normalization (tensor/cpu/norm.cpp, layer_norm.cpp) ----
+  // Front-end: tensor/norm.cpp (Note [Normalization statistics] in
+  // tensor/norm.h). Every tensor is contiguous. Batch norm sees x as
+  // (N, C, S), S the product of the dims after C; layer norm sees x as
+  // (M, K) rows. Per-channel, per-row and weight tensors have the stats dtype
+  // (float32 for a 16-bit x, else x's); the rest have x's dtype.
+  // mean, var: (C) <- each channel's mean and biased variance over N and S.
+  virtual void batch_norm_stats(const Tensor& mean, const Tensor& var, const Tensor& x) = 0;
+  // out[n, c, s] = (x[n, c, s] - mean[c]) * scale[c] + shift[c].
+  virtual void batch_norm_apply(const Tensor& out, const Tensor& x, const Tensor& mean, const Tensor& scale,
+                                const Tensor& shift) = 0;
+  // sum_dy[c] = sum of grad_out, sum_dy_xmu[c] = sum of grad_out * (x - mean[c]),
+  // over N and S.
+  virtual void batch_norm_backward_reduce(const Tensor& sum_dy, const Tensor& sum_dy_xmu, const Tensor& grad_out,
+                                          const Tensor& x, const Tensor& mean) = 0;
+  // grad_input = grad_out * dy_scale[c] + (x - mean[c]) * xmu_scale[c] + shift[c].
+  virtual void batch_norm_backward_apply(const Tensor& grad_input, const Tensor& grad_out, const Tensor& x,
+                                         const Tensor& mean, const Tensor& dy_scale, const Tensor& xmu_scale,
+                                         const Tensor& shift) = 0;
+  // Per row r of x (M, K): mean[r], rstd[r] = 1 / sqrt(biased var + eps) (M),
+  // and out = (x - mean) * rstd * weight + bias; weight, bias: (K).
+  virtual void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                          const Tensor& weight, const Tensor& bias, double eps) = 0;
+  // Overwrites grad_input (M, K), grad_weight (K) and grad_bias (K), each
+  // only when defined; weight (K) is all ones for a layer norm without one.
+  virtual void layer_norm_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
+                                   const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& weight) = 0;
 
   // ---- random numbers (tensor/cpu/random.cpp) ----
   // Fills `out` (contiguous) from Philox4x32-10 keyed by `seed`: element i

@@ -1,10 +1,11 @@
 // Comparisons and logical ops (Bool results), where, allclose and equal.
+#include <algorithm>
 #include <cmath>
 
 #include "tensor/elementwise.h"
 #include "tensor/elementwise_internal.h"
 
-namespace kiln {
+namespace kiln::ops {
 
 namespace {
 
@@ -31,16 +32,6 @@ Tensor where_impl(const Tensor& cond, const Tensor& a, const Tensor& b, DType co
   if (out.numel() == 0) return out;
   backend_for(out.device()).where(out, cond.expand(shape), a.to(compute).expand(shape), b.to(compute).expand(shape));
   return out;
-}
-
-// Every element of a Bool tensor is true (copied to the host to answer).
-bool all_true(const Tensor& t) {
-  Tensor host = t.to(kCPU).contiguous();
-  const bool* p = host.data<bool>();
-  for (int64_t i = 0; i < host.numel(); ++i) {
-    if (!p[i]) return false;
-  }
-  return true;
 }
 
 }  // namespace
@@ -70,6 +61,10 @@ Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
   return where_impl(cond, a, wrap_scalar(b, compute, a.device()), compute);
 }
 
+}  // namespace kiln::ops
+
+namespace kiln {
+
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
   elementwise::check_same_device("allclose", a, b);
   KILN_CHECK(rtol >= 0 && atol >= 0, "allclose: rtol and atol must be non-negative, got rtol=", rtol, " atol=", atol);
@@ -96,7 +91,9 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool e
 bool equal(const Tensor& a, const Tensor& b) {
   elementwise::check_same_device("equal", a, b);
   if (a.shape() != b.shape()) return false;
-  return all_true(eq(a, b));
+  Tensor same = ops::eq(a, b).to(kCPU).contiguous();
+  const bool* p = same.data<bool>();
+  return std::all_of(p, p + same.numel(), [](bool v) { return v; });
 }
 
 }  // namespace kiln

@@ -1,8 +1,10 @@
-// Front-ends of im2col / col2im: validate the geometry against the tensors,
-// allocate the result, dispatch (Note [Device dispatch]).
+// Front-ends of im2col / col2im and conv2d: validate the geometry against
+// the tensors, allocate the result, dispatch (Note [Device dispatch]).
 #include "tensor/conv.h"
 
-namespace kiln {
+#include "tensor/reduce.h"
+
+namespace kiln::ops {
 
 // Rejects geometries with no valid output; `op` names the caller.
 static void check_geometry(const ConvGeometry& g, std::string_view op) {
@@ -65,4 +67,115 @@ Tensor col2im(const Tensor& cols, const ConvGeometry& g) {
   return x;
 }
 
-}  // namespace kiln
+// ---- conv2d -------------------------------------------------------------------
+
+namespace {
+
+// Checks x and weight against each other and p, and returns the geometry of
+// one group (channels = C / groups). `op` names the caller.
+ConvGeometry conv2d_geometry(const Tensor& x, const Tensor& weight, const Conv2dParams& p, std::string_view op) {
+  KILN_CHECK(x.defined() && weight.defined(), op, ": x or weight is undefined");
+  KILN_CHECK(x.dim() == 3 || x.dim() == 4, op, ": expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got shape ",
+             x.shape());
+  KILN_CHECK(weight.dim() == 4, op, ": expected a 4-d weight (OC, C/groups, kh, kw), got shape ", weight.shape());
+  KILN_CHECK(x.dtype() == weight.dtype(), op, ": expected x and weight of one dtype, got ", x.dtype(), " and ",
+             weight.dtype());
+  KILN_CHECK(x.is_floating_point(), op, ": expected floating point tensors, got ", x.dtype());
+  KILN_CHECK(x.device() == weight.device(), op, ": expected x and weight on one device, got ", x.device(), " and ",
+             weight.device());
+  KILN_CHECK(p.groups > 0, op, ": groups must be positive, got ", p.groups);
+  const int64_t channels = x.size(-3), out_channels = weight.size(0);
+  KILN_CHECK(channels == weight.size(1) * p.groups, op, ": input of shape ", x.shape(), " has ", channels,
+             " channels, but weight of shape ", weight.shape(), " with groups=", p.groups, " expects ",
+             weight.size(1), " * ", p.groups, " = ", weight.size(1) * p.groups);
+  KILN_CHECK(out_channels % p.groups == 0, op, ": weight of shape ", weight.shape(), " has ", out_channels,
+             " output channels, not divisible by groups=", p.groups);
+  ConvGeometry g{weight.size(1), x.size(-2), x.size(-1), weight.size(2), weight.size(3)};
+  g.stride_h = p.stride_h, g.stride_w = p.stride_w;
+  g.pad_h = p.pad_h, g.pad_w = p.pad_w;
+  g.dilation_h = p.dilation_h, g.dilation_w = p.dilation_w;
+  check_geometry(g, op);
+  return g;
+}
+
+// The dtype kernels run in: 16-bit floats go through float32, whose GEMM
+// accumulates without losing the products' precision.
+DType compute_dtype(DType dtype) {
+  return dtype == DType::Float16 || dtype == DType::BFloat16 ? DType::Float32 : dtype;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
+  const ConvGeometry g = conv2d_geometry(x, weight, p, "conv2d");
+  const int64_t out_channels = weight.size(0), group_out = out_channels / p.groups;
+  if (bias.defined()) {
+    KILN_CHECK(bias.dtype() == x.dtype(), "conv2d: expected bias of dtype ", x.dtype(), " like x, got ",
+               bias.dtype());
+    KILN_CHECK(bias.device() == x.device(), "conv2d: expected bias on ", x.device(), " like x, got ",
+               bias.device());
+    KILN_CHECK(bias.dim() == 1 && bias.size(0) == out_channels, "conv2d: bias must have shape [", out_channels,
+               "], got ", bias.shape());
+  }
+  const bool unbatched = x.dim() == 3;
+  const DType compute = compute_dtype(x.dtype());
+  Tensor x4 = (unbatched ? x.unsqueeze(0) : x).to(compute);  // (N, C, H, W), any strides
+  // (OC, C/groups * kh * kw): a view of a contiguous weight.
+  Tensor w2 = weight.to(compute).reshape({out_channels, g.channels * g.kernel_h * g.kernel_w});
+  Tensor b = bias.defined() ? bias.to(compute) : Tensor();
+  Tensor out = Tensor::empty({x4.size(0), out_channels, g.out_h(), g.out_w()}, {compute, x.device()});
+  if (out.numel() > 0) {
+    Backend& backend = backend_for(x.device());
+    for (int64_t group = 0; group < p.groups; ++group) {
+      const int64_t c0 = group * g.channels, o0 = group * group_out;
+      backend.conv2d(out.slice(1, o0, o0 + group_out), x4.slice(1, c0, c0 + g.channels),
+                     w2.slice(0, o0, o0 + group_out), b.defined() ? b.slice(0, o0, o0 + group_out) : Tensor(), g);
+    }
+  }
+  out = out.to(x.dtype());
+  return unbatched ? out.squeeze(0) : out;
+}
+
+Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Conv2dParams& p,
+                            std::array<bool, 3> output_mask) {
+  const ConvGeometry g = conv2d_geometry(x, weight, p, "conv2d_backward");
+  const int64_t out_channels = weight.size(0), group_out = out_channels / p.groups;
+  const bool unbatched = x.dim() == 3;
+  KILN_CHECK(grad_out.defined(), "conv2d_backward: grad_out is undefined");
+  Shape out_shape{out_channels, g.out_h(), g.out_w()};
+  if (!unbatched) out_shape.insert(out_shape.begin(), x.size(0));
+  KILN_CHECK(grad_out.shape() == out_shape, "conv2d_backward: grad_out has shape ", grad_out.shape(),
+             ", but conv2d's output for x ", x.shape(), " and weight ", weight.shape(), " has shape ", out_shape);
+  KILN_CHECK(grad_out.dtype() == x.dtype() && grad_out.device() == x.device(), "conv2d_backward: grad_out is ",
+             grad_out.dtype(), " on ", grad_out.device(), ", x is ", x.dtype(), " on ", x.device());
+
+  const DType compute = compute_dtype(x.dtype());
+  Tensor x4 = (unbatched ? x.unsqueeze(0) : x).to(compute);  // (N, C, H, W), any strides
+  // (N, OC, oh, ow) with contiguous planes, as the kernel needs; an expanded
+  // grad_out (the gradient of a sum) becomes real memory here.
+  Tensor go = (unbatched ? grad_out.unsqueeze(0) : grad_out).to(compute).contiguous();
+  const int64_t ckk = g.channels * g.kernel_h * g.kernel_w;
+  Tensor w2 = weight.to(compute).reshape({out_channels, ckk});  // (OC, C/groups * kh * kw)
+  Tensor grad_input = output_mask[0] ? Tensor::empty(x4.shape(), {compute, x.device()}) : Tensor();
+  Tensor grad_weight = output_mask[1] ? Tensor::empty({out_channels, ckk}, {compute, x.device()}) : Tensor();
+  if (grad_input.defined() || grad_weight.defined()) {
+    Backend& backend = backend_for(x.device());
+    auto slice_or_undefined = [](const Tensor& t, int64_t dim, int64_t begin, int64_t length) {
+      return t.defined() ? t.slice(dim, begin, begin + length) : Tensor();
+    };
+    for (int64_t group = 0; group < p.groups; ++group) {
+      const int64_t c0 = group * g.channels, o0 = group * group_out;
+      backend.conv2d_backward(slice_or_undefined(grad_input, 1, c0, g.channels),
+                              slice_or_undefined(grad_weight, 0, o0, group_out), go.slice(1, o0, o0 + group_out),
+                              x4.slice(1, c0, c0 + g.channels), w2.slice(0, o0, o0 + group_out), g);
+    }
+  }
+
+  Conv2dGrads grads;
+  if (grad_input.defined()) grads.grad_input = (unbatched ? grad_input.squeeze(0) : grad_input).to(x.dtype());
+  if (grad_weight.defined()) grads.grad_weight = grad_weight.view(weight.shape()).to(x.dtype());
+  if (output_mask[2]) grads.grad_bias = sum(go, {0, 2, 3}).to(x.dtype());
+  return grads;
+}
+
+}  // namespace kiln::ops

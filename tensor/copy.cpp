@@ -1,4 +1,5 @@
 // copy_, contiguous, clone and dtype/device conversion.
+#include "tensor/autograd_hooks.h"
 #include "tensor/backend.h"
 #include "tensor/tensor.h"
 
@@ -6,18 +7,31 @@ namespace kiln {
 
 Tensor& Tensor::copy_(const Tensor& src) {
   KILN_CHECK(src.defined(), "copy_: the source tensor is undefined");
+  if (impl()->autograd_meta() || src.impl()->autograd_meta()) autograd_hooks().check_inplace("copy_", *this, src);
   Tensor expanded = src.expand(shape());  // throws naming both shapes when they do not broadcast
   backend_for_copy(device(), src.device()).copy(*this, expanded);
   bump_version();
   return *this;
 }
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+// Copies of a tensor that takes part in autograd are reported to it
+// (Note [Autograd hooks]): their gradient flows back to the input.
+static Tensor recorded(std::string_view op, const Tensor& input, Tensor output) {
+  if (input.impl()->autograd_meta()) autograd_hooks().record_copy(op, input, output);
+  return output;
+}
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  Tensor out = Tensor::empty(shape(), {dtype(), device()});
+  backend_for(device()).copy(out, *this);
+  return recorded("contiguous", *this, std::move(out));
+}
 
 Tensor Tensor::clone() const {
   Tensor out = Tensor::empty(shape(), {dtype(), device()});
   backend_for(device()).copy(out, *this);
-  return out;
+  return recorded("clone", *this, std::move(out));
 }
 
 Tensor Tensor::to(DType new_dtype) const { return to(new_dtype, device()); }
@@ -28,7 +42,7 @@ Tensor Tensor::to(DType new_dtype, Device new_device) const {
   if (new_dtype == dtype() && new_device == device()) return *this;
   Tensor out = Tensor::empty(shape(), {new_dtype, new_device});
   backend_for_copy(new_device, device()).copy(out, *this);
-  return out;
+  return recorded("to", *this, std::move(out));
 }
 
 }  // namespace kiln

@@ -6,9 +6,7 @@
 #include "tensor/elementwise_internal.h"
 #include "tensor/factory.h"
 
-namespace kiln {
-
-namespace elementwise {
+namespace kiln::elementwise {
 
 enum class Category { Bool, Integer, Floating };
 
@@ -105,11 +103,9 @@ void check_pow(std::string_view name, DType compute, std::optional<Scalar> expon
              ": integers to negative integer powers are not allowed (", compute, " base, exponent ", *exponent, ")");
 }
 
-}  // namespace elementwise
+}  // namespace kiln::elementwise
 
-using elementwise::binary;
-using elementwise::division_type;
-using elementwise::wrap_scalar;
+namespace kiln {
 
 DType result_type(const Tensor& a, const Tensor& b) {
   elementwise::ResultType r;
@@ -124,6 +120,14 @@ DType result_type(const Tensor& a, Scalar b) {
   r.add(b);
   return r.result();
 }
+
+}  // namespace kiln
+
+namespace kiln::ops {
+
+using elementwise::binary;
+using elementwise::division_type;
+using elementwise::wrap_scalar;
 
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
   DType compute = result_type(a, b);
@@ -214,4 +218,4 @@ Tensor operator/(Scalar a, const Tensor& b) {
   return binary(BinaryOp::Div, "div", wrap_scalar(a, compute, b.device()), b, compute, compute);
 }
 
-}  // namespace kiln
+}  // namespace kiln::ops

@@ -21,6 +21,16 @@ namespace kiln {
 DType result_type(const Tensor& a, const Tensor& b);
 DType result_type(const Tensor& a, Scalar b);
 
+// True when both have the same shape and every element is within
+// atol + rtol * |b| (NaNs equal only when equal_nan).
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false);
+// True when shapes and all values are equal.
+bool equal(const Tensor& a, const Tensor& b);
+
+}  // namespace kiln
+
+namespace kiln::ops {
+
 // ---- unary ----
 Tensor neg(const Tensor& x);
 Tensor abs(const Tensor& x);
@@ -116,10 +126,4 @@ Tensor& operator-=(Tensor& a, Scalar b);
 Tensor& operator*=(Tensor& a, Scalar b);
 Tensor& operator/=(Tensor& a, Scalar b);
 
-// True when both have the same shape and every element is within
-// atol + rtol * |b| (NaNs equal only when equal_nan).
-bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false);
-// True when shapes and all values are equal.
-bool equal(const Tensor& a, const Tensor& b);
-
-}  // namespace kiln
+}  // namespace kiln::ops

@@ -4,7 +4,7 @@
 #include "tensor/elementwise.h"
 #include "tensor/elementwise_internal.h"
 
-namespace kiln {
+namespace kiln::ops {
 
 namespace {
 
@@ -101,4 +101,4 @@ Tensor& operator-=(Tensor& a, Scalar b) { return sub_(a, b); }
 Tensor& operator*=(Tensor& a, Scalar b) { return mul_(a, b); }
 Tensor& operator/=(Tensor& a, Scalar b) { return div_(a, b); }
 
-}  // namespace kiln
+}  // namespace kiln::ops

@@ -2,7 +2,7 @@
 #include "tensor/elementwise.h"
 #include "tensor/elementwise_internal.h"
 
-namespace kiln {
+namespace kiln::ops {
 
 namespace {
 
@@ -131,4 +131,4 @@ Tensor& clamp_(Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) 
   return x;
 }
 
-}  // namespace kiln
+}  // namespace kiln::ops

@@ -9,7 +9,7 @@
 #include "tensor/backend.h"
 #include "tensor/factory.h"
 
-namespace kiln {
+namespace kiln::ops {
 
 static void check_index_tensor(const Tensor& x, const Tensor& index, std::string_view op) {
   KILN_CHECK(x.defined() && index.defined(), op, ": got an undefined tensor");
@@ -109,4 +109,4 @@ Tensor one_hot(const Tensor& labels, int64_t num_classes) {
   return out;
 }
 
-}  // namespace kiln
+}  // namespace kiln::ops

@@ -4,7 +4,7 @@
 
 #include "tensor/tensor.h"
 
-namespace kiln {
+namespace kiln::ops {
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);  // index: 1-d
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);        // torch.gather
@@ -15,4 +15,4 @@ Tensor& scatter_add_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& 
 // num_classes < 0 means max(labels) + 1.
 Tensor one_hot(const Tensor& labels, int64_t num_classes = -1);
 
-}  // namespace kiln
+}  // namespace kiln::ops

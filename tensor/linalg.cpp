@@ -8,7 +8,7 @@
 
 #include "tensor/backend.h"
 
-namespace kiln {
+namespace kiln::ops {
 namespace {
 
 void check_same_kind(const char* op, const Tensor& a, const Tensor& b) {
@@ -128,4 +128,4 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return out.view(out_shape);
 }
 
-}  // namespace kiln
+}  // namespace kiln::ops

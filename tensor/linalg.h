@@ -3,7 +3,7 @@
 
 #include "tensor/tensor.h"
 
-namespace kiln {
+namespace kiln::ops {
 
 // torch.matmul semantics: 1-d x 1-d is a dot product; 2-d x 2-d a matrix
 // product; 1-d operands get a dim prepended/appended and removed again;
@@ -15,4 +15,4 @@ Tensor bmm(const Tensor& a, const Tensor& b);  // 3-d only, equal batch sizes
 // x (*, in) @ weight (out, in)^T + bias (out), as torch.nn.functional.linear.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
-}  // namespace kiln
+}  // namespace kiln::ops

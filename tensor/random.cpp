@@ -51,6 +51,12 @@ void Generator::manual_seed(uint64_t seed) {
   offset_ = 0;
 }
 
+void Generator::set_state(uint64_t seed, uint64_t offset) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  seed_ = seed;
+  offset_ = offset;
+}
+
 uint64_t Generator::advance(uint64_t count) {
   std::lock_guard<std::mutex> lock(mutex_);
   uint64_t first = offset_;

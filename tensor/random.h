@@ -29,6 +29,9 @@ class Generator {
   void manual_seed(uint64_t seed);
   uint64_t seed() const { return seed_; }
   uint64_t offset() const { return offset_; }
+  // The whole state is (seed, offset): saving and restoring it replays the
+  // same numbers (training checkpoints, activation checkpointing).
+  void set_state(uint64_t seed, uint64_t offset);
   // Reserves `count` counter blocks and returns the first; thread safe.
   uint64_t advance(uint64_t count);
 

@@ -16,7 +16,7 @@
 #include "tensor/elementwise.h"
 #include "tensor/factory.h"
 
-namespace kiln {
+namespace kiln::ops {
 namespace {
 
 // The dims to reduce, wrapped, checked and sorted; empty `dims` means all.
@@ -245,4 +245,4 @@ Tensor run_softmax(const Tensor& x, int64_t dim, bool log, std::string_view op) 
 Tensor softmax(const Tensor& x, int64_t dim) { return run_softmax(x, dim, false, "softmax"); }
 Tensor log_softmax(const Tensor& x, int64_t dim) { return run_softmax(x, dim, true, "log_softmax"); }
 
-}  // namespace kiln
+}  // namespace kiln::ops

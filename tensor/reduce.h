@@ -11,6 +11,16 @@
 
 namespace kiln {
 
+// Max/min along one dim: values and the index of the first extreme.
+struct ValuesIndices {
+  Tensor values;
+  Tensor indices;  // Int64
+};
+
+}  // namespace kiln
+
+namespace kiln::ops {
+
 Tensor sum(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim, DType dtype);  // accumulate/return in dtype
 Tensor mean(const Tensor& x, const Shape& dims = {}, bool keepdim = false);  // floating inputs only; empty -> NaN
@@ -20,11 +30,6 @@ Tensor prod(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 Tensor amax(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 Tensor amin(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 
-// Max/min along one dim: values and the index of the first extreme.
-struct ValuesIndices {
-  Tensor values;
-  Tensor indices;  // Int64
-};
 ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
 ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor max(const Tensor& x);  // over all elements, 0-dim
@@ -50,4 +55,4 @@ Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim = false);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 
-}  // namespace kiln
+}  // namespace kiln::ops

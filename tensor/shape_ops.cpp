@@ -7,7 +7,7 @@
 
 #include "tensor/shape.h"
 
-namespace kiln {
+namespace kiln::ops {
 
 // torch still accepts 1-d empty tensors of any rank mismatch in cat (code that
 // grows a tensor with `acc = cat({acc, x})` starts from an empty one), so they
@@ -123,4 +123,4 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   return split(x, (n + chunks - 1) / chunks, dim);
 }
 
-}  // namespace kiln
+}  // namespace kiln::ops

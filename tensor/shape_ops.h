@@ -5,7 +5,7 @@
 
 #include "tensor/tensor.h"
 
-namespace kiln {
+namespace kiln::ops {
 
 // Concatenates along an existing dim; all other sizes must match; dtypes
 // promote; all on one device.
@@ -19,4 +19,4 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 // `chunks` views of ceil(size / chunks) (fewer if the size runs out), as torch.chunk.
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
 
-}  // namespace kiln
+}  // namespace kiln::ops

@@ -55,7 +55,9 @@ int64_t Tensor::stride(int64_t d) const {
 }
 
 bool Tensor::is_contiguous() const {
-  // Size-1 dims may have any stride, as in PyTorch.
+  // Size-1 dims may have any stride, and an empty tensor is contiguous
+  // whatever its strides, as in PyTorch.
+  if (numel() == 0) return true;
   int64_t expected = 1;
   for (int64_t i = dim() - 1; i >= 0; --i) {
     if (shape()[i] == 1) continue;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <ostream>
@@ -178,9 +179,31 @@ class Tensor {
   Tensor to(DType dtype, Device device) const;
   Tensor cpu() const { return to(kCPU); }
 
-  // ---- autograd and quantization slots ----
+  // ---- versions: every in-place write bumps the storage's counter ----
   uint64_t version() const { return storage()->version(); }
   void bump_version() const { storage()->bump_version(); }
+
+  // ---- autograd (implemented by autograd/, Note [Autograd hooks]) ----
+  // As LibTorch: w.requires_grad_(); loss.backward(); w.grad().
+  bool requires_grad() const;
+  Tensor& requires_grad_(bool requires_grad = true);  // leaves only; floating dtypes only
+  Tensor grad() const;                                 // undefined until a backward reaches it
+  void set_grad(const Tensor& grad) const;             // undefined clears it
+  bool is_leaf() const;                                // true unless an op recorded this tensor
+  std::string grad_fn_name() const;                    // "MulBackward"-like name; "" for leaves
+  // Backpropagates from this tensor; `gradient` may be omitted for a
+  // one-element tensor (it is then 1). Frees the graph unless retain_graph.
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false, bool create_graph = false) const;
+  // The same data with no autograd history (shares storage and version).
+  Tensor detach() const;
+  // Keeps .grad() of a non-leaf after backward.
+  void retain_grad() const;
+  // `hook(grad)` runs when this tensor's gradient is computed; a defined
+  // return value replaces the gradient. Returns a handle for remove_hook.
+  int64_t register_hook(std::function<Tensor(const Tensor&)> hook) const;
+  // Leaves only: `hook(leaf)` runs right after backward wrote leaf.grad().
+  int64_t register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
+  void remove_hook(int64_t handle) const;
 
   // ---- printing (tensor/print.cpp) ----
   std::string str() const;

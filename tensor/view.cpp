@@ -3,6 +3,7 @@
 #include <numeric>
 #include <optional>
 
+#include "tensor/autograd_hooks.h"
 #include "tensor/tensor.h"
 
 namespace kiln {
@@ -10,6 +11,14 @@ namespace kiln {
 static Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset) {
   auto impl = std::make_shared<TensorImpl>(base.storage(), base.dtype(), std::move(sizes), std::move(strides), offset);
   return Tensor(std::move(impl));
+}
+
+// Every view of a tensor that takes part in autograd is reported to it with
+// a way to redo the view (Note [Autograd hooks]).
+static Tensor recorded(std::string_view op, const Tensor& base, Tensor view, ViewReplay replay,
+                       ViewKind kind = ViewKind::Alias) {
+  if (base.impl()->autograd_meta()) autograd_hooks().record_view(op, base, view, std::move(replay), kind);
+  return view;
 }
 
 // Resolves a single -1 in `shape` so that its numel equals `numel`.
@@ -73,13 +82,13 @@ Tensor Tensor::view(const Shape& shape_arg) const {
   auto strides_or = view_strides(shape(), strides(), new_shape);
   KILN_CHECK(strides_or.has_value(), "view: cannot view a tensor of shape ", shape(), " and strides ", strides(),
              " as shape ", new_shape, "; the memory is not laid out compatibly, use reshape() to copy");
-  return make_view(*this, std::move(new_shape), std::move(*strides_or), storage_offset());
+  return recorded("view", *this, make_view(*this, std::move(new_shape), std::move(*strides_or), storage_offset()), [shape = shape_arg](const Tensor& t) { return t.view(shape); });
 }
 
 Tensor Tensor::reshape(const Shape& shape_arg) const {
   Shape new_shape = infer_size(shape_arg, numel(), "reshape");
   if (auto strides_or = view_strides(shape(), strides(), new_shape)) {
-    return make_view(*this, std::move(new_shape), std::move(*strides_or), storage_offset());
+    return recorded("reshape", *this, make_view(*this, std::move(new_shape), std::move(*strides_or), storage_offset()), [shape = shape_arg](const Tensor& t) { return t.view(shape); });
   }
   return contiguous().view(new_shape);
 }
@@ -96,7 +105,7 @@ Tensor Tensor::permute(const Shape& dims) const {
     sizes[i] = shape()[d];
     new_strides[i] = strides()[d];
   }
-  return make_view(*this, std::move(sizes), std::move(new_strides), storage_offset());
+  return recorded("permute", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()), [dims](const Tensor& t) { return t.permute(dims); });
 }
 
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
@@ -106,7 +115,7 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
   Shape sizes = shape(), new_strides = strides();
   std::swap(sizes[a], sizes[b]);
   std::swap(new_strides[a], new_strides[b]);
-  return make_view(*this, std::move(sizes), std::move(new_strides), storage_offset());
+  return recorded("transpose", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()), [dim0, dim1](const Tensor& t) { return t.transpose(dim0, dim1); });
 }
 
 Tensor Tensor::t() const {
@@ -123,7 +132,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
              " are out of range for dim ", d, " of size ", n);
   Shape sizes = shape();
   sizes[d] = length;
-  return make_view(*this, std::move(sizes), strides(), storage_offset() + start * strides()[d]);
+  return recorded("narrow", *this, make_view(*this, std::move(sizes), strides(), storage_offset() + start * strides()[d]), [d, start, length](const Tensor& t) { return t.narrow(d, start, length); });
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
@@ -139,7 +148,7 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   Shape sizes = shape(), new_strides = strides();
   sizes[d] = (end - start + step - 1) / step;
   new_strides[d] *= step;
-  return make_view(*this, std::move(sizes), std::move(new_strides), storage_offset() + start * strides()[d]);
+  return recorded("slice", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset() + start * strides()[d]), [d, start, end, step](const Tensor& t) { return t.slice(d, start, end, step); });
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
@@ -152,7 +161,7 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   int64_t offset = storage_offset() + index * strides()[d];
   sizes.erase(sizes.begin() + d);
   new_strides.erase(new_strides.begin() + d);
-  return make_view(*this, std::move(sizes), std::move(new_strides), offset);
+  return recorded("select", *this, make_view(*this, std::move(sizes), std::move(new_strides), offset), [d, index](const Tensor& t) { return t.select(d, index); });
 }
 
 Tensor Tensor::expand(const Shape& target) const {
@@ -174,7 +183,7 @@ Tensor Tensor::expand(const Shape& target) const {
     sizes[i] = want;
     new_strides[i] = own == want ? strides()[i - lead] : 0;
   }
-  return make_view(*this, std::move(sizes), std::move(new_strides), storage_offset());
+  return recorded("expand", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()), [target](const Tensor& t) { return t.expand(target); }, ViewKind::Expand);
 }
 
 Tensor Tensor::squeeze() const {
@@ -184,7 +193,7 @@ Tensor Tensor::squeeze() const {
     sizes.push_back(shape()[i]);
     new_strides.push_back(strides()[i]);
   }
-  return make_view(*this, std::move(sizes), std::move(new_strides), storage_offset());
+  return recorded("squeeze", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()), [](const Tensor& t) { return t.squeeze(); });
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
@@ -194,7 +203,7 @@ Tensor Tensor::squeeze(int64_t d) const {
   Shape sizes = shape(), new_strides = strides();
   sizes.erase(sizes.begin() + d);
   new_strides.erase(new_strides.begin() + d);
-  return make_view(*this, std::move(sizes), std::move(new_strides), storage_offset());
+  return recorded("squeeze", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()), [d](const Tensor& t) { return t.squeeze(d); });
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
@@ -205,7 +214,7 @@ Tensor Tensor::unsqueeze(int64_t d) const {
   int64_t stride = d < dim() ? strides()[d] * shape()[d] : 1;
   sizes.insert(sizes.begin() + d, 1);
   new_strides.insert(new_strides.begin() + d, stride);
-  return make_view(*this, std::move(sizes), std::move(new_strides), storage_offset());
+  return recorded("unsqueeze", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()), [d](const Tensor& t) { return t.unsqueeze(d); });
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
@@ -222,7 +231,19 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 }
 
 Tensor Tensor::as_strided(const Shape& sizes, const Shape& new_strides, int64_t offset) const {
-  return make_view(*this, sizes, new_strides, offset);
+  Tensor view = make_view(*this, sizes, new_strides, offset);
+  // Replaying a raw geometry on a tensor of the base's shape is only the
+  // same view when the base is laid out contiguously from its offset, and
+  // scattering a gradient back through it only works without overlaps.
+  bool overlapping = false;
+  for (size_t i = 0; i < sizes.size(); ++i) overlapping |= sizes[i] > 1 && new_strides[i] == 0;
+  ViewReplay replay;
+  if (is_contiguous() && !overlapping) {
+    replay = [sizes, new_strides, rel = offset - storage_offset()](const Tensor& t) {
+      return t.as_strided(sizes, new_strides, t.storage_offset() + rel);
+    };
+  }
+  return recorded("as_strided", *this, std::move(view), std::move(replay));
 }
 
 }  // namespace kiln

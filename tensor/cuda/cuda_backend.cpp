@@ -51,6 +51,54 @@ void CudaBackend::scatter_add(const Tensor&, int64_t, const Tensor&, const Tenso
 
 void CudaBackend::im2col(const Tensor&, const Tensor&, const ConvGeometry&) { not_implemented("im2col"); }
 void CudaBackend::col2im(const Tensor&, const Tensor&, const ConvGeometry&) { not_implemented("col2im"); }
+void CudaBackend::conv2d(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const ConvGeometry&) {
+  not_implemented("conv2d");
+}
+void CudaBackend::conv2d_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                  const ConvGeometry&) {
+  not_implemented("conv2d_backward");
+}
+
+void CudaBackend::max_pool2d(const Tensor&, const Tensor&, const Tensor&, const PoolGeometry&) {
+  not_implemented("max_pool2d");
+}
+void CudaBackend::max_pool2d_backward(const Tensor&, const Tensor&, const Tensor&) {
+  not_implemented("max_pool2d_backward");
+}
+void CudaBackend::avg_pool2d(const Tensor&, const Tensor&, const PoolGeometry&, bool, std::optional<int64_t>) {
+  not_implemented("avg_pool2d");
+}
+void CudaBackend::avg_pool2d_backward(const Tensor&, const Tensor&, const PoolGeometry&, bool,
+                                      std::optional<int64_t>) {
+  not_implemented("avg_pool2d_backward");
+}
+void CudaBackend::adaptive_avg_pool2d(const Tensor&, const Tensor&) { not_implemented("adaptive_avg_pool2d"); }
+void CudaBackend::adaptive_avg_pool2d_backward(const Tensor&, const Tensor&) {
+  not_implemented("adaptive_avg_pool2d_backward");
+}
+
+void CudaBackend::batch_norm_stats(const Tensor&, const Tensor&, const Tensor&) {
+  not_implemented("batch_norm");
+}
+void CudaBackend::batch_norm_apply(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  not_implemented("batch_norm");
+}
+void CudaBackend::batch_norm_backward_reduce(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                             const Tensor&) {
+  not_implemented("batch_norm_backward");
+}
+void CudaBackend::batch_norm_backward_apply(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                            const Tensor&, const Tensor&, const Tensor&) {
+  not_implemented("batch_norm_backward");
+}
+void CudaBackend::layer_norm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                             const Tensor&, double) {
+  not_implemented("layer_norm");
+}
+void CudaBackend::layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                      const Tensor&, const Tensor&, const Tensor&) {
+  not_implemented("layer_norm_backward");
+}
 
 void CudaBackend::random(const Tensor&, Distribution, double, double, uint64_t, uint64_t) {
   not_implemented("random");

@@ -44,6 +44,34 @@ class CudaBackend final : public Backend {
   void im2col(const Tensor& cols, const Tensor& x, const ConvGeometry& g) override;
   void col2im(const Tensor& x, const Tensor& cols, const ConvGeometry& g) override;
 
+  void conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+              const ConvGeometry& g) override;
+  void conv2d_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x,
+                       const Tensor& weight, const ConvGeometry& g) override;
+
+  void max_pool2d(const Tensor& values, const Tensor& indices, const Tensor& x, const PoolGeometry& g) override;
+  void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices) override;
+  void avg_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool count_include_pad,
+                  std::optional<int64_t> divisor_override) override;
+  void avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g,
+                           bool count_include_pad, std::optional<int64_t> divisor_override) override;
+  void adaptive_avg_pool2d(const Tensor& out, const Tensor& x) override;
+  void adaptive_avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out) override;
+
+  void batch_norm_stats(const Tensor& mean, const Tensor& var, const Tensor& x) override;
+  void batch_norm_apply(const Tensor& out, const Tensor& x, const Tensor& mean, const Tensor& scale,
+                        const Tensor& shift) override;
+  void batch_norm_backward_reduce(const Tensor& sum_dy, const Tensor& sum_dy_xmu, const Tensor& grad_out,
+                                  const Tensor& x, const Tensor& mean) override;
+  void batch_norm_backward_apply(const Tensor& grad_input, const Tensor& grad_out, const Tensor& x,
+                                 const Tensor& mean, const Tensor& dy_scale, const Tensor& xmu_scale,
+                                 const Tensor& shift) override;
+  void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                  const Tensor& bias, double eps) override;
+  void layer_norm_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
+                           const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& weight) override;
+
   void random(const Tensor& out, Distribution dist, double a, double b, uint64_t seed, uint64_t offset) override;
 };
 

@@ -11,11 +11,13 @@
 #include <random>
 #include <vector>
 
-#include "kiln.h"
+#include "tensor/ops.h"
 #include "tensor/cpu/cpu_features.h"
 #include "tests/tensor/test_util.h"
 
 namespace kiln {
+
+using namespace kiln::ops;
 namespace {
 
 using TransposeKernel = void (*)(char*, int64_t, const char*, int64_t, int64_t, int64_t);

@@ -9,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-#include "kiln.h"
+#include "tensor/ops.h"
 #include "tests/tensor/test_util.h"
 
 #ifdef KILN_WITH_CUDA
@@ -21,6 +21,8 @@
 #endif
 
 namespace kiln {
+
+using namespace kiln::ops;
 namespace {
 
 #ifndef KILN_WITH_CUDA

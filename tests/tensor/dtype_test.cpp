@@ -4,10 +4,12 @@
 #include <cmath>
 #include <limits>
 
-#include "kiln.h"
+#include "tensor/ops.h"
 #include "tests/tensor/test_util.h"
 
 namespace kiln {
+
+using namespace kiln::ops;
 namespace {
 
 TEST(DType, NamesAndSizes) {

@@ -6,11 +6,13 @@
 #include <limits>
 #include <utility>
 
-#include "kiln.h"
+#include "tensor/ops.h"
 #include "tests/tensor/elementwise_reference.h"
 #include "tests/tensor/test_util.h"
 
 namespace kiln {
+
+using namespace kiln::ops;
 namespace {
 
 using reference::random_tensor;

@@ -10,9 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "kiln.h"
+#include "tensor/ops.h"
 
 namespace kiln::reference {
+
 
 // Values in row-major order, as float64.
 inline std::vector<double> values(const Tensor& t) {

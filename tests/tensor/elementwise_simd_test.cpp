@@ -12,11 +12,13 @@
 #include <random>
 #include <string>
 
-#include "kiln.h"
+#include "tensor/ops.h"
 #include "tensor/cpu/cpu_features.h"
 #include "tests/tensor/test_util.h"
 
 namespace kiln {
+
+using namespace kiln::ops;
 namespace {
 
 struct Level {

@@ -10,11 +10,13 @@
 #include <limits>
 #include <random>
 
-#include "kiln.h"
+#include "tensor/ops.h"
 #include "tests/tensor/elementwise_reference.h"
 #include "tests/tensor/test_util.h"
 
 namespace kiln {
+
+using namespace kiln::ops;
 namespace {
 
 using reference::broadcast_reference;

@@ -14,6 +14,8 @@
 #include "tensor/error.h"
 
 namespace kiln::cpu {
+
+
 namespace {
 
 // How a matrix is laid out in its buffer.

@@ -4,10 +4,12 @@
 
 #include <random>
 
-#include "kiln.h"
+#include "tensor/ops.h"
 #include "tests/tensor/test_util.h"
 
 namespace kiln {
+
+using namespace kiln::ops;
 namespace {
 
 std::vector<double> values(const Tensor& t) {

@@ -3,10 +3,12 @@
 
 #include <random>
 
-#include "kiln.h"
+#include "tensor/ops.h"
 #include "tests/tensor/test_util.h"
 
 namespace kiln {
+
+using namespace kiln::ops;
 namespace {
 
 // Row-major multi-index of flat position k in `shape`.

@@ -7,10 +7,12 @@
 #include <random>
 #include <vector>
 
-#include "kiln.h"
+#include "tensor/ops.h"
 #include "tests/tensor/test_util.h"
 
 namespace kiln {
+
+using namespace kiln::ops;
 namespace {
 
 // Uniform [-1, 1) values of `dtype` (16-bit floats rounded from float).

@@ -5,10 +5,12 @@
 #include <cmath>
 #include <sstream>
 
-#include "kiln.h"
+#include "tensor/ops.h"
 #include "tests/tensor/test_util.h"
 
 namespace kiln {
+
+using namespace kiln::ops;
 namespace {
 
 TEST(Print, FloatMatrixAlignsColumns) {

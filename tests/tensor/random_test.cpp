@@ -11,10 +11,12 @@
 #include <numbers>
 #include <set>
 
-#include "kiln.h"
+#include "tensor/ops.h"
 #include "tests/tensor/test_util.h"
 
 namespace kiln {
+
+using namespace kiln::ops;
 namespace {
 
 // Restores the thread count a test changed, even when it fails.

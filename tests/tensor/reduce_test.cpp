@@ -5,12 +5,14 @@
 #include <limits>
 #include <vector>
 
-#include "kiln.h"
+#include "tensor/ops.h"
 #include "tensor/cpu/cpu_features.h"
 #include "tensor/cpu/reduce_simd.h"
 #include "tests/tensor/test_util.h"
 
 namespace kiln {
+
+using namespace kiln::ops;
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -373,8 +375,8 @@ TEST(Reduce, VarStdWithCorrection) {
       Tensor v = var(x, {1, 3}, correction);
       EXPECT_EQ(v.shape(), (Shape{2, 4}));
       expect_close(values_of(v), want_var, 1e-12, 0, "var " + what);
-      expect_close(values_of(kiln::std(x, {1, -1}, correction, true)), want_std, 1e-12, 0, "std " + what);
-      EXPECT_EQ(kiln::std(x, {1, -1}, correction, true).shape(), (Shape{2, 1, 4, 1}));
+      expect_close(values_of(ops::std(x, {1, -1}, correction, true)), want_std, 1e-12, 0, "std " + what);
+      EXPECT_EQ(ops::std(x, {1, -1}, correction, true).shape(), (Shape{2, 1, 4, 1}));
     }
   }
   // A large mean against a small spread: two passes keep float32 accurate.
@@ -492,7 +494,7 @@ TEST(Reduce, ErrorMessages) {
   expect_error([&] { sum(x, {1, -3}); }, "sum: dim 1 appears more than once in [1, -3]");
   expect_error([&] { mean(iota_tensor({3})); }, "mean: expected a floating point tensor, got int32");
   expect_error([&] { var(iota_tensor({3})); }, "var: expected a floating point tensor, got int32");
-  expect_error([&] { kiln::std(iota_tensor({3})); }, "std: expected a floating point tensor, got int32");
+  expect_error([&] { ops::std(iota_tensor({3})); }, "std: expected a floating point tensor, got int32");
   expect_error([&] { logsumexp(iota_tensor({3}), {0}); }, "logsumexp: expected a floating point tensor, got int32");
   expect_error([&] { var(x, {}, -1); }, "var: correction must be non-negative, got -1");
   Tensor e = Tensor::empty({0, 3});

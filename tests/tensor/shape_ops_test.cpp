@@ -1,10 +1,12 @@
 // cat, stack, split and chunk against hand-computed values and torch's sizes.
 #include <gtest/gtest.h>
 
-#include "kiln.h"
+#include "tensor/ops.h"
 #include "tests/tensor/test_util.h"
 
 namespace kiln {
+
+using namespace kiln::ops;
 namespace {
 
 // Element `idx` of any-rank `t`, read through its strides as double.

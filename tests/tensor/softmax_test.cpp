@@ -5,12 +5,14 @@
 #include <limits>
 #include <vector>
 
-#include "kiln.h"
+#include "tensor/ops.h"
 #include "tensor/cpu/cpu_features.h"
 #include "tensor/cpu/reduce_simd.h"
 #include "tests/tensor/test_util.h"
 
 namespace kiln {
+
+using namespace kiln::ops;
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();

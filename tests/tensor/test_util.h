@@ -9,9 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "kiln.h"
+#include "tensor/ops.h"
 
 namespace kiln {
+
 
 // An int32 tensor holding 0, 1, 2, ... in row-major order.
 inline Tensor iota_tensor(const Shape& shape) {

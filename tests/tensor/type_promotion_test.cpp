@@ -3,10 +3,12 @@
 
 #include <cmath>
 
-#include "kiln.h"
+#include "tensor/ops.h"
 #include "tests/tensor/test_util.h"
 
 namespace kiln {
+
+using namespace kiln::ops;
 namespace {
 
 // A tensor of dtype d with at least one dim (shape (2,)) or 0-dim.

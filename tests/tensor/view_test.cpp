@@ -1,10 +1,12 @@
 // Views share storage and compute sizes/strides/offsets exactly as PyTorch.
 #include <gtest/gtest.h>
 
-#include "kiln.h"
+#include "tensor/ops.h"
 #include "tests/tensor/test_util.h"
 
 namespace kiln {
+
+using namespace kiln::ops;
 namespace {
 
 TEST(View, TransposeSwapsSizesAndStrides) {

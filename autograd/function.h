@@ -1,0 +1,79 @@
+// How to write a differentiable op.
+//
+// Note [Two levels of ops]
+// Kiln has two levels of tensor functions:
+// - kiln::ops:: (tensor/) compute values and nothing else. They are the
+//   kernels' front-ends and know nothing of gradients.
+// - kiln:: (autograd/ and nn/functional) are what users call. Each runs the
+//   ops:: function and, when grad mode is on and an input requires grad,
+//   records a node whose backward is written right under the forward:
+//
+//     Tensor mul(const Tensor& a, const Tensor& b) {
+//       Tensor out = untracked([&] { return ops::mul(a, b); });
+//       if (needs_grad({a, b})) {
+//         record("mul", {a, b}, {out}, [a, b = SavedTensor(b), ...](const TensorList& g) -> TensorList {
+//           return {sum_to(mul(g[0], b.get()), a.shape()), ...};
+//         });
+//       }
+//       return out;
+//     }
+//
+// Backward functions are written with kiln:: (differentiable) functions, so
+// that backward(create_graph=true) records the backward itself and higher
+// derivatives work. The engine runs them with grad mode off otherwise, so
+// they cost nothing extra in ordinary training.
+#pragma once
+
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <string_view>
+
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+
+namespace kiln::autograd {
+
+// Gradients of the outputs in (zeros where none flowed), one gradient per
+// input out (undefined where an input needs none; it may be omitted for
+// inputs whose needs_input_grad is false).
+using BackwardFn = std::function<TensorList(const TensorList& grad_outputs)>;
+// The same, also given the op's outputs (for ops whose backward uses their
+// result, such as exp or softmax; Note [The backward graph] on why they are
+// not simply captured).
+using BackwardWithOutputsFn = std::function<TensorList(const TensorList& grad_outputs, const TensorList& outputs)>;
+
+// True when grad mode is on and some input requires grad: only then is a
+// node worth recording. Undefined tensors are ignored.
+bool needs_grad(std::initializer_list<Tensor> inputs);
+bool needs_grad(const TensorList& inputs);
+
+// Records node `op` for outputs computed from inputs. Undefined inputs
+// (an absent bias) get no gradient. Returns the node.
+std::shared_ptr<Node> record(std::string_view op, const TensorList& inputs, const TensorList& outputs,
+                             BackwardFn backward);
+std::shared_ptr<Node> record_with_outputs(std::string_view op, const TensorList& inputs, const TensorList& outputs,
+                                          BackwardWithOutputsFn backward);
+
+// Runs `forward`, a tensor-layer (ops::) call, with grad mode off, and
+// returns its result. ops:: functions make views and copies of their inputs
+// internally; with grad mode on, each would be recorded as a node that the
+// op's own node then replaces, and a copy_ from an input that requires grad
+// is refused outright (ops::cat and ops::linear copy inputs into their
+// result). PyTorch's autograd wrappers exclude the kernels below them the
+// same way.
+//   Tensor out = untracked([&] { return ops::cat(tensors, dim); });
+template <class F>
+auto untracked(F&& forward) {
+  NoGradGuard no_grad;
+  return forward();
+}
+
+// Sums `grad` over the dims that broadcasting added or expanded so that it
+// has `shape` (the backward of broadcasting). Differentiable.
+Tensor sum_to(const Tensor& grad, const Shape& shape);
+
+// "max_pool2d" -> "MaxPool2dBackward", the grad_fn name shown to users.
+std::string backward_name(std::string_view op);
+
+}  // namespace kiln::autograd

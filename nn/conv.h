@@ -1,0 +1,42 @@
+// Conv2d, as torch.nn.Conv2d (zero padding).
+//
+//   auto conv = std::make_shared<nn::Conv2d>(3, 6, 5);                  // LeNet's first layer
+//   auto dw = std::make_shared<nn::Conv2d>(32, 32, 3, 1, 1, 1, /*groups=*/32);  // depthwise
+#pragma once
+
+#include <cstdint>
+
+#include "nn/module.h"
+#include "tensor/pool.h"
+
+namespace kiln::nn {
+
+// Parameters "weight" (out_channels, in_channels / groups, kh, kw) and
+// "bias" (out_channels), absent when bias is false, initialised as torch's
+// reset_parameters: both ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with
+// fan_in = in_channels / groups * kh * kw. Both channel counts must be
+// divisible by groups.
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, Size2d kernel_size, Size2d stride = 1, Size2d padding = 0,
+         Size2d dilation = 1, int64_t groups = 1, bool bias = true);
+
+  // input (N, in_channels, H, W) or (in_channels, H, W).
+  Tensor forward(const Tensor& input) override;
+  // "3, 6, kernel_size=(5, 5), stride=(1, 1)", then padding, dilation and
+  // groups when not their defaults and "bias=False" without bias, as torch.
+  std::string extra_repr() const override;
+  void reset_parameters();
+
+  const int64_t in_channels;
+  const int64_t out_channels;
+  const Size2d kernel_size;
+  const Size2d stride;
+  const Size2d padding;
+  const Size2d dilation;
+  const int64_t groups;
+  Tensor weight;
+  Tensor bias;
+};
+
+}  // namespace kiln::nn

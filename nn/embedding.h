@@ -1,0 +1,35 @@
+// Embedding, as torch.nn.Embedding: a lookup table of num_embeddings rows of
+// size embedding_dim, indexed by integer tensors.
+//
+//   auto tok = std::make_shared<nn::Embedding>(50257, 768);
+//   Tensor h = (*tok)(ids);   // ids: (B, T) int64 -> (B, T, 768)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "nn/module.h"
+
+namespace kiln::nn {
+
+// Parameter "weight" (num_embeddings, embedding_dim) ~ N(0, 1), with row
+// padding_idx zeroed; that row receives no gradient, so it stays as set.
+// A negative padding_idx counts from the end (stored normalised).
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx = std::nullopt);
+
+  // indices: any shape (*), int64 or int32, in [0, num_embeddings) -> (*, embedding_dim).
+  Tensor forward(const Tensor& indices) override;
+  // "10, 3" or "10, 3, padding_idx=0"
+  std::string extra_repr() const override;
+  // weight ~ N(0, 1), padding row zeroed.
+  void reset_parameters();
+
+  const int64_t num_embeddings;
+  const int64_t embedding_dim;
+  const std::optional<int64_t> padding_idx;
+  Tensor weight;
+};
+
+}  // namespace kiln::nn

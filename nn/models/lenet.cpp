@@ -1,0 +1,30 @@
+#include "nn/models/lenet.h"
+
+#include "nn/functional.h"
+
+namespace kiln::nn {
+
+LeNet::LeNet() {
+  // Registered in the order of the PyTorch module, so that parameters(),
+  // state_dict() and printing list them in the same order.
+  conv1 = register_module("conv1", std::make_shared<Conv2d>(3, 6, 5));
+  pool = register_module("pool", std::make_shared<MaxPool2d>(2, 2));
+  conv2 = register_module("conv2", std::make_shared<Conv2d>(6, 16, 5));
+  fc1 = register_module("fc1", std::make_shared<Linear>(16 * 5 * 5, 120));
+  fc2 = register_module("fc2", std::make_shared<Linear>(120, 84));
+  fc3 = register_module("fc3", std::make_shared<Linear>(84, 10));
+}
+
+Tensor LeNet::forward(const Tensor& x) {
+  namespace F = functional;
+  KILN_CHECK(x.dim() == 4 && x.size(1) == 3 && x.size(2) == 32 && x.size(3) == 32,
+             "LeNet: expected images of shape (N, 3, 32, 32), got ", x.shape());
+  Tensor h = (*pool)(F::relu((*conv1)(x)));  // (N, 6, 14, 14)
+  h = (*pool)(F::relu((*conv2)(h)));         // (N, 16, 5, 5)
+  h = F::flatten(h, 1);                      // (N, 400)
+  h = F::relu((*fc1)(h));                    // (N, 120)
+  h = F::relu((*fc2)(h));                    // (N, 84)
+  return (*fc3)(h);                          // (N, 10)
+}
+
+}  // namespace kiln::nn

@@ -1,0 +1,100 @@
+// Normalization layers, as torch.nn.BatchNorm1d, BatchNorm2d and LayerNorm.
+//
+//   auto bn = std::make_shared<nn::BatchNorm2d>(16);
+//   Tensor y = (*bn)(x);   // training: batch statistics, running stats updated
+//   bn->eval();
+//   y = (*bn)(x);          // eval: running statistics
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "nn/module.h"
+
+namespace kiln::nn {
+
+// The shared implementation of BatchNorm1d and BatchNorm2d (torch's
+// _BatchNorm), which differ only in the input ranks they accept.
+//
+// Parameters "weight" (ones) and "bias" (zeros), (num_features), when affine.
+// Buffers "running_mean" (zeros), "running_var" (ones) and
+// "num_batches_tracked" (0-dim int64), when track_running_stats.
+// In training, each forward normalises with the batch statistics and updates
+//   running = (1 - momentum) * running + momentum * batch_statistic
+// (the unbiased variance for running_var); momentum = nullopt uses the
+// cumulative average, momentum 1 / num_batches_tracked. In eval, it
+// normalises with the running statistics, or, without them
+// (track_running_stats false), with the batch statistics as in training.
+class BatchNorm : public Module {
+ public:
+  BatchNorm(int64_t num_features, double eps, std::optional<double> momentum, bool affine, bool track_running_stats);
+
+  Tensor forward(const Tensor& input) override;
+  // "16, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True"
+  std::string extra_repr() const override;
+  // running_mean = 0, running_var = 1, num_batches_tracked = 0.
+  void reset_running_stats();
+  // reset_running_stats(), weight = 1, bias = 0.
+  void reset_parameters();
+
+  const int64_t num_features;
+  const double eps;
+  const std::optional<double> momentum;
+  const bool affine;
+  const bool track_running_stats;
+  Tensor weight;
+  Tensor bias;
+  Tensor running_mean;
+  Tensor running_var;
+  Tensor num_batches_tracked;
+
+ protected:
+  // Throws naming the layer when the input's rank is not one it accepts.
+  virtual void check_input_dim(const Tensor& input) const = 0;
+};
+
+// Over (N, C) or (N, C, L) inputs: statistics per channel C.
+class BatchNorm1d : public BatchNorm {
+ public:
+  explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
+                       bool affine = true, bool track_running_stats = true)
+      : BatchNorm(num_features, eps, momentum, affine, track_running_stats) {}
+
+ protected:
+  void check_input_dim(const Tensor& input) const override;
+};
+
+// Over (N, C, H, W) inputs: statistics per channel C.
+class BatchNorm2d : public BatchNorm {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
+                       bool affine = true, bool track_running_stats = true)
+      : BatchNorm(num_features, eps, momentum, affine, track_running_stats) {}
+
+ protected:
+  void check_input_dim(const Tensor& input) const override;
+};
+
+// Normalises over the trailing dims given by normalized_shape, with
+// parameters "weight" (ones) and "bias" (zeros) of that shape when
+// elementwise_affine (bias only when `bias` too).
+//   auto ln = std::make_shared<nn::LayerNorm>(768);   // x: (B, T, 768)
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true, bool bias = true);
+  explicit LayerNorm(int64_t normalized_size, double eps = 1e-5, bool elementwise_affine = true, bool bias = true)
+      : LayerNorm(Shape{normalized_size}, eps, elementwise_affine, bias) {}
+
+  Tensor forward(const Tensor& input) override;
+  // "(768,), eps=1e-05, elementwise_affine=True"
+  std::string extra_repr() const override;
+  void reset_parameters();
+
+  const Shape normalized_shape;
+  const double eps;
+  const bool elementwise_affine;
+  Tensor weight;
+  Tensor bias;
+};
+
+}  // namespace kiln::nn

@@ -1,0 +1,83 @@
+// Adam and AdamW, as torch.optim.Adam and torch.optim.AdamW.
+//
+//   Adam opt(model.parameters(), AdamOptions{.lr = 3e-4});
+//   AdamW opt(model.parameters(), AdamWOptions{.lr = 3e-4, .weight_decay = 0.1});
+//
+// Per parameter p with gradient g, in p's dtype and in this order (t counts
+// this parameter's steps from 1):
+//   g = -g                                       if maximize
+//   Adam:  g = g + weight_decay * p              if weight_decay != 0 (L2 penalty)
+//   AdamW: p = p * (1 - lr * weight_decay)       (decoupled decay)
+//   exp_avg    = beta1 * exp_avg    + (1 - beta1) * g
+//   exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g
+//   max_exp_avg_sq = max(max_exp_avg_sq, exp_avg_sq)     if amsgrad
+//   step_size = lr / (1 - beta1^t)                        (in float64)
+//   denom = sqrt(exp_avg_sq or max_exp_avg_sq) / sqrt(1 - beta2^t) + eps
+//   p = p + (-step_size * exp_avg) / denom
+// State: "step" (a float64 count), "exp_avg", "exp_avg_sq", and
+// "max_exp_avg_sq" with amsgrad.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "optim/optimizer.h"
+
+namespace kiln {
+
+struct AdamOptions {
+  static constexpr const char* kOptimizerName = "Adam";
+
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool amsgrad = false;
+  bool maximize = false;
+
+  static std::vector<OptionField<AdamOptions>> fields();
+  // Throws naming `op` for a negative lr, eps or weight decay, or a beta
+  // outside [0, 1).
+  void validate(std::string_view op) const;
+};
+
+// AdamW's options differ from Adam's only in the default weight decay.
+struct AdamWOptions {
+  static constexpr const char* kOptimizerName = "AdamW";
+
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+  bool amsgrad = false;
+  bool maximize = false;
+
+  static std::vector<OptionField<AdamWOptions>> fields();
+  void validate(std::string_view op) const;
+};
+
+class Adam : public OptimizerWithOptions<AdamOptions> {
+ public:
+  Adam(const std::vector<Tensor>& params, AdamOptions defaults);
+  Adam(const std::vector<ParamGroup>& groups, AdamOptions defaults);
+
+  void step() override;
+
+ protected:
+  std::vector<StateEntry> state_entries(size_t group) const override;
+};
+
+class AdamW : public OptimizerWithOptions<AdamWOptions> {
+ public:
+  AdamW(const std::vector<Tensor>& params, AdamWOptions defaults);
+  AdamW(const std::vector<ParamGroup>& groups, AdamWOptions defaults);
+
+  void step() override;
+
+ protected:
+  std::vector<StateEntry> state_entries(size_t group) const override;
+};
+
+}  // namespace kiln

@@ -1,0 +1,70 @@
+// SGD's update, step for step as torch.optim.sgd._single_tensor_sgd, so
+// that each intermediate rounds to the parameter dtype where PyTorch's does.
+#include "optim/sgd.h"
+
+#include "autograd/grad_mode.h"
+#include "tensor/ops.h"
+
+namespace kiln {
+
+std::vector<OptionField<SGDOptions>> SGDOptions::fields() {
+  return {{"lr", &SGDOptions::lr},
+          {"momentum", &SGDOptions::momentum},
+          {"dampening", &SGDOptions::dampening},
+          {"weight_decay", &SGDOptions::weight_decay},
+          {"nesterov", &SGDOptions::nesterov},
+          {"maximize", &SGDOptions::maximize}};
+}
+
+void SGDOptions::validate(std::string_view op) const {
+  KILN_CHECK(lr >= 0.0, op, ": invalid learning rate ", lr, " (must be >= 0)");
+  KILN_CHECK(momentum >= 0.0, op, ": invalid momentum ", momentum, " (must be >= 0)");
+  KILN_CHECK(weight_decay >= 0.0, op, ": invalid weight_decay ", weight_decay, " (must be >= 0)");
+  KILN_CHECK(!nesterov || (momentum > 0.0 && dampening == 0.0), op,
+             ": nesterov momentum needs momentum > 0 and dampening = 0 (got momentum ", momentum, ", dampening ",
+             dampening, ")");
+}
+
+SGD::SGD(const std::vector<Tensor>& params, SGDOptions defaults)
+    : SGD(std::vector<ParamGroup>{{params, {}}}, defaults) {}
+
+SGD::SGD(const std::vector<ParamGroup>& groups, SGDOptions defaults) : OptimizerWithOptions(defaults) {
+  add_initial_groups(groups);
+}
+
+std::vector<StateEntry> SGD::state_entries(size_t) const {
+  // Not required: a parameter whose group had no momentum so far has none,
+  // and gets one from its gradient on the first step with momentum.
+  return {{"momentum_buffer", /*per_element=*/true, /*required=*/false}};
+}
+
+void SGD::step() {
+  NoGradGuard no_grad;
+  for (size_t g = 0; g < num_param_groups(); ++g) {
+    const SGDOptions& o = options(g);
+    for (size_t j = 0; j < params(g).size(); ++j) {
+      Tensor param = params(g)[j];
+      Tensor grad = param.grad();
+      if (!grad.defined()) continue;
+      // d_p: the direction; a new tensor whenever it differs from the grad,
+      // which the step never writes to.
+      Tensor d_p = o.maximize ? ops::neg(grad) : grad;
+      if (o.weight_decay != 0.0) d_p = ops::add(d_p, param, o.weight_decay);
+      if (o.momentum != 0.0) {
+        TensorDict& state = mutable_state(param);
+        if (!state.contains("momentum_buffer")) {
+          state.insert("momentum_buffer", d_p.clone());
+        } else {
+          Tensor buf = state.at("momentum_buffer");
+          ops::mul_(buf, o.momentum);
+          ops::add_(buf, d_p, 1.0 - o.dampening);
+        }
+        const Tensor& buf = state.at("momentum_buffer");
+        d_p = o.nesterov ? ops::add(d_p, buf, o.momentum) : buf;
+      }
+      ops::add_(param, d_p, -o.lr);
+    }
+  }
+}
+
+}  // namespace kiln

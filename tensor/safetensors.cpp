@@ -1,0 +1,420 @@
+// safetensors reader and writer (Note [safetensors layout] in safetensors.h).
+//
+// Files are read and written with POSIX calls rather than iostreams: the
+// writer needs fsync and rename for its atomicity, and both sides want errno
+// in their messages. Nothing read from a file is trusted: every size is
+// checked against the file's real length before it is used, and tensor bytes
+// are read with pread at offsets that have already been checked.
+#include "tensor/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <set>
+#include <system_error>
+#include <vector>
+
+namespace kiln {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors.cpp writes tensors as they lie in memory, which is the format's "
+              "little-endian layout only on a little-endian host");
+static_assert(sizeof(bool) == 1, "safetensors BOOL is one byte per element");
+
+namespace {
+
+// ordered_json keeps keys in the order they were inserted or parsed, which
+// is how the TensorDict order reaches the header and comes back from it.
+using Json = nlohmann::ordered_json;
+
+// The reference implementation's limit: no real header comes near it, and a
+// larger size means the file is not a safetensors file at all.
+constexpr uint64_t kMaxHeaderSize = 100'000'000;
+constexpr char kMetadataKey[] = "__metadata__";
+
+struct DTypeCode {
+  DType dtype;
+  const char* code;
+};
+constexpr std::array<DTypeCode, kNumDTypes> kDTypeCodes{{{DType::Bool, "BOOL"},
+                                                          {DType::UInt8, "U8"},
+                                                          {DType::Int8, "I8"},
+                                                          {DType::Int32, "I32"},
+                                                          {DType::Int64, "I64"},
+                                                          {DType::Float16, "F16"},
+                                                          {DType::BFloat16, "BF16"},
+                                                          {DType::Float32, "F32"},
+                                                          {DType::Float64, "F64"}}};
+
+const char* dtype_code(DType dtype) {
+  for (const auto& entry : kDTypeCodes)
+    if (entry.dtype == dtype) return entry.code;
+  KILN_FAIL("save_safetensors: dtype ", dtype, " has no safetensors code");
+}
+
+std::string errno_text(int error) { return std::generic_category().message(error); }
+
+// A JSON value for an error message, cut short: a corrupt header may hold a
+// million-element shape.
+std::string brief(const Json& value) {
+  std::string text = value.dump();
+  constexpr size_t kMax = 80;
+  return text.size() <= kMax ? text : text.substr(0, kMax) + "...";
+}
+
+// A file descriptor that closes itself.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  // Closes now and reports close()'s error, which on some filesystems is the
+  // first sign that written data did not reach the disk.
+  int close() {
+    int result = ::close(fd_);
+    fd_ = -1;
+    return result;
+  }
+
+ private:
+  int fd_;
+};
+
+// ---- writing ------------------------------------------------------------------
+
+// The temporary file of an atomic save: created on construction, removed by
+// the destructor unless commit() has renamed it over the target.
+class TemporaryFile {
+ public:
+  TemporaryFile(std::string temp_path, std::string target)
+      : temp_path_(std::move(temp_path)),
+        target_(std::move(target)),
+        fd_(::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) {
+    KILN_CHECK(fd_.get() >= 0, "save_safetensors: cannot create the temporary file '", temp_path_, "' for '",
+               target_, "': ", errno_text(errno));
+  }
+  TemporaryFile(const TemporaryFile&) = delete;
+  TemporaryFile& operator=(const TemporaryFile&) = delete;
+  ~TemporaryFile() {
+    if (!committed_) ::unlink(temp_path_.c_str());
+  }
+
+  void write(const void* data, size_t nbytes) {
+    const char* p = static_cast<const char*>(data);
+    while (nbytes > 0) {
+      ssize_t n = ::write(fd_.get(), p, nbytes);
+      if (n < 0 && errno == EINTR) continue;
+      // write() returning 0 for a non-empty request means no space was made.
+      int error = n < 0 ? errno : ENOSPC;
+      KILN_CHECK(n > 0, "save_safetensors: cannot write '", temp_path_, "' (temporary file for '", target_,
+                 "') at byte ", written_, ": ", errno_text(error));
+      p += n;
+      nbytes -= static_cast<size_t>(n);
+      written_ += static_cast<uint64_t>(n);
+    }
+  }
+
+  // Flushes the data, renames the file over the target, and flushes the
+  // directory so that the rename itself survives a crash.
+  void commit() {
+    KILN_CHECK(::fsync(fd_.get()) == 0, "save_safetensors: cannot flush '", temp_path_, "' to disk: ",
+               errno_text(errno));
+    KILN_CHECK(fd_.close() == 0, "save_safetensors: cannot close '", temp_path_, "': ", errno_text(errno));
+    KILN_CHECK(::rename(temp_path_.c_str(), target_.c_str()) == 0, "save_safetensors: cannot rename '",
+               temp_path_, "' to '", target_, "': ", errno_text(errno));
+    committed_ = true;
+    std::string directory = std::filesystem::path(target_).parent_path().string();
+    if (directory.empty()) directory = ".";
+    FileDescriptor dir(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    KILN_CHECK(dir.get() >= 0, "save_safetensors: '", target_, "' was written but its directory '", directory,
+               "' cannot be opened to flush the rename: ", errno_text(errno));
+    // EINVAL: the filesystem cannot sync directories; there is nothing more to do.
+    KILN_CHECK(::fsync(dir.get()) == 0 || errno == EINVAL, "save_safetensors: '", target_,
+               "' was written but flushing its directory '", directory, "' failed: ", errno_text(errno));
+  }
+
+ private:
+  std::string temp_path_;
+  std::string target_;
+  FileDescriptor fd_;
+  uint64_t written_ = 0;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+void save_safetensors(const std::string& path, const TensorDict& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  KILN_CHECK(!path.empty(), "save_safetensors: the path is empty");
+  std::vector<const TensorDict::Entry*> entries;
+  for (const auto& entry : tensors) {
+    KILN_CHECK(entry.first != kMetadataKey, "save_safetensors: '", path, "': a tensor may not be named \"",
+               kMetadataKey, "\", which the format reserves for the metadata");
+    entries.push_back(&entry);
+  }
+
+  // Buffer order: widest elements first, otherwise the dict's order, so each
+  // tensor's offset is a multiple of its element size.
+  std::vector<size_t> buffer_order(entries.size());
+  std::iota(buffer_order.begin(), buffer_order.end(), 0);
+  std::stable_sort(buffer_order.begin(), buffer_order.end(), [&](size_t a, size_t b) {
+    return entries[a]->second.element_size() > entries[b]->second.element_size();
+  });
+  std::vector<std::array<uint64_t, 2>> offsets(entries.size());
+  uint64_t buffer_size = 0;
+  for (size_t i : buffer_order) {
+    offsets[i] = {buffer_size, buffer_size + entries[i]->second.nbytes()};
+    buffer_size = offsets[i][1];
+  }
+
+  Json header = Json::object();
+  if (!metadata.empty()) header[kMetadataKey] = metadata;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Tensor& t = entries[i]->second;
+    header[entries[i]->first] = {
+        {"dtype", dtype_code(t.dtype())}, {"shape", t.shape()}, {"data_offsets", offsets[i]}};
+  }
+  std::string header_text;
+  try {
+    header_text = header.dump();
+  } catch (const nlohmann::json::exception& e) {
+    // The one failure of dump(): a name or metadata string that is not UTF-8.
+    KILN_FAIL("save_safetensors: '", path, "': a tensor name or metadata string is not valid UTF-8 (", e.what(),
+              ")");
+  }
+  header_text.append((8 - header_text.size() % 8) % 8, ' ');
+  uint64_t header_size = header_text.size();
+
+  TemporaryFile file(path + ".tmp." + std::to_string(::getpid()), path);
+  file.write(&header_size, sizeof header_size);
+  file.write(header_text.data(), header_text.size());
+  for (size_t i : buffer_order) {
+    const auto& [name, tensor] = *entries[i];
+    // One tensor at a time, so that saving a GPU model needs host memory for
+    // its largest tensor only; detached, so that autograd records no copy.
+    Tensor host;
+    try {
+      host = tensor.detach().to(kCPU).contiguous();
+    } catch (const Error& e) {
+      KILN_FAIL("save_safetensors: '", path, "': cannot copy tensor '", name, "' to the CPU: ", e.message());
+    }
+    file.write(host.data_ptr(), host.nbytes());
+  }
+  file.commit();
+}
+
+// ---- reading ------------------------------------------------------------------
+
+namespace {
+
+// One tensor's header entry, checked against itself; its place in the
+// buffer is checked against the others by check_buffer_coverage.
+struct TensorRecord {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  uint64_t begin;
+  uint64_t end;
+};
+
+// Reads exactly `nbytes` at `offset`; the caller has checked that they lie
+// inside the file, so a short read means the file changed under us.
+void read_exact(int fd, void* data, size_t nbytes, uint64_t offset, const std::string& path) {
+  char* p = static_cast<char*>(data);
+  while (nbytes > 0) {
+    ssize_t n = ::pread(fd, p, nbytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    KILN_CHECK(n >= 0, "load_safetensors: '", path, "': read failed at byte ", offset, ": ", errno_text(errno));
+    KILN_CHECK(n > 0, "load_safetensors: '", path, "': the file ended at byte ", offset,
+               " while reading it (was it truncated during the load?)");
+    p += n;
+    nbytes -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+}
+
+// Parses the header, rejecting repeated keys in any object: JSON allows them
+// and nlohmann keeps the last, but a file naming a tensor twice is corrupt.
+Json parse_header(const std::string& text, const std::string& path) {
+  std::vector<std::set<std::string>> open_objects;  // keys seen in each enclosing object
+  std::string top_key;                              // the tensor whose entry is being parsed
+  std::string duplicate;
+  auto check_keys = [&](int depth, nlohmann::json::parse_event_t event, Json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if (event == Event::object_start) open_objects.emplace_back();
+    if (event == Event::object_end) open_objects.pop_back();
+    if (event == Event::key) {
+      const std::string& key = parsed.get_ref<const std::string&>();
+      if (depth == 1) top_key = key;
+      if (!open_objects.back().insert(key).second && duplicate.empty()) {
+        duplicate = "duplicate key '" + key + "' " +
+                    (depth == 1 ? "at the top level of the header (tensor names must be unique)"
+                                : "inside the entry of '" + top_key + "'");
+      }
+    }
+    return true;
+  };
+  Json header;
+  try {
+    header = Json::parse(text, check_keys);
+  } catch (const nlohmann::json::exception& e) {
+    KILN_FAIL("load_safetensors: '", path, "': the header is not valid JSON: ", e.what());
+  }
+  KILN_CHECK(duplicate.empty(), "load_safetensors: '", path, "': ", duplicate);
+  KILN_CHECK(header.is_object(), "load_safetensors: '", path, "': the header is not a JSON object: ", brief(header));
+  return header;
+}
+
+std::map<std::string, std::string> parse_metadata(const Json& value, const std::string& path) {
+  KILN_CHECK(value.is_object(), "load_safetensors: '", path, "': \"", kMetadataKey,
+             "\" must be an object of strings, got ", brief(value));
+  std::map<std::string, std::string> metadata;
+  for (const auto& [key, item] : value.items()) {
+    KILN_CHECK(item.is_string(), "load_safetensors: '", path, "': \"", kMetadataKey,
+               "\" must map strings to strings, but '", key, "' holds ", brief(item));
+    metadata.emplace(key, item.get<std::string>());
+  }
+  return metadata;
+}
+
+// A non-negative integer that fits in int64 (JSON numbers may be floats,
+// negative, or larger than any size).
+bool is_size(const Json& value) {
+  return value.is_number_unsigned() &&
+         value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+}
+
+TensorRecord parse_entry(const std::string& name, const Json& entry, const std::string& path) {
+  const std::string where = "load_safetensors: '" + path + "': tensor '" + name + "'";
+  KILN_CHECK(entry.is_object(), where, ": the entry is not a JSON object: ", brief(entry));
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    KILN_CHECK(entry.contains(key), where, ": the entry has no \"", key, "\": ", brief(entry));
+
+  const Json& code = entry["dtype"];
+  const DTypeCode* found = nullptr;
+  if (code.is_string()) {
+    for (const auto& candidate : kDTypeCodes)
+      if (code.get_ref<const std::string&>() == candidate.code) found = &candidate;
+  }
+  KILN_CHECK(found != nullptr, where, ": unknown dtype ", brief(code),
+             " (Kiln reads BOOL, U8, I8, I32, I64, F16, BF16, F32, F64)");
+
+  const Json& shape_json = entry["shape"];
+  bool shape_ok = shape_json.is_array() && std::all_of(shape_json.begin(), shape_json.end(), is_size);
+  KILN_CHECK(shape_ok, where, ": invalid shape ", brief(shape_json), " (expected a list of non-negative integers)");
+  Shape shape;
+  uint64_t numel = 1;
+  bool overflow = false;
+  for (const auto& size : shape_json) {
+    shape.push_back(size.get<int64_t>());
+    overflow = overflow || __builtin_mul_overflow(numel, size.get<uint64_t>(), &numel);
+  }
+  uint64_t nbytes = 0;
+  overflow = overflow || numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+             __builtin_mul_overflow(numel, element_size(found->dtype), &nbytes);
+  KILN_CHECK(!overflow, where, ": shape ", shape, " has more elements than fit in 64 bits");
+
+  const Json& offsets = entry["data_offsets"];
+  bool offsets_ok = offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
+                    offsets[1].is_number_unsigned() && offsets[0].get<uint64_t>() <= offsets[1].get<uint64_t>();
+  KILN_CHECK(offsets_ok, where, ": invalid data_offsets ", brief(offsets),
+             " (expected [begin, end], integers with begin <= end)");
+  uint64_t begin = offsets[0].get<uint64_t>();
+  uint64_t end = offsets[1].get<uint64_t>();
+  KILN_CHECK(end - begin == nbytes, where, ": data_offsets [", begin, ", ", end, "] span ", end - begin,
+             " bytes but ", found->code, " of shape ", shape, " needs ", nbytes, " bytes");
+  return {name, found->dtype, std::move(shape), begin, end};
+}
+
+// The reference rule: sorted by offset, the tensors tile the buffer exactly,
+// with no overlap, no hole, and nothing after the last one.
+void check_buffer_coverage(const std::vector<TensorRecord>& records, uint64_t buffer_size, const std::string& path) {
+  std::vector<const TensorRecord*> sorted;
+  for (const auto& r : records) sorted.push_back(&r);
+  std::sort(sorted.begin(), sorted.end(), [](const TensorRecord* a, const TensorRecord* b) {
+    return std::pair(a->begin, a->end) < std::pair(b->begin, b->end);
+  });
+  uint64_t covered = 0;  // bytes [0, covered) belong to the tensors seen so far
+  const TensorRecord* previous = nullptr;
+  for (const TensorRecord* r : sorted) {
+    KILN_CHECK(r->begin >= covered, "load_safetensors: '", path, "': tensors '", previous->name, "' [",
+               previous->begin, ", ", previous->end, ") and '", r->name, "' [", r->begin, ", ", r->end,
+               ") overlap in the data buffer");
+    KILN_CHECK(r->begin == covered, "load_safetensors: '", path, "': hole in the data buffer: bytes [", covered,
+               ", ", r->begin, ") belong to no tensor (before '", r->name, "')");
+    KILN_CHECK(r->end <= buffer_size, "load_safetensors: '", path, "': tensor '", r->name, "' ends at byte ", r->end,
+               " of the data buffer but the file holds only ", buffer_size, " data bytes (truncated file)");
+    covered = r->end;
+    previous = r;
+  }
+  KILN_CHECK(covered == buffer_size, "load_safetensors: '", path, "': bytes [", covered, ", ", buffer_size,
+             ") at the end of the data buffer belong to no tensor");
+}
+
+}  // namespace
+
+TensorDict load_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  KILN_CHECK(fd.get() >= 0, "load_safetensors: cannot open '", path, "': ", errno_text(errno));
+  struct stat info {};
+  KILN_CHECK(::fstat(fd.get(), &info) == 0, "load_safetensors: cannot stat '", path, "': ", errno_text(errno));
+  KILN_CHECK(S_ISREG(info.st_mode), "load_safetensors: '", path, "' is not a regular file");
+  const uint64_t file_size = static_cast<uint64_t>(info.st_size);
+
+  KILN_CHECK(file_size >= 8, "load_safetensors: '", path, "': the file is ", file_size,
+             " bytes, too short to hold the 8-byte header size");
+  uint64_t header_size = 0;
+  read_exact(fd.get(), &header_size, sizeof header_size, 0, path);
+  KILN_CHECK(header_size <= kMaxHeaderSize, "load_safetensors: '", path, "': header size ", header_size,
+             " is over the limit of ", kMaxHeaderSize, " bytes (not a safetensors file?)");
+  KILN_CHECK(header_size <= file_size - 8, "load_safetensors: '", path, "': header size ", header_size,
+             " runs past the end of the file, which has ", file_size - 8, " bytes after the 8-byte size");
+  std::string text(header_size, '\0');
+  read_exact(fd.get(), text.data(), text.size(), 8, path);
+  const Json header = parse_header(text, path);
+
+  std::map<std::string, std::string> parsed_metadata;
+  std::vector<TensorRecord> records;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == kMetadataKey) {
+      parsed_metadata = parse_metadata(entry, path);
+    } else {
+      records.push_back(parse_entry(name, entry, path));
+    }
+  }
+  const uint64_t buffer_start = 8 + header_size;
+  check_buffer_coverage(records, file_size - buffer_start, path);
+
+  TensorDict tensors;
+  for (const TensorRecord& r : records) {
+    Tensor t = Tensor::empty(r.shape, r.dtype);
+    read_exact(fd.get(), t.data_ptr(), t.nbytes(), buffer_start + r.begin, path);
+    if (r.dtype == DType::Bool) {
+      // Any byte but 0 and 1 in a C++ bool is undefined behaviour.
+      const auto* bytes = static_cast<const uint8_t*>(t.data_ptr());
+      for (int64_t i = 0; i < t.numel(); ++i)
+        KILN_CHECK(bytes[i] <= 1, "load_safetensors: '", path, "': tensor '", r.name, "' (BOOL) holds byte ",
+                   static_cast<int>(bytes[i]), " at element ", i, "; booleans must be 0 or 1");
+    }
+    tensors.insert(r.name, std::move(t));
+  }
+  if (metadata != nullptr) *metadata = std::move(parsed_metadata);
+  return tensors;
+}
+
+}  // namespace kiln

@@ -1,0 +1,56 @@
+// Reading and writing named tensors in the safetensors format, the checkpoint
+// format of Hugging Face (https://github.com/huggingface/safetensors), so that
+// Kiln checkpoints load in PyTorch and PyTorch's load in Kiln.
+//
+// Note [safetensors layout]
+// A file is three parts, all little-endian:
+//   bytes [0, 8)        N, the header size, as an unsigned 64-bit integer
+//   bytes [8, 8+N)      the header: a UTF-8 JSON object
+//                         {"__metadata__": {"key": "value", ...},      (optional)
+//                          "fc1.weight": {"dtype": "F32", "shape": [120, 400],
+//                                         "data_offsets": [begin, end]}, ...}
+//   bytes [8+N, EOF)    the data buffer; a tensor's bytes are
+//                       buffer[begin, end), row-major, contiguous.
+// The header is padded with spaces to a multiple of 8 bytes, and the buffer
+// holds tensors of wider elements first, so every tensor starts at an offset
+// aligned to its element size (what the reference writer does, and what lets
+// readers map a file and use the bytes in place). The header lists tensors in
+// the order of the TensorDict; the buffer order is the writer's business.
+// A reader must find the tensors covering the buffer exactly: sorted by
+// offset, each begins where the previous ended, the first at 0 and the last
+// at the end of the file. load_safetensors enforces this as the reference
+// does, so a truncated or padded file is an error, not a silent misread.
+//
+// dtypes: BOOL U8 I8 I32 I64 F16 BF16 F32 F64 (Kiln's nine). Quantization
+// parameters and autograd state are not part of a tensor's bytes and are not
+// saved; layers that need them save them as tensors of their own.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "tensor/tensor_dict.h"
+
+namespace kiln {
+
+// Writes `tensors` (any device, any strides: each is copied to contiguous CPU
+// memory one at a time as it is written) and the string `metadata` to `path`.
+// The write is atomic: the bytes go to `path + ".tmp.<pid>"` in the same
+// directory, which is flushed to disk and then renamed over `path`, so a
+// reader sees the old file or the new one, never a mixture. On any failure
+// the temporary file is removed, `path` is left as it was, and kiln::Error
+// names the file and the reason. A tensor may not be named "__metadata__".
+//   save_safetensors("lenet.safetensors", model_state, {{"epoch", "3"}});
+void save_safetensors(const std::string& path, const TensorDict& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// Reads every tensor of the file at `path` into new contiguous CPU tensors,
+// in the order the header lists them; fills *metadata with "__metadata__"
+// when it is given. Every size and offset in the file is checked against the
+// rules of Note [safetensors layout] before any tensor is read; a violation
+// throws kiln::Error naming the file and what is wrong with it.
+//   std::map<std::string, std::string> meta;
+//   TensorDict state = load_safetensors("lenet.safetensors", &meta);
+TensorDict load_safetensors(const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
+
+}  // namespace kiln
