@@ -14,7 +14,8 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job: a tensor demo until the CIFAR-10 LeNet trainer lands.
+# The main job: a tour of tensors, autograd and a LeNet training loop until the
+# CIFAR-10 LeNet trainer lands.
 train: build
 	$(BUILD)/apps/demo/kiln-demo
 

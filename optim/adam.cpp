@@ -11,7 +11,7 @@
 #include "autograd/grad_mode.h"
 #include "tensor/ops.h"
 
-namespace kiln {
+namespace kiln::optim {
 
 namespace {
 
@@ -159,4 +159,4 @@ void AdamW::step() {
   }
 }
 
-}  // namespace kiln
+}  // namespace kiln::optim

@@ -23,7 +23,7 @@
 
 #include "optim/optimizer.h"
 
-namespace kiln {
+namespace kiln::optim {
 
 struct AdamOptions {
   static constexpr const char* kOptimizerName = "Adam";
@@ -80,4 +80,4 @@ class AdamW : public OptimizerWithOptions<AdamWOptions> {
   std::vector<StateEntry> state_entries(size_t group) const override;
 };
 
-}  // namespace kiln
+}  // namespace kiln::optim

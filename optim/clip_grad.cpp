@@ -6,7 +6,7 @@
 #include "autograd/grad_mode.h"
 #include "tensor/ops.h"
 
-namespace kiln {
+namespace kiln::optim {
 
 namespace {
 
@@ -68,4 +68,4 @@ void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
   for (Tensor& g : defined_grads(params)) ops::clamp_(g, -clip_value, clip_value);
 }
 
-}  // namespace kiln
+}  // namespace kiln::optim

@@ -11,7 +11,7 @@
 
 #include "tensor/tensor.h"
 
-namespace kiln {
+namespace kiln::optim {
 
 // Scales the grads so that their total p-norm (over all grads together, as
 // one vector) is at most max_norm: each grad is multiplied by
@@ -27,4 +27,4 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
 // Clamps every grad element into [-clip_value, clip_value]; clip_value >= 0.
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 
-}  // namespace kiln
+}  // namespace kiln::optim

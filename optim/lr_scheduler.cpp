@@ -11,7 +11,7 @@
 
 #include "tensor/factory.h"
 
-namespace kiln {
+namespace kiln::optim {
 
 namespace {
 
@@ -308,4 +308,4 @@ void SequentialLR::load_state_dict(const TensorDict& dict) {
   }
 }
 
-}  // namespace kiln
+}  // namespace kiln::optim

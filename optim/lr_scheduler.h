@@ -34,7 +34,7 @@
 #include "optim/optimizer.h"
 #include "tensor/tensor_dict.h"
 
-namespace kiln {
+namespace kiln::optim {
 
 class LRScheduler {
  public:
@@ -176,4 +176,4 @@ class SequentialLR : public LRScheduler {
   std::vector<int64_t> milestones_;
 };
 
-}  // namespace kiln
+}  // namespace kiln::optim

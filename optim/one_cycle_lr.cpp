@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numbers>
 
-namespace kiln {
+namespace kiln::optim {
 
 OneCycleLR::OneCycleLR(Optimizer& optimizer, double max_lr, int64_t total_steps, OneCycleLROptions options)
     : OneCycleLR(optimizer, std::vector<double>(optimizer.num_param_groups(), max_lr), total_steps, options) {}
@@ -95,4 +95,4 @@ std::vector<double> OneCycleLR::get_lr() {
   return lrs;
 }
 
-}  // namespace kiln
+}  // namespace kiln::optim

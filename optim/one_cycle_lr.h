@@ -17,7 +17,7 @@
 
 #include "optim/lr_scheduler.h"
 
-namespace kiln {
+namespace kiln::optim {
 
 struct OneCycleLROptions {
   enum class AnnealStrategy { Cos, Linear };
@@ -65,4 +65,4 @@ class OneCycleLR : public LRScheduler {
   std::string momentum_name_;              // "momentum" or "beta1"; empty without cycle_momentum
 };
 
-}  // namespace kiln
+}  // namespace kiln::optim

@@ -7,7 +7,7 @@
 #include "tensor/elementwise.h"
 #include "tensor/factory.h"
 
-namespace kiln {
+namespace kiln::optim {
 
 namespace {
 
@@ -280,4 +280,4 @@ void Optimizer::load_state_dict(const TensorDict& dict) {
   state_ = std::move(new_state);
 }
 
-}  // namespace kiln
+}  // namespace kiln::optim

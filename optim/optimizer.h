@@ -44,7 +44,7 @@
 #include "tensor/tensor.h"
 #include "tensor/tensor_dict.h"
 
-namespace kiln {
+namespace kiln::optim {
 
 // Parameters that share hyperparameters. `options` names the ones this
 // group sets differently from the optimizer's defaults, as PyTorch's
@@ -251,4 +251,4 @@ class OptimizerWithOptions : public Optimizer {
   std::vector<Options> options_;
 };
 
-}  // namespace kiln
+}  // namespace kiln::optim

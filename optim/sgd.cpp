@@ -5,7 +5,7 @@
 #include "autograd/grad_mode.h"
 #include "tensor/ops.h"
 
-namespace kiln {
+namespace kiln::optim {
 
 std::vector<OptionField<SGDOptions>> SGDOptions::fields() {
   return {{"lr", &SGDOptions::lr},
@@ -67,4 +67,4 @@ void SGD::step() {
   }
 }
 
-}  // namespace kiln
+}  // namespace kiln::optim

@@ -19,7 +19,7 @@
 
 #include "optim/optimizer.h"
 
-namespace kiln {
+namespace kiln::optim {
 
 struct SGDOptions {
   static constexpr const char* kOptimizerName = "SGD";
@@ -48,4 +48,4 @@ class SGD : public OptimizerWithOptions<SGDOptions> {
   std::vector<StateEntry> state_entries(size_t group) const override;
 };
 
-}  // namespace kiln
+}  // namespace kiln::optim

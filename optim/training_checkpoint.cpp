@@ -5,7 +5,7 @@
 #include "tensor/random.h"
 #include "tensor/safetensors.h"
 
-namespace kiln {
+namespace kiln::optim {
 
 namespace {
 
@@ -101,4 +101,4 @@ LoadedCheckpoint load_training_checkpoint(const std::string& path, const Trainin
   return loaded;
 }
 
-}  // namespace kiln
+}  // namespace kiln::optim

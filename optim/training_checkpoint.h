@@ -22,7 +22,7 @@
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 
-namespace kiln {
+namespace kiln::optim {
 
 struct TrainingState {
   nn::Module& model;
@@ -46,4 +46,4 @@ struct LoadedCheckpoint {
 };
 LoadedCheckpoint load_training_checkpoint(const std::string& path, const TrainingState& state);
 
-}  // namespace kiln
+}  // namespace kiln::optim

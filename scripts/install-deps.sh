@@ -9,6 +9,7 @@ packages=(
   libopenblas-dev          # benchmark anchor only; libkiln never links it
   libstb-dev nlohmann-json3-dev libfmt-dev libcli11-dev
   libgloo-dev libopenmpi-dev openmpi-bin
+  python3-torch            # the oracle of the PyTorch parity tests (/usr/bin/python3)
 )
 
 missing=()

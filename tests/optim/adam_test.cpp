@@ -4,6 +4,8 @@
 #include "optim_test_util.h"
 
 namespace kiln {
+
+using namespace kiln::optim;
 namespace {
 
 // PyTorch's Adam/AdamW update for one parameter, in float64.

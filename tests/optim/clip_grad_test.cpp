@@ -6,6 +6,8 @@
 #include "optim_test_util.h"
 
 namespace kiln {
+
+using namespace kiln::optim;
 namespace {
 
 // Two parameters with grads (3, 4) and (-12,), and one without a grad.

@@ -31,6 +31,8 @@
 #endif
 
 namespace kiln {
+
+using namespace kiln::optim;
 namespace {
 
 namespace F = nn::functional;
@@ -65,12 +67,12 @@ void check_parity(const std::string& optimizer, DType dtype, int checked_steps, 
   }
   std::unique_ptr<Optimizer> opt;
   if (optimizer == "sgd") {
-    SGDOptions o;
+    optim::SGDOptions o;
     o.lr = 0.01;
     o.momentum = 0.9;
     opt = std::make_unique<SGD>(net.parameters(), o);
   } else {
-    AdamOptions o;
+    optim::AdamOptions o;
     o.lr = 0.001;
     opt = std::make_unique<Adam>(net.parameters(), o);
   }

@@ -8,6 +8,8 @@
 #include "optim_test_util.h"
 
 namespace kiln {
+
+using namespace kiln::optim;
 namespace {
 
 constexpr double kPi = std::numbers::pi;

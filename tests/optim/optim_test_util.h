@@ -21,6 +21,8 @@
 
 namespace kiln {
 
+using namespace kiln::optim;
+
 // A leaf that requires grad, holding `values` in `dtype`.
 inline Tensor make_param(const std::vector<double>& values, const Shape& shape, DType dtype = DType::Float32) {
   Tensor p = from_vector<double>(values, shape).to(dtype);

@@ -6,6 +6,8 @@
 #include "optim_test_util.h"
 
 namespace kiln {
+
+using namespace kiln::optim;
 namespace {
 
 // Copies of every tensor, as saving the dict to a file would make.

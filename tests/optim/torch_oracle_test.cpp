@@ -10,6 +10,8 @@
 #include "optim_test_util.h"
 
 namespace kiln {
+
+using namespace kiln::optim;
 namespace {
 
 #define SKIP_WITHOUT_TORCH() \

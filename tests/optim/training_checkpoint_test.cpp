@@ -17,6 +17,8 @@
 #include "tests/tensor/test_util.h"
 
 namespace kiln {
+
+using namespace kiln::optim;
 namespace {
 
 namespace F = nn::functional;
