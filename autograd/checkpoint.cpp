@@ -25,7 +25,8 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
     // Parameters inside fn may still require grad; torch's reentrant
     // checkpoint has the same limit and warns. Kiln refuses rather than
     // silently dropping those gradients.
-    KILN_CHECK(!GradMode::is_enabled(), "checkpoint: no input needs_input grad, so backward would never reach the "
+    KILN_CHECK(!GradMode::is_enabled(),
+               "checkpoint: no input needs_input grad, so backward would never reach the "
                "parameters inside the checkpointed function; make an input require grad or call it without "
                "checkpointing");
     return outputs;
@@ -42,8 +43,8 @@ TensorList checkpoint(const std::function<TensorList(const TensorList&)>& fn, co
   record("checkpoint", inputs, outputs,
          [fn, saved_inputs, versions, needs_input, seed, offset](const TensorList& grads) -> TensorList {
            for (size_t i = 0; i < saved_inputs.size(); ++i) {
-             KILN_CHECK(!saved_inputs[i].defined() || saved_inputs[i].version() == versions[i],
-                        "checkpoint: input ", i, " was modified in place after the forward pass");
+             KILN_CHECK(!saved_inputs[i].defined() || saved_inputs[i].version() == versions[i], "checkpoint: input ", i,
+                        " was modified in place after the forward pass");
            }
            // Recompute with recording on, from leaves standing in for the inputs.
            TensorList leaves;

@@ -64,8 +64,10 @@ class GraphTask {
       for (size_t i = 0; i < node->next_edges().size(); ++i) {
         const Edge& edge = node->next_edges()[i];
         if (!edge.valid()) continue;
-        if (i < input_grads.size() && input_grads[i].defined()) add_gradient(edge, check_gradient(*node, i, input_grads[i]));
-        if (--dependencies_[edge.node.get()] == 0 && queued_.insert(edge.node.get()).second) ready.push(edge.node.get());
+        if (i < input_grads.size() && input_grads[i].defined())
+          add_gradient(edge, check_gradient(*node, i, input_grads[i]));
+        if (--dependencies_[edge.node.get()] == 0 && queued_.insert(edge.node.get()).second)
+          ready.push(edge.node.get());
       }
     }
   }
@@ -151,8 +153,8 @@ class GraphTask {
       if (replaced.defined()) grads[hook.output_nr] = replaced;
     }
     TensorList input_grads = node.apply(std::move(grads));
-    KILN_CHECK(input_grads.size() <= node.next_edges().size(), node.name(), ": backward returned ",
-               input_grads.size(), " gradients for ", node.next_edges().size(), " inputs");
+    KILN_CHECK(input_grads.size() <= node.next_edges().size(), node.name(), ": backward returned ", input_grads.size(),
+               " gradients for ", node.next_edges().size(), " inputs");
     if (!retain_graph_) node.release();
     return input_grads;
   }
@@ -187,8 +189,10 @@ std::vector<Edge> root_edges(std::string_view op, const TensorList& roots, const
     KILN_CHECK(edge.valid(), op, ": tensor ", i, " does not require grad and has no grad_fn");
     Tensor g = grad_roots.empty() ? Tensor() : grad_roots[i];
     if (!g.defined()) {
-      KILN_CHECK(root.numel() == 1, op, ": a gradient can be implicitly created only for one-element outputs; "
-                 "tensor ", i, " has shape ", root.shape(), ", pass the gradient explicitly");
+      KILN_CHECK(root.numel() == 1, op,
+                 ": a gradient can be implicitly created only for one-element outputs; "
+                 "tensor ",
+                 i, " has shape ", root.shape(), ", pass the gradient explicitly");
       g = ones_like(root);
     } else {
       KILN_CHECK(g.shape() == root.shape(), op, ": gradient of shape ", g.shape(), " for tensor ", i, " of shape ",
@@ -214,8 +218,8 @@ void run_backward(const TensorList& roots, const TensorList& grad_roots, bool re
   task.execute(edges, grads, nullptr);
 }
 
-TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,
-                bool retain_graph, bool create_graph, bool allow_unused) {
+TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs, bool retain_graph,
+                bool create_graph, bool allow_unused) {
   TensorList grads;
   std::vector<Edge> edges = root_edges("grad", outputs, grad_outputs, grads);
   GraphTask task(retain_graph || create_graph, create_graph);

@@ -18,8 +18,7 @@ namespace {
 class LambdaNode : public Node {
  public:
   LambdaNode(std::string name, BackwardFn fn) : Node(std::move(name)), fn_(std::move(fn)) {}
-  LambdaNode(std::string name, BackwardWithOutputsFn fn)
-      : Node(std::move(name)), fn_with_outputs_(std::move(fn)) {}
+  LambdaNode(std::string name, BackwardWithOutputsFn fn) : Node(std::move(name)), fn_with_outputs_(std::move(fn)) {}
 
   void keep_outputs(const TensorList& outputs) {
     for (const Tensor& out : outputs) saved_outputs_.emplace_back(out.detach());

@@ -13,9 +13,7 @@
 
 namespace kiln::autograd {
 
-AutogradMetaImpl* meta_of(const Tensor& t) {
-  return static_cast<AutogradMetaImpl*>(t.impl()->autograd_meta().get());
-}
+AutogradMetaImpl* meta_of(const Tensor& t) { return static_cast<AutogradMetaImpl*>(t.impl()->autograd_meta().get()); }
 
 AutogradMetaImpl& ensure_meta(const Tensor& t) {
   if (!t.impl()->autograd_meta()) t.impl()->set_autograd_meta(std::make_shared<AutogradMetaImpl>());
@@ -197,14 +195,14 @@ class AutogradHooksImpl : public AutogradHooks {
     if (!GradMode::is_enabled() || !requires_grad(base)) return;
     TensorGeometry geometry = TensorGeometry::of(base);
     if (kind == ViewKind::Expand) {
-      record(op, {base}, {view}, [shape = base.shape()](const TensorList& g) -> TensorList {
-        return {sum_to(g[0], shape)};
-      });
+      record(op, {base}, {view},
+             [shape = base.shape()](const TensorList& g) -> TensorList { return {sum_to(g[0], shape)}; });
       return;
     }
     std::string name(op);
     record(op, {base}, {view}, [geometry, replay = std::move(replay), name](const TensorList& g) -> TensorList {
-      KILN_CHECK(replay, name, ": cannot backpropagate through this view (as_strided of a non-contiguous tensor, "
+      KILN_CHECK(replay, name,
+                 ": cannot backpropagate through this view (as_strided of a non-contiguous tensor, "
                  "or with overlapping elements)");
       return {scatter_into_base(g[0], geometry, replay)};
     });

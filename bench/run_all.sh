@@ -4,7 +4,7 @@
 # Usage: bash bench/run_all.sh [build-dir]
 set -euo pipefail
 build="${1:-build}"
-for program in gemm bandwidth; do
+for program in gemm bandwidth conv; do
   if [[ ! -x "$build/bench/$program" ]]; then
     echo "run_all: $build/bench/$program is missing; build with 'make build' first" >&2
     exit 1

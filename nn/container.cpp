@@ -28,7 +28,9 @@ Sequential::Sequential(const std::vector<NamedModule>& modules) {
   for (const auto& [name, module] : modules) push_back(name, module);
 }
 
-void Sequential::push_back(std::shared_ptr<Module> module) { push_back(std::to_string(modules_.size()), std::move(module)); }
+void Sequential::push_back(std::shared_ptr<Module> module) {
+  push_back(std::to_string(modules_.size()), std::move(module));
+}
 
 void Sequential::push_back(const std::string& name, std::shared_ptr<Module> module) {
   modules_.push_back(register_module(name, std::move(module)));

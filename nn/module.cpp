@@ -117,16 +117,19 @@ void Module::check_new_name(const std::string& name, const char* op) const {
   KILN_CHECK(!name.empty(), op, ": the name must not be empty (in ", this->name(), ")");
   KILN_CHECK(name.find('.') == std::string::npos, op, ": the name '", name,
              "' contains '.', which separates the parts of dotted names (in ", this->name(), ")");
-  for (const auto& [n, t] : params_) KILN_CHECK(n != name, op, ": ", this->name(), " already has a parameter named '", name, "'");
-  for (const Buffer& b : buffers_) KILN_CHECK(b.name != name, op, ": ", this->name(), " already has a buffer named '", name, "'");
-  for (const auto& [n, m] : children_) KILN_CHECK(n != name, op, ": ", this->name(), " already has a submodule named '", name, "'");
+  for (const auto& [n, t] : params_)
+    KILN_CHECK(n != name, op, ": ", this->name(), " already has a parameter named '", name, "'");
+  for (const Buffer& b : buffers_)
+    KILN_CHECK(b.name != name, op, ": ", this->name(), " already has a buffer named '", name, "'");
+  for (const auto& [n, m] : children_)
+    KILN_CHECK(n != name, op, ": ", this->name(), " already has a submodule named '", name, "'");
 }
 
 Tensor Module::register_parameter(const std::string& name, Tensor tensor, bool requires_grad) {
   check_new_name(name, "register_parameter");
   if (tensor.defined()) {
-    KILN_CHECK(tensor.is_leaf(), "register_parameter: '", name, "' of ", this->name(),
-               " was computed by an op (", tensor.grad_fn_name(), "); register a leaf, e.g. its detach()");
+    KILN_CHECK(tensor.is_leaf(), "register_parameter: '", name, "' of ", this->name(), " was computed by an op (",
+               tensor.grad_fn_name(), "); register a leaf, e.g. its detach()");
     if (requires_grad || tensor.requires_grad()) tensor.requires_grad_(requires_grad);
   }
   params_.emplace_back(name, tensor);

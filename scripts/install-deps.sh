@@ -7,7 +7,7 @@ packages=(
   build-essential cmake make pkg-config git curl ca-certificates
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev          # benchmark anchor only; libkiln never links it
-  libstb-dev nlohmann-json3-dev libfmt-dev libcli11-dev
+  libstb-dev nlohmann-json3-dev libfmt-dev libcli11-dev zlib1g-dev
   libgloo-dev libopenmpi-dev openmpi-bin
   python3-torch            # the oracle of the PyTorch parity tests (/usr/bin/python3)
 )

@@ -34,10 +34,11 @@ const Tensor& TensorDict::at(std::string_view name) const {
   // prefix mismatch such as "model.fc1.weight" vs "fc1.weight".
   constexpr size_t kShown = 8;
   std::ostringstream names;
-  for (size_t i = 0; i < std::min(entries_.size(), kShown); ++i) names << (i ? ", " : "") << "'" << entries_[i].first << "'";
+  for (size_t i = 0; i < std::min(entries_.size(), kShown); ++i)
+    names << (i ? ", " : "") << "'" << entries_[i].first << "'";
   if (entries_.size() > kShown) names << ", ...";
-  KILN_FAIL("TensorDict::at: no tensor named '", name, "' (the dict holds ", entries_.size(), " names: ",
-            names.str(), ")");
+  KILN_FAIL("TensorDict::at: no tensor named '", name, "' (the dict holds ", entries_.size(), " names: ", names.str(),
+            ")");
 }
 
 std::vector<std::string> TensorDict::keys() const {

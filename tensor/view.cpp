@@ -57,8 +57,8 @@ static std::optional<Shape> view_strides(const Shape& old_shape, const Shape& ol
   int64_t view_numel = 1;
   for (int64_t tensor_d = static_cast<int64_t>(old_shape.size()) - 1; tensor_d >= 0; --tensor_d) {
     tensor_numel *= old_shape[tensor_d];
-    bool chunk_ends = tensor_d == 0 || (old_shape[tensor_d - 1] != 1 &&
-                                        old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride);
+    bool chunk_ends = tensor_d == 0 ||
+                      (old_shape[tensor_d - 1] != 1 && old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride);
     if (chunk_ends) {
       while (view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d] == 1)) {
         new_strides[view_d] = view_numel * chunk_base_stride;
@@ -82,20 +82,22 @@ Tensor Tensor::view(const Shape& shape_arg) const {
   auto strides_or = view_strides(shape(), strides(), new_shape);
   KILN_CHECK(strides_or.has_value(), "view: cannot view a tensor of shape ", shape(), " and strides ", strides(),
              " as shape ", new_shape, "; the memory is not laid out compatibly, use reshape() to copy");
-  return recorded("view", *this, make_view(*this, std::move(new_shape), std::move(*strides_or), storage_offset()), [shape = shape_arg](const Tensor& t) { return t.view(shape); });
+  return recorded("view", *this, make_view(*this, std::move(new_shape), std::move(*strides_or), storage_offset()),
+                  [shape = shape_arg](const Tensor& t) { return t.view(shape); });
 }
 
 Tensor Tensor::reshape(const Shape& shape_arg) const {
   Shape new_shape = infer_size(shape_arg, numel(), "reshape");
   if (auto strides_or = view_strides(shape(), strides(), new_shape)) {
-    return recorded("reshape", *this, make_view(*this, std::move(new_shape), std::move(*strides_or), storage_offset()), [shape = shape_arg](const Tensor& t) { return t.view(shape); });
+    return recorded("reshape", *this, make_view(*this, std::move(new_shape), std::move(*strides_or), storage_offset()),
+                    [shape = shape_arg](const Tensor& t) { return t.view(shape); });
   }
   return contiguous().view(new_shape);
 }
 
 Tensor Tensor::permute(const Shape& dims) const {
-  KILN_CHECK(static_cast<int64_t>(dims.size()) == dim(), "permute: got ", dims.size(),
-             " dims for a tensor of shape ", shape());
+  KILN_CHECK(static_cast<int64_t>(dims.size()) == dim(), "permute: got ", dims.size(), " dims for a tensor of shape ",
+             shape());
   Shape sizes(dims.size()), new_strides(dims.size());
   std::vector<bool> seen(dims.size(), false);
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -105,7 +107,8 @@ Tensor Tensor::permute(const Shape& dims) const {
     sizes[i] = shape()[d];
     new_strides[i] = strides()[d];
   }
-  return recorded("permute", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()), [dims](const Tensor& t) { return t.permute(dims); });
+  return recorded("permute", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()),
+                  [dims](const Tensor& t) { return t.permute(dims); });
 }
 
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
@@ -115,7 +118,8 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
   Shape sizes = shape(), new_strides = strides();
   std::swap(sizes[a], sizes[b]);
   std::swap(new_strides[a], new_strides[b]);
-  return recorded("transpose", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()), [dim0, dim1](const Tensor& t) { return t.transpose(dim0, dim1); });
+  return recorded("transpose", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()),
+                  [dim0, dim1](const Tensor& t) { return t.transpose(dim0, dim1); });
 }
 
 Tensor Tensor::t() const {
@@ -132,7 +136,9 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
              " are out of range for dim ", d, " of size ", n);
   Shape sizes = shape();
   sizes[d] = length;
-  return recorded("narrow", *this, make_view(*this, std::move(sizes), strides(), storage_offset() + start * strides()[d]), [d, start, length](const Tensor& t) { return t.narrow(d, start, length); });
+  return recorded("narrow", *this,
+                  make_view(*this, std::move(sizes), strides(), storage_offset() + start * strides()[d]),
+                  [d, start, length](const Tensor& t) { return t.narrow(d, start, length); });
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
@@ -148,7 +154,9 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   Shape sizes = shape(), new_strides = strides();
   sizes[d] = (end - start + step - 1) / step;
   new_strides[d] *= step;
-  return recorded("slice", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset() + start * strides()[d]), [d, start, end, step](const Tensor& t) { return t.slice(d, start, end, step); });
+  return recorded("slice", *this,
+                  make_view(*this, std::move(sizes), std::move(new_strides), storage_offset() + start * strides()[d]),
+                  [d, start, end, step](const Tensor& t) { return t.slice(d, start, end, step); });
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
@@ -161,7 +169,8 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   int64_t offset = storage_offset() + index * strides()[d];
   sizes.erase(sizes.begin() + d);
   new_strides.erase(new_strides.begin() + d);
-  return recorded("select", *this, make_view(*this, std::move(sizes), std::move(new_strides), offset), [d, index](const Tensor& t) { return t.select(d, index); });
+  return recorded("select", *this, make_view(*this, std::move(sizes), std::move(new_strides), offset),
+                  [d, index](const Tensor& t) { return t.select(d, index); });
 }
 
 Tensor Tensor::expand(const Shape& target) const {
@@ -178,12 +187,14 @@ Tensor Tensor::expand(const Shape& target) const {
     }
     int64_t own = shape()[i - lead];
     int64_t want = target[i] == -1 ? own : target[i];
-    KILN_CHECK(own == want || own == 1, "expand: cannot expand shape ", shape(), " to ", target, " (dim ", i,
-               ": ", own, " vs ", want, ")");
+    KILN_CHECK(own == want || own == 1, "expand: cannot expand shape ", shape(), " to ", target, " (dim ", i, ": ", own,
+               " vs ", want, ")");
     sizes[i] = want;
     new_strides[i] = own == want ? strides()[i - lead] : 0;
   }
-  return recorded("expand", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()), [target](const Tensor& t) { return t.expand(target); }, ViewKind::Expand);
+  return recorded(
+      "expand", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()),
+      [target](const Tensor& t) { return t.expand(target); }, ViewKind::Expand);
 }
 
 Tensor Tensor::squeeze() const {
@@ -193,7 +204,8 @@ Tensor Tensor::squeeze() const {
     sizes.push_back(shape()[i]);
     new_strides.push_back(strides()[i]);
   }
-  return recorded("squeeze", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()), [](const Tensor& t) { return t.squeeze(); });
+  return recorded("squeeze", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()),
+                  [](const Tensor& t) { return t.squeeze(); });
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
@@ -203,7 +215,8 @@ Tensor Tensor::squeeze(int64_t d) const {
   Shape sizes = shape(), new_strides = strides();
   sizes.erase(sizes.begin() + d);
   new_strides.erase(new_strides.begin() + d);
-  return recorded("squeeze", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()), [d](const Tensor& t) { return t.squeeze(d); });
+  return recorded("squeeze", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()),
+                  [d](const Tensor& t) { return t.squeeze(d); });
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
@@ -214,7 +227,8 @@ Tensor Tensor::unsqueeze(int64_t d) const {
   int64_t stride = d < dim() ? strides()[d] * shape()[d] : 1;
   sizes.insert(sizes.begin() + d, 1);
   new_strides.insert(new_strides.begin() + d, stride);
-  return recorded("unsqueeze", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()), [d](const Tensor& t) { return t.unsqueeze(d); });
+  return recorded("unsqueeze", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()),
+                  [d](const Tensor& t) { return t.unsqueeze(d); });
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {

@@ -104,8 +104,8 @@ Tensor pow(const Tensor& a, Scalar exponent) {
       // d a^p = p a^(p-1); p == 0 is a constant, whose gradient is 0 even
       // where a^(-1) is not finite, as torch.
       if (exponent.to<double>() == 0.0) return {zeros_like(g[0])};
-      Scalar lowered = exponent.is_floating() ? Scalar(exponent.to<double>() - 1.0)
-                                              : Scalar(exponent.to<int64_t>() - 1);
+      Scalar lowered =
+          exponent.is_floating() ? Scalar(exponent.to<double>() - 1.0) : Scalar(exponent.to<int64_t>() - 1);
       return {mul(mul(g[0], pow(saved_a.get(), lowered)), exponent)};
     });
   }
@@ -119,23 +119,23 @@ Tensor pow(const Tensor& a, const Tensor& b) {
     record_with_outputs("pow", {a, b}, {out},
                         [saved_a = SavedTensor(a), saved_b = SavedTensor(b), sa = a.shape(), sb = b.shape(), need_a,
                          need_b](const TensorList& g, const TensorList& outs) -> TensorList {
-      const Tensor& av = saved_a.get();
-      const Tensor& bv = saved_b.get();
-      Tensor ga, gb;
-      if (need_a) {
-        // d a^b / da = b a^(b-1), and 0 where b == 0 (a^(-1) may be inf there).
-        Tensor nonzero_exponent = untracked([&] { return ops::ne(bv, 0); });
-        ga = sum_to(where(nonzero_exponent, mul(g[0], mul(bv, pow(av, sub(bv, 1)))), 0.0), sa);
-      }
-      if (need_b) {
-        // d a^b / db = a^b log(a); at a == 0 with b >= 0 that is 0 * -inf,
-        // which torch defines as 0 (0^b is flat in b there, or jumps).
-        Tensor defined_log =
-            untracked([&] { return ops::logical_not(ops::logical_and(ops::eq(av, 0), ops::ge(bv, 0))); });
-        gb = sum_to(where(defined_log, mul(g[0], mul(outs[0], log(av))), 0.0), sb);
-      }
-      return {ga, gb};
-    });
+                          const Tensor& av = saved_a.get();
+                          const Tensor& bv = saved_b.get();
+                          Tensor ga, gb;
+                          if (need_a) {
+                            // d a^b / da = b a^(b-1), and 0 where b == 0 (a^(-1) may be inf there).
+                            Tensor nonzero_exponent = untracked([&] { return ops::ne(bv, 0); });
+                            ga = sum_to(where(nonzero_exponent, mul(g[0], mul(bv, pow(av, sub(bv, 1)))), 0.0), sa);
+                          }
+                          if (need_b) {
+                            // d a^b / db = a^b log(a); at a == 0 with b >= 0 that is 0 * -inf,
+                            // which torch defines as 0 (0^b is flat in b there, or jumps).
+                            Tensor defined_log = untracked(
+                                [&] { return ops::logical_not(ops::logical_and(ops::eq(av, 0), ops::ge(bv, 0))); });
+                            gb = sum_to(where(defined_log, mul(g[0], mul(outs[0], log(av))), 0.0), sb);
+                          }
+                          return {ga, gb};
+                        });
   }
   return out;
 }
@@ -221,9 +221,10 @@ Tensor operator/(Scalar a, const Tensor& b) {
   Tensor out = untracked([&] { return ops::operator/(a, b); });
   if (autograd::needs_grad({b})) {
     // d(a/b)/db = -a / b^2 = -out / b
-    autograd::record_with_outputs("div", {b}, {out}, [saved_b = SavedTensor(b)](const TensorList& g, const TensorList& outs) -> TensorList {
-      return {neg(div(mul(g[0], outs[0]), saved_b.get()))};
-    });
+    autograd::record_with_outputs(
+        "div", {b}, {out}, [saved_b = SavedTensor(b)](const TensorList& g, const TensorList& outs) -> TensorList {
+          return {neg(div(mul(g[0], outs[0]), saved_b.get()))};
+        });
   }
   return out;
 }

@@ -131,7 +131,11 @@ TEST(Engine, InPlaceOnATensorThatRequiresGradIsRefusedUnderGradMode) {
   Tensor w = leaf({1, 2});
   expect_error([&] { add_(w, 1.0); }, "add_: in-place operation on a tensor that requires grad");
   expect_error([&] { w *= 2.0; }, "mul_: in-place operation on a tensor that requires grad");
-  expect_error([&] { w.copy_(from_vector<double>({0, 0})); }, "copy_: in-place operation on a tensor that requires grad");
+  expect_error(
+      [&] {
+        w.copy_(from_vector<double>({0, 0}));
+      },
+      "copy_: in-place operation on a tensor that requires grad");
   Tensor buffer = zeros({2}, DType::Float64);
   expect_error([&] { buffer.copy_(w * 2.0); }, "copy_: in-place write from a tensor that requires grad");
   {
