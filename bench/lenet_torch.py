@@ -1,0 +1,89 @@
+#!/usr/bin/python3
+"""The PyTorch anchor of bench/lenet.cpp: the same LeNet-5 workload, timed.
+
+Training: SGD (lr 0.01, momentum 0.9), batch 64, float32, one pass over the
+first floor(N / 64) * 64 of N in-memory images, zero_grad(set_to_none=True).
+Evaluation: M images in batches of 1000 under torch.no_grad(), model.eval().
+Images are N(0, 1) noise, labels uniform in [0, 10), from a fixed seed. Each
+pass is timed once after a few warm-up steps. One line per (pass, threads):
+
+    lenet_train pytorch_threads=1 pytorch_img_s=..
+    lenet_eval pytorch_threads=1 pytorch_img_s=..
+
+Usage: /usr/bin/python3 bench/lenet_torch.py [--threads T] [--train-images N] [--eval-images M]
+       (default: threads 1 and 2, N = M = 10000)
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from lenet_torch import LeNet  # noqa: E402
+
+TRAIN_BATCH = 64
+EVAL_BATCH = 1000
+WARMUP_STEPS = 5
+
+
+def make_data(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 3, 32, 32, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+
+def time_training(model, optimizer, images, labels, steps):
+    model.train()
+
+    def step(s):
+        x = images[s * TRAIN_BATCH:(s + 1) * TRAIN_BATCH]
+        y = labels[s * TRAIN_BATCH:(s + 1) * TRAIN_BATCH]
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+    for s in range(WARMUP_STEPS):
+        step(s)
+    start = time.perf_counter()
+    for s in range(steps):
+        step(s)
+    return steps * TRAIN_BATCH / (time.perf_counter() - start)
+
+
+def time_evaluation(model, images, batches):
+    model.eval()
+    with torch.no_grad():
+        model(images[:EVAL_BATCH]).argmax(1)
+        start = time.perf_counter()
+        for b in range(batches):
+            model(images[b * EVAL_BATCH:(b + 1) * EVAL_BATCH]).argmax(1)
+        return batches * EVAL_BATCH / (time.perf_counter() - start)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
+    parser.add_argument("--train-images", type=int, default=10000)
+    parser.add_argument("--eval-images", type=int, default=10000)
+    args = parser.parse_args()
+    if args.train_images < TRAIN_BATCH or args.eval_images < EVAL_BATCH:
+        parser.error(f"--train-images must be >= {TRAIN_BATCH} and --eval-images >= {EVAL_BATCH}")
+
+    train_images, train_labels = make_data(max(args.train_images, WARMUP_STEPS * TRAIN_BATCH), 1)
+    eval_images, _ = make_data(args.eval_images, 2)
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        torch.manual_seed(0)
+        model = LeNet()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        img_s = time_training(model, optimizer, train_images, train_labels, args.train_images // TRAIN_BATCH)
+        print(f"lenet_train pytorch_threads={threads} pytorch_img_s={img_s:.0f}", flush=True)
+        img_s = time_evaluation(model, eval_images, args.eval_images // EVAL_BATCH)
+        print(f"lenet_eval pytorch_threads={threads} pytorch_img_s={img_s:.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
