@@ -193,6 +193,9 @@ class Tensor {
   std::string grad_fn_name() const;                    // "MulBackward"-like name; "" for leaves
   // Backpropagates from this tensor; `gradient` may be omitted for a
   // one-element tensor (it is then 1). Frees the graph unless retain_graph.
+  // With create_graph, a leaf's .grad() holds the graph that computed it,
+  // and that graph holds the leaf: a reference cycle, as in PyTorch. Clear
+  // it with set_grad(Tensor()) (or zero_grad) when done, or memory leaks.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false, bool create_graph = false) const;
   // The same data with no autograd history (shares storage and version).
   Tensor detach() const;

@@ -7,10 +7,15 @@
 //   grad_input[n]  = col2im(weight^T (CKK, OC) @ grad_out[n] (OC, P))
 // cols[n] is built in a per-thread buffer just before its products, so it is
 // still in L2 when the GEMM reads it, and never exists for the whole batch.
+// Float32 with stride and dilation 1 (LeNet's layers) skips im2col for the
+// forward and grad_weight products: Note [Direct convolution over a wide
+// output] in conv2d_direct.h.
 #include <algorithm>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
+#include "tensor/cpu/conv2d_direct.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/cpu/parallel.h"
@@ -66,6 +71,23 @@ void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& weight, con
   T* out_data = out.data<T>();  // (N, OC, P), planes contiguous
   const int nthreads = threads_for_images(n_images, 2.0 * double(oc) * double(ckk) * double(p));
 
+  if constexpr (std::is_same_v<T, float>) {
+    if (direct_conv_applies(g) && weight.stride(1) == 1 && out.stride(2) == out.size(3) && out.stride(3) == 1 &&
+        (!b || bias.stride(0) == 1)) {
+      const DirectConvPlan plan = make_direct_conv_plan(g);
+      const std::vector<float> packed = pack_direct_conv_weight(w, oc, ckk, weight.stride(0));
+      const float* x_data = x.data<float>();
+      over_images(nthreads, n_images, [&](int, int64_t begin, int64_t end) {
+        if (begin == end) return;
+        DirectConvScratch scratch(plan, oc, /*grad_weight=*/false);
+        for (int64_t n = begin; n < end; ++n) {
+          load_direct_conv_image(plan, x_data + n * x.stride(0), x.stride(1), x.stride(2), x.stride(3), scratch);
+          direct_conv_forward_image(plan, packed, oc, b, out_data + n * out.stride(0), out.stride(1), scratch);
+        }
+      });
+      return;
+    }
+  }
   over_images(nthreads, n_images, [&](int, int64_t begin, int64_t end) {
     if (begin == end) return;
     Tensor cols = Tensor::empty({1, ckk, p}, x.dtype());  // (1, CKK, P): this thread's im2col buffer
@@ -103,14 +125,27 @@ void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight,
   const int64_t block = oc * ckk;
   std::vector<T> partial(grad_weight.defined() ? nthreads * block : 0);  // (ranges, CKK, OC), zeros
 
+  // The direct path computes grad_weight (OC, CKK) rather than its transpose.
+  bool direct = false;
+  if constexpr (std::is_same_v<T, float>) direct = grad_weight.defined() && direct_conv_applies(g);
+  const DirectConvPlan plan = direct ? make_direct_conv_plan(g) : DirectConvPlan{};
+
   over_images(nthreads, n_images, [&](int range, int64_t begin, int64_t end) {
     if (begin == end) return;
     // (1, CKK, P): cols[n] for grad_weight, then reused for grad_input's columns.
     Tensor cols = Tensor::empty({1, ckk, p}, x.dtype());
     T* cols_data = cols.data<T>();
+    std::optional<DirectConvScratch> scratch;
+    if (direct) scratch.emplace(plan, oc, /*grad_weight=*/true);
     for (int64_t n = begin; n < end; ++n) {
       const T* go_n = go + n * gos0;  // (OC, P)
-      if (grad_weight.defined()) {
+      if (direct) {
+        if constexpr (std::is_same_v<T, float>) {
+          load_direct_conv_image(plan, x.data<float>() + n * x.stride(0), x.stride(1), x.stride(2), x.stride(3),
+                                 *scratch);
+          direct_conv_grad_weight_image(plan, oc, go_n, gos1, *scratch);
+        }
+      } else if (grad_weight.defined()) {
         cpu.im2col(cols, x.slice(0, n, n + 1), g);
         // grad_out[n]^T is read through swapped strides: (P, OC) with rows 1 apart.
         gemm<T>(ckk, oc, p, cols_data, p, 1, go_n, 1, gos1, n == begin ? T(0) : T(1),
@@ -123,6 +158,9 @@ void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight,
         cpu.col2im(grad_input.slice(0, n, n + 1), cols, g);
       }
     }
+    if constexpr (std::is_same_v<T, float>) {
+      if (direct) direct_conv_grad_weight_sum(*scratch, partial.data() + range * block);
+    }
   });
 
   if (!grad_weight.defined()) return;
@@ -130,7 +168,9 @@ void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight,
   for (int64_t o = 0; o < oc; ++o) {
     for (int64_t j = 0; j < ckk; ++j) {
       T sum = 0;
-      for (int r = 0; r < nthreads; ++r) sum += partial[r * block + j * oc + o];
+      // Blocks are (CKK, OC), or (OC, CKK) from the direct path.
+      const int64_t at = direct ? o * ckk + j : j * oc + o;
+      for (int r = 0; r < nthreads; ++r) sum += partial[r * block + at];
       gw[o * grad_weight.stride(0) + j] = sum;
     }
   }

@@ -14,6 +14,21 @@ namespace {
 // Below this many elements a kernel stays on one thread.
 constexpr int64_t kGrain = 1 << 15;
 
+// One contiguous run of where: x and y step by x_step / y_step elements (1,
+// or 0 for an operand broadcast from a scalar, as relu's backward passes
+// where(mask, grad, 0)).
+template <class W, int64_t XStep, int64_t YStep>
+void where_run(W* o, const bool* c, const W* x, const W* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    // Both loads happen unconditionally and the select is done with a mask,
+    // so the compiler may vectorize (it cannot with `c[i] ? x[i] : y[i]`,
+    // whose loads it must not move ahead of the test).
+    const W xi = x[i * XStep], yi = y[i * YStep];
+    const W mask = static_cast<W>(W{0} - static_cast<W>(c[i]));  // all ones where c[i]
+    o[i] = static_cast<W>((xi & mask) | (yi & static_cast<W>(~mask)));
+  }
+}
+
 // where only moves elements, so it is instantiated per element size, not
 // per dtype: W is an unsigned integer as wide as the element.
 template <class W>
@@ -21,13 +36,17 @@ void where_loop(const Tensor& out, const Tensor& cond, const Tensor& a, const Te
   constexpr int64_t w = sizeof(W);
   StridedLoop<4> loop({&out, &cond, &a, &b});
   loop.run(kGrain, [](char** p, const int64_t* s, int64_t n) {
-    if (s[0] == w && s[1] == 1 && s[2] == w && s[3] == w) {
+    const bool dense = s[0] == w && s[1] == 1;
+    const bool a_run = s[2] == w || s[2] == 0, b_run = s[3] == w || s[3] == 0;
+    if (dense && a_run && b_run) {
       W* o = reinterpret_cast<W*>(p[0]);
       const bool* c = reinterpret_cast<const bool*>(p[1]);
       const W* x = reinterpret_cast<const W*>(p[2]);
       const W* y = reinterpret_cast<const W*>(p[3]);
-      for (int64_t i = 0; i < n; ++i) o[i] = c[i] ? x[i] : y[i];
-      return;
+      if (s[2] == w && s[3] == w) return where_run<W, 1, 1>(o, c, x, y, n);
+      if (s[2] == w) return where_run<W, 1, 0>(o, c, x, y, n);
+      if (s[3] == w) return where_run<W, 0, 1>(o, c, x, y, n);
+      return where_run<W, 0, 0>(o, c, x, y, n);
     }
     for (int64_t i = 0; i < n; ++i) {
       bool c = *reinterpret_cast<const bool*>(p[1] + i * s[1]);

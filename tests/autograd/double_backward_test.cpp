@@ -27,6 +27,7 @@ TEST(DoubleBackward, ThroughBackwardWithCreateGraph) {
   expect_values(first, {6.75, 0.75, 12});
   Tensor second = autograd::grad({sum(first)}, {x})[0];
   expect_values(second, {-9, 3, 12});
+  x.set_grad(Tensor());  // breaks the grad -> graph -> x cycle (Tensor::backward)
 }
 
 TEST(DoubleBackward, SecondDerivativeOfTanhAndSigmoid) {

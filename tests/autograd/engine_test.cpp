@@ -244,6 +244,7 @@ TEST(Engine, FunctionalGradAndSecondDerivatives) {
   EXPECT_TRUE(dz.requires_grad());
   TensorList d2 = autograd::grad({sum(dz)}, {z});
   EXPECT_EQ(values_of(d2[0]), (std::vector<double>{18}));
+  z.set_grad(Tensor());  // breaks the grad -> graph -> z cycle (Tensor::backward)
 
   Tensor unused = leaf({1});
   expect_error([&] { autograd::grad({sum(x * 2.0)}, {unused}); }, "grad: input 0 was not used to compute the outputs");

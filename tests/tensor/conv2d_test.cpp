@@ -6,6 +6,8 @@
 #include <initializer_list>
 #include <string>
 
+#include "tensor/cpu/conv2d_direct.h"
+#include "tensor/cpu/cpu_features.h"
 #include "tensor/ops.h"
 #include "tests/tensor/test_util.h"
 
@@ -185,6 +187,33 @@ TEST(Conv2d, LeNetShapesOnOneAndTwoThreads) {
   const std::vector<Case> lenet = {{{64, 3, 32, 32}, 6, 5, 5, params(1, 1, 0, 0)},
                                    {{64, 6, 14, 14}, 16, 5, 5, params(1, 1, 0, 0)}};
   for (const Case& k : lenet) check_case(k, random_tensor(k.x_shape, DType::Float32, 5), 5, {1, 2});
+}
+
+// Float32 stride-1 convolutions take the direct path (Note [Direct
+// convolution over a wide output]) on AVX2 machines: every output-channel
+// count up to 13 reaches each register block of 1..6 rows, paddings of 0..2,
+// odd widths leave the last vectors partly past the wide row, and a batch of
+// 5 on 2 threads sums grad_weight from uneven ranges.
+TEST(Conv2d, DirectPathForEveryRowBlockAndPadding) {
+  const ConvGeometry lenet1{3, 32, 32, 5, 5}, strided = [] {
+    ConvGeometry g{3, 32, 32, 5, 5};
+    g.stride_h = g.stride_w = 2;
+    return g;
+  }();
+  if (cpu::simd_level() >= cpu::SimdLevel::Avx2) {
+    EXPECT_TRUE(cpu::direct_conv_applies(lenet1));
+    EXPECT_FALSE(cpu::direct_conv_applies(strided));
+  } else {
+    EXPECT_FALSE(cpu::direct_conv_applies(lenet1)) << "the direct path needs AVX2";
+  }
+  uint64_t seed = 300;
+  for (int64_t oc = 1; oc <= 13; ++oc) {
+    for (int64_t pad = 0; pad <= 2; ++pad) {
+      Case k{{5, 2, 9, 11}, oc, 3, 4, params(1, 1, pad, pad), oc % 2 == 0};
+      check_case(k, random_tensor(k.x_shape, DType::Float32, seed), seed, {1, 2});
+      seed += 10;
+    }
+  }
 }
 
 TEST(Conv2d, NonContiguousOperands) {

@@ -1,0 +1,85 @@
+// The portable half of the direct convolution (Note [Direct convolution over
+// a wide output] in conv2d_direct.h): the plan, weight packing and the
+// scratch planes. The AVX2 products are in conv2d_direct_avx2.cpp.
+#include "tensor/cpu/conv2d_direct.h"
+
+#include <algorithm>
+
+#include "tensor/cpu/cpu_features.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+// Output channels per register block of the forward kernel (6 rows x 16
+// columns of accumulators fill 12 of AVX2's 16 vector registers).
+constexpr int64_t kForwardRows = 6;
+
+// Above this many floats in the padded image the columns no longer stay in
+// L2 while the kernel walks them, and im2col + the blocked GEMM is the
+// better plan (it packs what it reuses).
+constexpr int64_t kMaxImageFloats = int64_t{1} << 15;
+
+}  // namespace
+
+bool direct_conv_applies(const ConvGeometry& g) {
+  if (simd_level() < SimdLevel::Avx2) return false;
+  if (g.stride_h != 1 || g.stride_w != 1 || g.dilation_h != 1 || g.dilation_w != 1) return false;
+  const int64_t padded = g.channels * (g.height + 2 * g.pad_h) * (g.width + 2 * g.pad_w);
+  return padded <= kMaxImageFloats;
+}
+
+DirectConvPlan make_direct_conv_plan(const ConvGeometry& g) {
+  DirectConvPlan plan;
+  plan.channels = g.channels, plan.height = g.height, plan.width = g.width;
+  plan.kernel_h = g.kernel_h, plan.kernel_w = g.kernel_w, plan.pad_h = g.pad_h, plan.pad_w = g.pad_w;
+  plan.out_h = g.out_h(), plan.out_w = g.out_w();
+  plan.padded_h = g.height + 2 * g.pad_h, plan.padded_w = g.width + 2 * g.pad_w;
+  plan.wide = (plan.out_h - 1) * plan.padded_w + plan.out_w;
+  plan.wide_stride = (plan.wide + 15) / 16 * 16;
+  // The last tap's window ends at the plane's last element (see the header);
+  // the kernels load whole vectors up to wide_stride, 15 floats further.
+  plan.image_floats = plan.channels * plan.padded_h * plan.padded_w + 16;
+  plan.offsets.reserve(g.channels * g.kernel_h * g.kernel_w);
+  for (int64_t c = 0; c < g.channels; ++c) {
+    for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
+      for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
+        plan.offsets.push_back((c * plan.padded_h + ki) * plan.padded_w + kj);
+      }
+    }
+  }
+  return plan;
+}
+
+std::vector<float> pack_direct_conv_weight(const float* weight, int64_t out_channels, int64_t ckk,
+                                           int64_t row_stride) {
+  // Block b (rows o0 .. o0 + rows - 1) starts at o0 * ckk and holds
+  // packed[o0 * ckk + k * rows + i] = weight[o0 + i][k].
+  std::vector<float> packed(out_channels * ckk);
+  for (int64_t o0 = 0; o0 < out_channels; o0 += kForwardRows) {
+    const int64_t rows = std::min(kForwardRows, out_channels - o0);
+    float* block = packed.data() + o0 * ckk;
+    for (int64_t k = 0; k < ckk; ++k) {
+      for (int64_t i = 0; i < rows; ++i) block[k * rows + i] = weight[(o0 + i) * row_stride + k];
+    }
+  }
+  return packed;
+}
+
+void load_direct_conv_image(const DirectConvPlan& plan, const float* x, int64_t sc, int64_t sy, int64_t sx,
+                            DirectConvScratch& scratch) {
+  for (int64_t c = 0; c < plan.channels; ++c) {
+    for (int64_t y = 0; y < plan.height; ++y) {
+      // padded plane row pad_h + y, from column pad_w: (W)
+      float* dst = scratch.image.data() + (c * plan.padded_h + plan.pad_h + y) * plan.padded_w + plan.pad_w;
+      const float* src = x + c * sc + y * sy;
+      if (sx == 1) {
+        std::copy_n(src, plan.width, dst);
+      } else {
+        for (int64_t i = 0; i < plan.width; ++i) dst[i] = src[i * sx];
+      }
+    }
+  }
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,103 @@
+// Direct float32 convolution for stride 1 and dilation 1 (AVX2): no im2col.
+//
+// Note [Direct convolution over a wide output]
+// im2col copies every input pixel kh*kw times into a (CKK, P) matrix; for
+// LeNet's first layer that copy takes longer than the GEMM that reads it
+// (1.06 against 0.57 ms per batch of 64 on one core). It can be avoided
+// because, with stride and dilation 1, the columns of that matrix are
+// shifted windows of one image. Pad the image into a scratch plane of
+// width wp = W + 2*pad_w (height hp likewise) and number output positions
+// along that wider row, q = oy*wp + ox; then
+//   cols[r][q] = image[off(r) + q],   off(r) = c*hp*wp + ki*wp + kj,
+// for tap r = (c*kh + ki)*kw + kj. Row r of the column matrix is the
+// image itself, read from offset off(r): the GEMM's inner loop loads B
+// vectors straight from the padded image through a table of CKK offsets
+// (an "indirect" GEMM, as XNNPACK's). Positions with ox >= ow (the last
+// wp - ow of each wide row) are computed too and thrown away: for LeNet
+// 32/28 and 14/10 times the useful work, far less than im2col costs.
+//
+// The three products of a convolution use it as follows:
+//   forward      out_wide (OC, Q) = W (OC, CKK) @ cols (CKK, Q), then the
+//                valid positions (plus bias) are copied out;
+//   grad_weight  gW (OC, CKK) += go_wide (OC, Q) @ cols^T: element (o, r) is
+//                a dot product of go_wide row o with the image from off(r),
+//                so it is computed as dot products, several (o, r) pairs at
+//                once; go_wide holds zeros at the thrown-away positions, so
+//                they add nothing;
+//   grad_input   stays im2col-shaped (tensor/cpu/conv2d.cpp): as a direct
+//                convolution it would multiply the zero border of the
+//                padded gradient and be no faster for LeNet.
+// A non-finite input value can therefore meet a zero at a thrown-away
+// position in grad_weight (0 * inf = NaN), where im2col would not look at
+// it: such a gradient is not finite either way, but may read NaN for inf.
+//
+// The scratch planes (padded image, wide output or gradient) belong to one
+// thread during one call and are zeroed once; each image then writes only
+// the valid positions, so the borders and gaps stay zero.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tensor/backend.h"
+
+namespace kiln::cpu {
+
+// The offsets and sizes of Note [Direct convolution over a wide output] for
+// one geometry.
+struct DirectConvPlan {
+  int64_t channels = 0, height = 0, width = 0;  // of the input
+  int64_t kernel_h = 0, kernel_w = 0, pad_h = 0, pad_w = 0;
+  int64_t out_h = 0, out_w = 0;
+  int64_t padded_h = 0, padded_w = 0;  // hp, wp
+  int64_t wide = 0;                    // Q = (oh - 1) * wp + ow positions
+  int64_t wide_stride = 0;             // Q rounded up to 16: the row stride of wide planes
+  int64_t image_floats = 0;            // C*hp*wp and a zero tail the last vector loads read
+  std::vector<int64_t> offsets;        // (CKK): off(r)
+};
+
+// Whether the direct path serves this float32 geometry on this CPU.
+bool direct_conv_applies(const ConvGeometry& g);
+DirectConvPlan make_direct_conv_plan(const ConvGeometry& g);
+
+// Weight (OC, CKK) (rows `row_stride` apart, unit column stride) repacked
+// for direct_conv_forward_image: blocks of 6 output channels, each block
+// (CKK, rows) k-major.
+std::vector<float> pack_direct_conv_weight(const float* weight, int64_t out_channels, int64_t ckk,
+                                           int64_t row_stride);
+
+// One thread's scratch for one convolution call, zeroed on construction.
+// grad_weight's dot products keep their 8 lanes apart across all the
+// thread's images (`lanes`) and add them up once at the end
+// (direct_conv_grad_weight_sum): a horizontal sum per product per image
+// would cost as much as LeNet conv2's 17-step dot products themselves.
+struct DirectConvScratch {
+  DirectConvScratch(const DirectConvPlan& plan, int64_t out_channels, bool grad_weight)
+      : image(plan.image_floats, 0.f),
+        wide(out_channels * plan.wide_stride, 0.f),
+        lanes(grad_weight ? out_channels * static_cast<int64_t>(plan.offsets.size()) * 8 : 0, 0.f) {}
+  std::vector<float> image;  // (C, hp, wp) + tail
+  std::vector<float> wide;   // (OC, wide_stride)
+  std::vector<float> lanes;  // (OC, CKK, 8) partial sums of grad_weight
+};
+
+// Copies one image x (C, H, W), element (c, y, x) at x[c*sc + y*sy + x*sx],
+// into scratch.image's interior.
+void load_direct_conv_image(const DirectConvPlan& plan, const float* x, int64_t sc, int64_t sy, int64_t sx,
+                            DirectConvScratch& scratch);
+
+// out (OC, oh, ow), channel planes `out_channel_stride` apart and rows
+// contiguous, = conv(image in scratch, weight) + bias (nullable, unit
+// stride). `packed` is pack_direct_conv_weight's result.
+void direct_conv_forward_image(const DirectConvPlan& plan, const std::vector<float>& packed, int64_t out_channels,
+                               const float* bias, float* out, int64_t out_channel_stride, DirectConvScratch& scratch);
+
+// scratch.lanes += the gradient of the weight from one image: the image in
+// scratch and grad_out (OC, oh, ow), channel planes `go_channel_stride`
+// apart, rows contiguous.
+void direct_conv_grad_weight_image(const DirectConvPlan& plan, int64_t out_channels, const float* grad_out,
+                                   int64_t go_channel_stride, DirectConvScratch& scratch);
+// grad_weight (OC, CKK) contiguous += the sums of scratch.lanes.
+void direct_conv_grad_weight_sum(const DirectConvScratch& scratch, float* grad_weight);
+
+}  // namespace kiln::cpu
