@@ -7,9 +7,12 @@
 #include <filesystem>
 #include <memory>
 #include <system_error>
+#include <utility>
 
+#include "data/archive_path.h"
 #include "data/cifar10.h"
 #include "data/image_folder.h"
+#include "data/tar.h"
 #include "tensor/error.h"
 
 namespace kiln::data {
@@ -20,14 +23,31 @@ namespace fs = std::filesystem;
 constexpr char kOp[] = "convert_image_folder_to_cifar";
 constexpr int64_t kTrainBatches = 5;
 
-ImageFolder open_split(const std::string& root, const char* split) {
-  const std::string dir = (fs::path(root) / split).string();
-  std::error_code error;
-  KILN_CHECK(fs::is_directory(dir, error), kOp, ": '", dir, "' is missing or not a folder (expected ", root,
+// require_channels: a greyscale or RGBA file is an error rather than being
+// converted, so the data set the user gets is the one they have.
+constexpr ImageFolderOptions kImages = {.height = 32, .width = 32, .decode = {.channels = 3, .require_channels = true}};
+
+void check_split(bool exists, const std::string& root, const char* split) {
+  KILN_CHECK(exists, kOp, ": '", root, "/", split, "' is missing or not a folder (expected ", root,
              "/train/<class>/<image> and ", root, "/test/<class>/<image>)");
-  // require_channels: a greyscale or RGBA file is an error rather than being
-  // converted, so the data set the user gets is the one they have.
-  return ImageFolder(dir, {.height = 32, .width = 32, .decode = {.channels = 3, .require_channels = true}});
+}
+
+// The train and test splits of root, a folder or "<archive>/<folder inside>"
+// (Note [Archive paths]); an archive is read once for both.
+std::pair<ImageFolder, ImageFolder> open_splits(const std::string& root) {
+  const ArchivePath where = split_archive_path(root);
+  if (where.archive.empty()) {
+    std::error_code error;
+    const std::string train = (fs::path(root) / "train").string(), test = (fs::path(root) / "test").string();
+    check_split(fs::is_directory(train, error), root, "train");
+    check_split(fs::is_directory(test, error), root, "test");
+    return {ImageFolder(train, kImages), ImageFolder(test, kImages)};
+  }
+  auto tar = std::make_shared<const TarArchive>(TarArchive::open(where.archive));
+  const std::string lead = where.folder.empty() ? "" : where.folder + "/";
+  check_split(archive_has_folder(*tar, lead + "train"), root, "train");
+  check_split(archive_has_folder(*tar, lead + "test"), root, "test");
+  return {ImageFolder(tar, lead + "train", kImages), ImageFolder(tar, lead + "test", kImages)};
 }
 
 std::string joined(const std::vector<std::string>& names) {
@@ -49,8 +69,7 @@ void write_meta(const std::string& path, const std::vector<std::string>& class_n
 }  // namespace
 
 CifarConversion convert_image_folder_to_cifar(const std::string& root, const std::string& outdir) {
-  ImageFolder train = open_split(root, "train");
-  ImageFolder test = open_split(root, "test");
+  auto [train, test] = open_splits(root);
   KILN_CHECK(train.class_names() == test.class_names(), kOp, ": '", train.root(), "' has classes ",
              joined(train.class_names()), " but '", test.root(), "' has ", joined(test.class_names()),
              "; both splits need the same class folders");

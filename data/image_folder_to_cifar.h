@@ -8,8 +8,13 @@
 //   root/test/<class>/<image>    ->  outdir/cifar-10-batches-bin/test_batch.bin
 //                                    outdir/cifar-10-batches-bin/batches.meta.txt
 //
+// The image folder may also lie inside a .tar or .tar.gz archive, named as
+// "<archive>/<folder inside>" (Note [Archive paths] in archive_path.h); the
+// archive is read once for both splits.
+//
 //   CifarConversion c = convert_image_folder_to_cifar("my-data", "out");
 //   Cifar10Dataset train("out", true);   // c.train_images examples
+//   convert_image_folder_to_cifar("cifar10-jpeg.tar.gz/cifar10-jpeg", "out");
 #pragma once
 
 #include <cstdint>
@@ -26,10 +31,11 @@ struct CifarConversion {
   std::string folder;  // outdir/cifar-10-batches-bin
 };
 
-// Reads root/train and root/test as ImageFolders (classes are the sorted
-// sub-folder names, the same in both splits, at most 10 of them; every image
-// a 32x32 RGB .png, .jpg, .jpeg or .bmp) and writes the CIFAR-10 batch files
-// into outdir/cifar-10-batches-bin/ (created if missing):
+// Reads root/train and root/test (root a folder or "<archive>/<folder>") as
+// ImageFolders (classes are the sorted sub-folder names, the same in both
+// splits, at most 10 of them; every image a 32x32 RGB .png, .jpg, .jpeg or
+// .bmp) and writes the CIFAR-10 batch files into outdir/cifar-10-batches-bin/
+// (created if missing):
 //  - data_batch_1.bin .. data_batch_5.bin: the training images in ImageFolder
 //    order (class by class, files sorted by name), cut into 5 consecutive
 //    batches whose sizes differ by at most one (the official release has
@@ -38,8 +44,9 @@ struct CifarConversion {
 //  - batches.meta.txt: the class names, one per line.
 // Every image is decoded before anything is written, so a bad image leaves
 // the output folder untouched. Throws kiln::Error naming the missing split
-// folder, the file of the wrong size or channel count, the class lists that
-// differ, or the file that cannot be written.
+// folder, the archive that cannot be read, the file of the wrong size or
+// channel count, the class lists that differ, or the file that cannot be
+// written.
 CifarConversion convert_image_folder_to_cifar(const std::string& root, const std::string& outdir);
 
 }  // namespace kiln::data

@@ -64,6 +64,17 @@ std::string Cifar10Dataset::name() const {
 ImageFolderDataset::ImageFolderDataset(std::string root, std::shared_ptr<transforms::Transform> transform,
                                        uint64_t seed, ImageFolderDatasetOptions options)
     : LabeledImageDataset(std::move(transform), seed), folder_(std::move(root), options.folder) {
+  load_unless_lazy(options);
+}
+
+ImageFolderDataset::ImageFolderDataset(std::shared_ptr<const TarArchive> archive, std::string folder,
+                                       std::shared_ptr<transforms::Transform> transform, uint64_t seed,
+                                       ImageFolderDatasetOptions options)
+    : LabeledImageDataset(std::move(transform), seed), folder_(std::move(archive), std::move(folder), options.folder) {
+  load_unless_lazy(options);
+}
+
+void ImageFolderDataset::load_unless_lazy(const ImageFolderDatasetOptions& options) {
   if (options.lazy) return;
   ImageTensors all = folder_.load_all(options.load_threads);
   hold_in_memory(std::move(all.images), std::move(all.labels));

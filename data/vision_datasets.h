@@ -31,6 +31,7 @@
 
 #include "data/dataset.h"
 #include "data/image_folder.h"
+#include "data/tar.h"
 #include "data/transforms.h"
 #include "tensor/tensor.h"
 
@@ -109,14 +110,24 @@ struct ImageFolderDatasetOptions {
 };
 
 // An ImageFolder (root/<class>/<image>) as a Dataset; labels are the indices
-// of the sorted class names.
+// of the sorted class names. The folder may lie inside a .tar or .tar.gz
+// archive (Note [Archive paths] in archive_path.h); two splits of one
+// archive share it when it is opened once and passed to both.
 //   ImageFolderDataset train("imagenette/train", tf, 0, {.folder = {.height = 160, .width = 160}});
+//   ImageFolderDataset test("cifar10-jpeg.tar.gz/cifar10-jpeg/test");
+//   auto tar = std::make_shared<const TarArchive>(TarArchive::open("cifar10-jpeg.tar.gz"));
+//   ImageFolderDataset train(tar, "cifar10-jpeg/train", tf, 0), test(tar, "cifar10-jpeg/test");
 class ImageFolderDataset : public LabeledImageDataset {
  public:
-  // Throws what ImageFolder's constructor and, unless lazy, load_all throw
-  // (naming the root, or the file that cannot be decoded or has the wrong size).
+  // `root` is a folder or "<archive>/<folder inside>". Throws what
+  // ImageFolder's constructor and, unless lazy, load_all throw (naming the
+  // root, or the file that cannot be decoded or has the wrong size).
   explicit ImageFolderDataset(std::string root, std::shared_ptr<transforms::Transform> transform = nullptr,
                               uint64_t seed = 0, ImageFolderDatasetOptions options = {});
+  // The folder `folder` of an archive already open. Throws as above.
+  ImageFolderDataset(std::shared_ptr<const TarArchive> archive, std::string folder,
+                     std::shared_ptr<transforms::Transform> transform = nullptr, uint64_t seed = 0,
+                     ImageFolderDatasetOptions options = {});
 
   int64_t size() const override { return folder_.size(); }
   // "ImageFolder (<root>)".
@@ -128,6 +139,9 @@ class ImageFolderDataset : public LabeledImageDataset {
   LabeledImage load(int64_t index) const override;
 
  private:
+  // Decodes every image into memory unless options.lazy.
+  void load_unless_lazy(const ImageFolderDatasetOptions& options);
+
   ImageFolder folder_;
 };
 

@@ -1,5 +1,6 @@
 // kiln-image-folder-to-cifar ROOT OUTDIR: a command line over
-// kiln::data::convert_image_folder_to_cifar (data/image_folder_to_cifar.h).
+// kiln::data::convert_image_folder_to_cifar (data/image_folder_to_cifar.h);
+// ROOT is a folder or ARCHIVE/FOLDER-INSIDE (Note [Archive paths]).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -12,9 +13,11 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Converts ROOT/train/<class>/<image> and ROOT/test/<class>/<image> (32x32 RGB .png, .jpg, .jpeg or .bmp; "
       "classes sorted by name, at most 10) into the CIFAR-10 binary format: "
-      "OUTDIR/cifar-10-batches-bin/data_batch_1..5.bin, test_batch.bin and batches.meta.txt."};
+      "OUTDIR/cifar-10-batches-bin/data_batch_1..5.bin, test_batch.bin and batches.meta.txt. "
+      "ROOT may lie inside a .tar or .tar.gz archive, read without extracting it: "
+      "ROOT = ARCHIVE/FOLDER-INSIDE, e.g. cifar10-jpeg.tar.gz/cifar10-jpeg."};
   std::string root, outdir;
-  app.add_option("ROOT", root, "image folder holding train/ and test/")->required();
+  app.add_option("ROOT", root, "image folder holding train/ and test/, or ARCHIVE/FOLDER-INSIDE")->required();
   app.add_option("OUTDIR", outdir, "output folder; cifar-10-batches-bin/ is created inside it")->required();
   CLI11_PARSE(app, argc, argv);
 
