@@ -1,0 +1,134 @@
+// open_datasets: from the --data path to the training and test Datasets.
+#include "apps/lenet/data_source.h"
+
+#include <filesystem>
+#include <utility>
+
+#include "data/cifar10.h"
+#include "data/tar.h"
+#include "data/transforms.h"
+#include "kiln.h"
+
+namespace kiln::apps::lenet {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kCifarFolder = "cifar-10-batches-bin";
+constexpr const char* kCifarArchive = "cifar-10-binary.tar.gz";
+constexpr int64_t kLeNetClasses = 10;
+
+const char* kWhatWasLookedFor =
+    "expected a folder holding cifar-10-batches-bin/ or cifar-10-binary.tar.gz, the cifar-10-batches-bin folder "
+    "itself, a .tar.gz holding cifar-10-batches-bin/, or an image folder with train/<class>/ and test/<class>/";
+
+// The per-sample part of the training augmentation; ToTensor and Normalize
+// follow per batch (Note [Normalizing whole batches]).
+std::shared_ptr<data::transforms::Transform> train_transform(bool augment) {
+  if (!augment) return nullptr;
+  using namespace data::transforms;
+  return std::make_shared<Compose>(std::vector<std::shared_ptr<Transform>>{
+      std::make_shared<RandomCrop>(32, 4), std::make_shared<RandomHorizontalFlip>()});
+}
+
+bool is_archive(const fs::path& path) {
+  const std::string name = path.filename().string();
+  return name.ends_with(".tar.gz") || name.ends_with(".tgz") || name.ends_with(".tar");
+}
+
+// Whether a folder holds the CIFAR-10 batch files, directly or in cifar-10-batches-bin/.
+bool holds_cifar_batches(const fs::path& folder) {
+  std::error_code error;
+  return fs::is_directory(folder / kCifarFolder, error) || fs::is_regular_file(folder / "test_batch.bin", error) ||
+         fs::is_regular_file(folder / "data_batch_1.bin", error);
+}
+
+Datasets open_cifar10(const std::string& path, bool augment, uint64_t seed) {
+  Datasets d;
+  d.train = std::make_shared<data::Cifar10Dataset>(path, true, train_transform(augment), seed);
+  d.test = std::make_shared<data::Cifar10Dataset>(path, false);
+  d.class_names = cifar10_class_names();
+  d.description = "CIFAR-10 binary (" + path + ")";
+  return d;
+}
+
+Datasets open_image_folder(const fs::path& root, bool augment, uint64_t seed) {
+  data::ImageFolderDatasetOptions options;
+  options.folder.height = 32;
+  options.folder.width = 32;
+  Datasets d;
+  auto train = std::make_shared<data::ImageFolderDataset>((root / "train").string(), train_transform(augment), seed,
+                                                          options);
+  auto test = std::make_shared<data::ImageFolderDataset>((root / "test").string(), nullptr, 0, options);
+  KILN_CHECK(train->class_names() == test->class_names(), "--data '", root.string(),
+             "': train/ and test/ must hold the same class folders, got ", train->class_names().size(), " and ",
+             test->class_names().size(), " (first train class '", train->class_names().front(),
+             "', first test class '", test->class_names().front(), "')");
+  KILN_CHECK(static_cast<int64_t>(train->class_names().size()) <= kLeNetClasses, "--data '", root.string(),
+             "': LeNet has ", kLeNetClasses, " outputs but train/ holds ", train->class_names().size(),
+             " class folders");
+  d.class_names = train->class_names();
+  d.train = std::move(train);
+  d.test = std::move(test);
+  d.description = "image folder (" + root.string() + ")";
+  return d;
+}
+
+}  // namespace
+
+const std::vector<std::string>& cifar10_class_names() {
+  static const std::vector<std::string> names = {"airplane", "automobile", "bird",  "cat",  "deer",
+                                                 "dog",      "frog",       "horse", "ship", "truck"};
+  return names;
+}
+
+Datasets open_datasets(const std::string& path, bool augment, uint64_t seed) {
+  std::error_code error;
+  const fs::path p(path);
+  fs::file_status status = fs::status(p, error);
+  KILN_CHECK(fs::exists(status), "--data '", path, "' does not exist (", kWhatWasLookedFor, ")");
+
+  if (fs::is_directory(status)) {
+    if (holds_cifar_batches(p)) return open_cifar10(path, augment, seed);
+    if (fs::is_regular_file(p / kCifarArchive, error)) return open_cifar10((p / kCifarArchive).string(), augment, seed);
+    if (fs::is_directory(p / "train", error) && fs::is_directory(p / "test", error)) {
+      return open_image_folder(p, augment, seed);
+    }
+    KILN_CHECK(false, "--data '", path, "' holds neither cifar-10-batches-bin/, ", kCifarArchive,
+               ", CIFAR-10 batch files nor train/ and test/ folders (", kWhatWasLookedFor, ")");
+  }
+
+  KILN_CHECK(is_archive(p), "--data '", path, "' is a file but not a .tar.gz, .tgz or .tar archive (",
+             kWhatWasLookedFor, ")");
+  // The official archive by its name; any other archive is opened once to
+  // see which of the two layouts it holds.
+  if (p.filename() == kCifarArchive) return open_cifar10(path, augment, seed);
+  data::TarArchive archive = data::TarArchive::open(path);
+  for (const data::TarEntry& entry : archive.entries()) {
+    if (entry.name.starts_with(std::string(kCifarFolder) + "/") ||
+        entry.name.find(std::string("/") + kCifarFolder + "/") != std::string::npos) {
+      return open_cifar10(path, augment, seed);
+    }
+  }
+  return open_image_folder_archive(path, augment, seed);
+}
+
+Datasets open_image_folder_archive(const std::string& path, bool /*augment*/, uint64_t /*seed*/) {
+  KILN_CHECK(false, "--data '", path,
+             "': the archive holds no cifar-10-batches-bin/; reading an image folder (train/<class>/, "
+             "test/<class>/) from a .tar.gz is not supported yet: unpack it and pass the folder");
+  return {};
+}
+
+Tensor normalize_batch(const Tensor& images) {
+  KILN_CHECK(images.dtype() == DType::UInt8 && images.dim() == 4 && images.size(1) == 3,
+             "normalize_batch: expected (B, 3, H, W) uint8 images, got ", images.dtype(), " ", images.shape());
+  // mean, std: (1, 3, 1, 1), broadcast over the batch and the pixels.
+  static const Tensor mean = from_vector<double>(kCifar10Mean, {1, 3, 1, 1}).to(DType::Float32);
+  static const Tensor std = from_vector<double>(kCifar10Std, {1, 3, 1, 1}).to(DType::Float32);
+  Tensor x = ops::div(images.to(DType::Float32), 255.0);  // x: (B, 3, H, W) in [0, 1]
+  return ops::div(ops::sub(x, mean), std);
+}
+
+}  // namespace kiln::apps::lenet

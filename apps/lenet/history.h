@@ -1,0 +1,39 @@
+// The record of a run, one entry per finished epoch: what --log appends as
+// JSON lines, what --plot draws, and what a checkpoint carries so that a
+// resumed run redraws the whole curve.
+//
+//   {"epoch":1,"train_loss":1.82,"test_loss":1.55,"test_accuracy":0.4312,
+//    "lr":0.0049,"seconds":21.3,"images_per_second":2347.1}
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln::apps::lenet {
+
+struct EpochRecord {
+  int64_t epoch = 0;  // 1-based
+  double train_loss = 0;
+  double test_loss = 0;
+  double test_accuracy = 0;  // in [0, 1]
+  double lr = 0;             // at the end of the epoch
+  double seconds = 0;        // of training (the test pass excluded)
+  double images_per_second = 0;
+};
+
+// One JSON object on one line, without the newline; the keys are the field names.
+std::string to_json_line(const EpochRecord& record);
+// Parses what to_json_line writes; throws kiln::Error on a missing field or bad JSON.
+EpochRecord epoch_record_from_json(const std::string& text);
+
+// The whole history as one JSON array (a checkpoint's "history" entry), and back.
+std::string history_to_json(const std::vector<EpochRecord>& history);
+std::vector<EpochRecord> history_from_json(const std::string& text);
+
+// Appends one line to `path` (created if missing) and flushes it, so that an
+// interrupted run leaves whole lines; throws kiln::Error naming the file
+// when it cannot be written.
+void append_jsonl(const std::string& path, const EpochRecord& record);
+
+}  // namespace kiln::apps::lenet

@@ -1,0 +1,132 @@
+// kiln-lenet's flags, through CLI11. Range checks live in validate() rather
+// than in CLI11 validators so that the library API (run_training) applies
+// the same checks to options built in code.
+#include "apps/lenet/options.h"
+
+#include <CLI/CLI.hpp>
+
+#include "tensor/device.h"
+#include "tensor/error.h"
+
+namespace kiln::apps::lenet {
+
+std::string to_string(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::SGD: return "sgd";
+    case OptimizerKind::Adam: return "adam";
+    case OptimizerKind::AdamW: return "adamw";
+  }
+  return "?";
+}
+
+std::string to_string(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::None: return "none";
+    case ScheduleKind::Cosine: return "cosine";
+    case ScheduleKind::OneCycle: return "onecycle";
+  }
+  return "?";
+}
+
+OptimizerKind parse_optimizer(const std::string& name) {
+  for (OptimizerKind kind : {OptimizerKind::SGD, OptimizerKind::Adam, OptimizerKind::AdamW}) {
+    if (name == to_string(kind)) return kind;
+  }
+  KILN_CHECK(false, "--optimizer: unknown optimizer '", name, "' (expected sgd, adam or adamw)");
+  return OptimizerKind::SGD;
+}
+
+ScheduleKind parse_schedule(const std::string& name) {
+  for (ScheduleKind kind : {ScheduleKind::None, ScheduleKind::Cosine, ScheduleKind::OneCycle}) {
+    if (name == to_string(kind)) return kind;
+  }
+  KILN_CHECK(false, "--schedule: unknown schedule '", name, "' (expected none, cosine or onecycle)");
+  return ScheduleKind::None;
+}
+
+void validate(const TrainerOptions& o) {
+  KILN_CHECK(o.epochs > 0, "--epochs must be at least 1, got ", o.epochs);
+  KILN_CHECK(o.batch_size > 0, "--batch-size must be at least 1, got ", o.batch_size);
+  KILN_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
+  KILN_CHECK(o.momentum >= 0 && o.momentum < 1, "--momentum must be in [0, 1), got ", o.momentum);
+  KILN_CHECK(o.weight_decay >= 0, "--weight-decay must be non-negative, got ", o.weight_decay);
+  KILN_CHECK(o.threads >= 0, "--threads must be non-negative (0: all cores), got ", o.threads);
+  KILN_CHECK(o.workers >= 0, "--workers must be non-negative (0: load batches on the training thread), got ",
+             o.workers);
+  KILN_CHECK(!o.data.empty(), "--data must name a data set");
+  try {
+    Device device(o.device);
+    (void)device;
+  } catch (const Error&) {
+    KILN_CHECK(false, "--device: unknown device '", o.device, "' (expected cpu, cuda or cuda:N)");
+  }
+  KILN_CHECK(!o.eval_only || !o.resume.empty() || !o.weights.empty(),
+             "--eval-only needs the model to evaluate: give --resume CHECKPOINT or --weights FILE.safetensors");
+  KILN_CHECK(o.resume.empty() || o.weights.empty(), "--resume and --weights exclude each other: a checkpoint '",
+             o.resume, "' already holds the weights");
+  KILN_CHECK(o.eval_only || o.weights.empty(),
+             "--weights only goes with --eval-only; to continue training, use --resume with a checkpoint");
+}
+
+CommandLine parse_command_line(int argc, const char* const* argv) {
+  TrainerOptions o;
+  std::string optimizer = to_string(o.optimizer);
+  std::string schedule = to_string(o.schedule);
+
+  CLI::App app{
+      "Trains LeNet-5 on CIFAR-10 (or on an image folder of 32x32 RGB images) and reports the test accuracy per "
+      "class. The defaults are the recommended recipe."};
+  app.get_formatter()->column_width(34);
+  app.add_option("--data", o.data,
+                 "a folder holding cifar-10-batches-bin/ (or cifar-10-binary.tar.gz), that folder itself, the "
+                 "cifar-10-binary.tar.gz archive, or an image folder ROOT with ROOT/train/<class>/* and "
+                 "ROOT/test/<class>/*")
+      ->capture_default_str();
+  app.add_option("--epochs", o.epochs, "passes over the training set")->capture_default_str();
+  app.add_option("--batch-size", o.batch_size, "images per step")->capture_default_str();
+  app.add_option("--lr", o.lr, "learning rate (the peak with --schedule onecycle)")->capture_default_str();
+  app.add_option("--momentum", o.momentum,
+                 "SGD momentum (with --schedule onecycle, momentum cycles between 0.85 and 0.95 instead)")
+      ->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "L2 penalty (sgd, adam) or decoupled decay (adamw)")
+      ->capture_default_str();
+  app.add_option("--optimizer", optimizer, "sgd, adam or adamw")->capture_default_str();
+  app.add_option("--schedule", schedule,
+                 "learning-rate schedule, stepped every batch: none, cosine (to 0 at the end) or onecycle")
+      ->capture_default_str();
+  app.add_flag("--augment,!--no-augment", o.augment,
+               "augment the training images: RandomCrop(32, padding 4) + RandomHorizontalFlip (default on; "
+               "--no-augment or --augment=off turns it off)");
+  app.add_option("--threads", o.threads, "threads of the CPU kernels (0: all cores)")->capture_default_str();
+  app.add_option("--device", o.device, "cpu or cuda (cuda:N)")->capture_default_str();
+  app.add_option("--seed", o.seed, "seeds the initial weights, the shuffling and the augmentation")
+      ->capture_default_str();
+  app.add_option("--workers", o.workers, "DataLoader worker threads (0: load on the training thread)")
+      ->capture_default_str();
+  app.add_option("--save", o.save,
+                 "write a training checkpoint to FILE after every epoch and on Ctrl-C (then exit with code 130)");
+  app.add_option("--resume", o.resume, "continue the run saved in checkpoint FILE (with the same flags)");
+  app.add_option("--weights", o.weights, "a model state dict (.safetensors) to evaluate with --eval-only");
+  app.add_flag("--eval-only", o.eval_only,
+               "only evaluate the test set (the model of --resume or --weights) and print the per-class table");
+  app.add_option("--log", o.log, "append one JSON object per epoch to FILE.jsonl");
+  app.add_option("--plot", o.plot, "write an SVG chart of the losses and the test accuracy to FILE.svg");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return {std::nullopt, app.exit(e)};
+  }
+  o.optimizer = parse_optimizer(optimizer);
+  o.schedule = parse_schedule(schedule);
+  validate(o);
+  return {o, 0};
+}
+
+CommandLine parse_command_line(const std::vector<std::string>& args) {
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  return parse_command_line(static_cast<int>(argv.size()), argv.data());
+}
+
+}  // namespace kiln::apps::lenet

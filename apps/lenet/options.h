@@ -1,0 +1,74 @@
+// The command line of kiln-lenet: every setting of a training run in one
+// struct, with the default recipe in one place (TrainerOptions' initialisers).
+//
+//   CommandLine cl = parse_command_line(argc, argv);
+//   if (!cl.options) return cl.exit_code;   // --help, or a CLI11 parse error (printed)
+//   TrainingResult r = run_training(*cl.options);
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::apps::lenet {
+
+enum class OptimizerKind { SGD, Adam, AdamW };
+enum class ScheduleKind { None, Cosine, OneCycle };
+
+// "sgd", "adam", "adamw" / "none", "cosine", "onecycle": the spellings the
+// command line takes. The parsers throw kiln::Error naming the flag, the
+// value and the accepted ones.
+std::string to_string(OptimizerKind kind);
+std::string to_string(ScheduleKind kind);
+OptimizerKind parse_optimizer(const std::string& name);
+ScheduleKind parse_schedule(const std::string& name);
+
+// The default recipe is what these initialisers say; --help prints them.
+struct TrainerOptions {
+  // A CIFAR-10 binary release (folder or .tar.gz) or an image folder with
+  // train/ and test/ (data_source.h).
+  std::string data = "data";
+  int64_t epochs = 30;
+  int64_t batch_size = 64;
+  // The peak lr with the onecycle schedule, the initial one otherwise.
+  double lr = 0.05;
+  // SGD's momentum; with onecycle it cycles between 0.85 and 0.95 instead
+  // (OneCycleLR's defaults, as PyTorch's), for Adam(W) beta1 does.
+  double momentum = 0.9;
+  double weight_decay = 5e-4;
+  OptimizerKind optimizer = OptimizerKind::SGD;
+  ScheduleKind schedule = ScheduleKind::OneCycle;
+  // RandomCrop(32, padding 4) + RandomHorizontalFlip on the training set.
+  bool augment = true;
+  int threads = 0;  // CPU kernel threads; 0: all cores
+  std::string device = "cpu";
+  uint64_t seed = 0;
+  int64_t workers = 2;  // DataLoader worker threads
+  std::string save;     // training checkpoint written every epoch and on Ctrl-C
+  std::string resume;   // training checkpoint to continue from
+  std::string weights;  // a model state dict (safetensors) for --eval-only
+  bool eval_only = false;
+  std::string log;   // one JSON object per epoch, appended
+  std::string plot;  // SVG of the losses and accuracy, rewritten every epoch
+};
+
+// Throws kiln::Error naming the flag for a value out of range: epochs,
+// batch size < 1, negative lr, momentum, weight decay, threads or workers,
+// an unknown device, --eval-only without --resume or --weights.
+void validate(const TrainerOptions& options);
+
+// The result of parsing: options to run with, or none and the exit code
+// (0 after --help; CLI11's code after a parse error, already printed).
+struct CommandLine {
+  std::optional<TrainerOptions> options;
+  int exit_code = 0;
+};
+
+// Parses and validates argv (argv[0] is the program). Validation errors
+// throw kiln::Error; CLI11's own (unknown flag, missing value, a value that
+// is not a number) are printed to stderr and returned as an exit code.
+CommandLine parse_command_line(int argc, const char* const* argv);
+CommandLine parse_command_line(const std::vector<std::string>& args);
+
+}  // namespace kiln::apps::lenet

@@ -1,0 +1,93 @@
+#include "apps/lenet/progress.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <utility>
+
+namespace kiln::apps::lenet {
+
+namespace {
+
+// Plain lines per epoch when stdout is a file.
+constexpr int64_t kPlainLinesPerEpoch = 4;
+// The fastest an in-place line is redrawn; more often only costs terminal time.
+constexpr auto kRedrawInterval = std::chrono::milliseconds(100);
+
+}  // namespace
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = static_cast<int64_t>(std::llround(seconds));
+  char buffer[32];
+  if (s >= 3600) {
+    std::snprintf(buffer, sizeof buffer, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  } else {
+    std::snprintf(buffer, sizeof buffer, "%lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  }
+  return buffer;
+}
+
+bool stdout_is_terminal() { return isatty(STDOUT_FILENO) == 1; }
+
+ProgressLine::ProgressLine(std::ostream& out, bool interactive, std::string label, int64_t total_steps,
+                           int64_t first_step)
+    : out_(out),
+      interactive_(interactive),
+      label_(std::move(label)),
+      total_steps_(total_steps),
+      first_step_(first_step),
+      start_(Clock::now()),
+      last_draw_(start_ - kRedrawInterval) {
+  const int64_t every = std::max<int64_t>(1, (total_steps_ + kPlainLinesPerEpoch - 1) / kPlainLinesPerEpoch);
+  // The first multiple of `every` after the steps already done.
+  next_plain_step_ = (first_step_ / every + 1) * every;
+}
+
+std::string ProgressLine::format(int64_t step, double running_loss, double images_per_second,
+                                 double eta_seconds) const {
+  char buffer[256];
+  std::snprintf(buffer, sizeof buffer, "%s  step %lld/%lld  loss %.4f  %.0f img/s  ETA %s", label_.c_str(),
+                static_cast<long long>(step), static_cast<long long>(total_steps_), running_loss, images_per_second,
+                format_duration(eta_seconds).c_str());
+  return buffer;
+}
+
+void ProgressLine::update(int64_t step, double running_loss, int64_t images) {
+  const Clock::time_point now = Clock::now();
+  const bool last = step == total_steps_;
+  if (interactive_) {
+    if (!last && now - last_draw_ < kRedrawInterval) return;
+  } else {
+    if (step < next_plain_step_ && !last) return;
+    const int64_t every = std::max<int64_t>(1, (total_steps_ + kPlainLinesPerEpoch - 1) / kPlainLinesPerEpoch);
+    next_plain_step_ = (step / every + 1) * every;
+  }
+  last_draw_ = now;
+  const double seconds = std::chrono::duration<double>(now - start_).count();
+  const double images_per_second = seconds > 0 ? static_cast<double>(images) / seconds : 0.0;
+  const int64_t done = step - first_step_;
+  const double eta = done > 0 ? seconds / static_cast<double>(done) * static_cast<double>(total_steps_ - step) : NAN;
+  std::string text = format(step, running_loss, images_per_second, eta);
+  if (interactive_) {
+    // Spaces over the tail of a longer previous line.
+    const size_t width = text.size();
+    if (width < last_width_) text.append(last_width_ - width, ' ');
+    last_width_ = width;
+    out_ << '\r' << text << std::flush;
+  } else {
+    out_ << text << '\n' << std::flush;
+  }
+}
+
+void ProgressLine::finish() {
+  if (interactive_ && last_width_ > 0) {
+    out_ << '\r' << std::string(last_width_, ' ') << '\r' << std::flush;
+    last_width_ = 0;
+  }
+}
+
+}  // namespace kiln::apps::lenet

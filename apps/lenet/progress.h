@@ -1,0 +1,56 @@
+// The progress line of a training epoch: step/total, running loss, images
+// per second and the time left in the epoch.
+//
+// On a terminal the line is rewritten in place ("\r", at most ten times a
+// second); in a log file (stdout not a terminal) it becomes a plain line at
+// every quarter of the epoch, so that logs stay short and readable.
+//
+//   ProgressLine progress(std::cout, isatty(1), "epoch 3/30", loader.size());
+//   for (...) { ...; progress.update(step + 1, running_loss, images_seen); }
+//   progress.finish();   // clears the in-place line
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+namespace kiln::apps::lenet {
+
+// "1:05", "12:00:07": a duration in whole seconds for the ETA.
+std::string format_duration(double seconds);
+
+// Whether stdout is a terminal (where the line updates in place).
+bool stdout_is_terminal();
+
+class ProgressLine {
+ public:
+  // `total_steps` are the steps of the whole epoch; `first_step` those
+  // already done before this line started (a resumed epoch), which the
+  // speed and ETA leave out.
+  ProgressLine(std::ostream& out, bool interactive, std::string label, int64_t total_steps, int64_t first_step = 0);
+
+  // After `step` of total_steps steps (1-based), with the mean loss so far
+  // and the images processed since the line started.
+  void update(int64_t step, double running_loss, int64_t images);
+  // Ends the in-place line (erases it) so that the epoch summary follows.
+  void finish();
+
+  // The text of one update, without "\r" or newline.
+  std::string format(int64_t step, double running_loss, double images_per_second, double eta_seconds) const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  std::ostream& out_;
+  bool interactive_;
+  std::string label_;
+  int64_t total_steps_;
+  int64_t first_step_;
+  Clock::time_point start_;
+  Clock::time_point last_draw_;
+  size_t last_width_ = 0;      // characters of the last in-place line
+  int64_t next_plain_step_;    // the next step a plain line is printed at
+};
+
+}  // namespace kiln::apps::lenet
