@@ -2,6 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+TRAIN_FLAGS ?=
 
 .PHONY: deps configure build train test install bench clean
 
@@ -14,10 +15,13 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job: a tour of tensors, autograd and a LeNet training loop until the
-# CIFAR-10 LeNet trainer lands.
+# The main job: train LeNet on CIFAR-10 with the default recipe. The data comes
+# from $$KILN_DATA, else data/, else a download (scripts/get-cifar10.sh); the
+# log, plot and checkpoint go to $(BUILD)/lenet/.
 train: build
-	$(BUILD)/apps/demo/kiln-demo
+	@data="$$(bash scripts/get-cifar10.sh)" && mkdir -p $(BUILD)/lenet && \
+	$(BUILD)/apps/lenet/kiln-lenet --data "$$data" --log $(BUILD)/lenet/train.jsonl \
+	  --plot $(BUILD)/lenet/train.svg --save $(BUILD)/lenet/checkpoint.safetensors $(TRAIN_FLAGS)
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)

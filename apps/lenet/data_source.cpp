@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "data/archive_path.h"
 #include "data/cifar10.h"
 #include "data/tar.h"
 #include "data/transforms.h"
@@ -53,26 +54,31 @@ Datasets open_cifar10(const std::string& path, bool augment, uint64_t seed) {
   return d;
 }
 
+// Checks that the splits agree and fit LeNet; `where` names them in errors.
+Datasets image_folder_datasets(std::shared_ptr<data::ImageFolderDataset> train,
+                               std::shared_ptr<data::ImageFolderDataset> test, const std::string& where) {
+  KILN_CHECK(train->class_names() == test->class_names(), "--data '", where,
+             "': train/ and test/ must hold the same class folders, got ", train->class_names().size(), " and ",
+             test->class_names().size(), " (first train class '", train->class_names().front(),
+             "', first test class '", test->class_names().front(), "')");
+  KILN_CHECK(static_cast<int64_t>(train->class_names().size()) <= kLeNetClasses, "--data '", where, "': LeNet has ",
+             kLeNetClasses, " outputs but train/ holds ", train->class_names().size(), " class folders");
+  Datasets d;
+  d.class_names = train->class_names();
+  d.train = std::move(train);
+  d.test = std::move(test);
+  d.description = "image folder (" + where + ")";
+  return d;
+}
+
 Datasets open_image_folder(const fs::path& root, bool augment, uint64_t seed) {
   data::ImageFolderDatasetOptions options;
   options.folder.height = 32;
   options.folder.width = 32;
-  Datasets d;
   auto train = std::make_shared<data::ImageFolderDataset>((root / "train").string(), train_transform(augment), seed,
                                                           options);
   auto test = std::make_shared<data::ImageFolderDataset>((root / "test").string(), nullptr, 0, options);
-  KILN_CHECK(train->class_names() == test->class_names(), "--data '", root.string(),
-             "': train/ and test/ must hold the same class folders, got ", train->class_names().size(), " and ",
-             test->class_names().size(), " (first train class '", train->class_names().front(),
-             "', first test class '", test->class_names().front(), "')");
-  KILN_CHECK(static_cast<int64_t>(train->class_names().size()) <= kLeNetClasses, "--data '", root.string(),
-             "': LeNet has ", kLeNetClasses, " outputs but train/ holds ", train->class_names().size(),
-             " class folders");
-  d.class_names = train->class_names();
-  d.train = std::move(train);
-  d.test = std::move(test);
-  d.description = "image folder (" + root.string() + ")";
-  return d;
+  return image_folder_datasets(std::move(train), std::move(test), root.string());
 }
 
 }  // namespace
@@ -104,21 +110,43 @@ Datasets open_datasets(const std::string& path, bool augment, uint64_t seed) {
   // The official archive by its name; any other archive is opened once to
   // see which of the two layouts it holds.
   if (p.filename() == kCifarArchive) return open_cifar10(path, augment, seed);
-  data::TarArchive archive = data::TarArchive::open(path);
-  for (const data::TarEntry& entry : archive.entries()) {
+  auto archive = std::make_shared<const data::TarArchive>(data::TarArchive::open(path));
+  for (const data::TarEntry& entry : archive->entries()) {
     if (entry.name.starts_with(std::string(kCifarFolder) + "/") ||
         entry.name.find(std::string("/") + kCifarFolder + "/") != std::string::npos) {
       return open_cifar10(path, augment, seed);
     }
   }
-  return open_image_folder_archive(path, augment, seed);
+  return open_image_folder_archive(archive, augment, seed);
 }
 
-Datasets open_image_folder_archive(const std::string& path, bool /*augment*/, uint64_t /*seed*/) {
-  KILN_CHECK(false, "--data '", path,
-             "': the archive holds no cifar-10-batches-bin/; reading an image folder (train/<class>/, "
-             "test/<class>/) from a .tar.gz is not supported yet: unpack it and pass the folder");
-  return {};
+Datasets open_image_folder_archive(const std::shared_ptr<const data::TarArchive>& archive, bool augment,
+                                   uint64_t seed) {
+  // The tree's root: the archive's top, or one folder below it
+  // (cifar10-jpeg.tar.gz holds cifar10-jpeg/train/...).
+  std::string root;
+  bool found = data::archive_has_folder(*archive, "train") && data::archive_has_folder(*archive, "test");
+  for (const data::TarEntry& entry : archive->entries()) {
+    if (found) break;
+    const std::string name = data::normalize_member_path(entry.name);
+    const size_t slash = name.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string top = name.substr(0, slash);
+    if (data::archive_has_folder(*archive, top + "/train") && data::archive_has_folder(*archive, top + "/test")) {
+      root = top;
+      found = true;
+    }
+  }
+  KILN_CHECK(found, "--data '", archive->name(), "': the archive holds neither cifar-10-batches-bin/ nor an image ",
+             "folder with train/<class>/ and test/<class>/ (at its top or one folder down)");
+  const std::string prefix = root.empty() ? "" : root + "/";
+  data::ImageFolderDatasetOptions options;
+  options.folder.height = 32;
+  options.folder.width = 32;
+  auto train = std::make_shared<data::ImageFolderDataset>(archive, prefix + "train", train_transform(augment), seed,
+                                                          options);
+  auto test = std::make_shared<data::ImageFolderDataset>(archive, prefix + "test", nullptr, 0, options);
+  return image_folder_datasets(std::move(train), std::move(test), archive->name() + "/" + root);
 }
 
 Tensor normalize_batch(const Tensor& images) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "data/tar.h"
 #include "data/vision_datasets.h"
 #include "tensor/tensor.h"
 
@@ -54,9 +55,12 @@ struct Datasets {
 Datasets open_datasets(const std::string& path, bool augment, uint64_t seed);
 
 // An image folder (train/<class>/, test/<class>/) packed in a .tar or
-// .tar.gz archive. Reading those lands with the archive reader of the data
-// layer; until then this throws kiln::Error naming the archive.
-Datasets open_image_folder_archive(const std::string& path, bool augment, uint64_t seed);
+// .tar.gz archive, at its top or one folder down (the project's
+// cifar10-jpeg.tar.gz holds cifar10-jpeg/train/...), decoded into memory
+// from the archive (Note [Archive paths]). Throws kiln::Error naming the
+// archive when it holds no such tree.
+Datasets open_image_folder_archive(const std::shared_ptr<const data::TarArchive>& archive, bool augment,
+                                   uint64_t seed);
 
 // ToTensor + Normalize on a whole batch (Note [Normalizing whole batches]):
 // images (B, 3, H, W) uint8 -> (B, 3, H, W) float32, (x / 255 - mean[c]) / std[c].

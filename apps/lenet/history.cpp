@@ -71,6 +71,11 @@ std::vector<EpochRecord> history_from_json(const std::string& text) {
   return history;
 }
 
+void start_jsonl(const std::string& path) {
+  std::ofstream out(path, std::ios::trunc);
+  KILN_CHECK(out.good(), "--log '", path, "': cannot create (", std::strerror(errno), ")");
+}
+
 void append_jsonl(const std::string& path, const EpochRecord& record) {
   std::ofstream out(path, std::ios::app);
   KILN_CHECK(out.good(), "--log '", path, "': cannot open for appending (", std::strerror(errno), ")");

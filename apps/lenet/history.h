@@ -31,6 +31,9 @@ EpochRecord epoch_record_from_json(const std::string& text);
 std::string history_to_json(const std::vector<EpochRecord>& history);
 std::vector<EpochRecord> history_from_json(const std::string& text);
 
+// Empties `path` (creating it): a run that starts from scratch logs alone;
+// a resumed run appends to the log of the run it continues.
+void start_jsonl(const std::string& path);
 // Appends one line to `path` (created if missing) and flushes it, so that an
 // interrupted run leaves whole lines; throws kiln::Error naming the file
 // when it cannot be written.

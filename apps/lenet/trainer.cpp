@@ -213,6 +213,8 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
     global_step = loaded.step;
     out << "resuming " << o.resume << " at epoch " << pos.epoch + 1 << ", step " << pos.step_in_epoch << "/"
         << steps_per_epoch << "\n";
+  } else if (!o.log.empty()) {
+    start_jsonl(o.log);
   }
   auto save = [&]() {
     optim::save_training_checkpoint(o.save, {model, *optimizer, scheduler.get(), global_step, to_extra(pos, o)});

@@ -66,6 +66,12 @@ TEST(LenetTrainer, TwoEpochsLogPlotCheckpointAndLearn) {
   EXPECT_NE(text.find("airplane"), std::string::npos) << text;
   EXPECT_NE(text.find("truck"), std::string::npos) << text;
   EXPECT_EQ(text.find('\r'), std::string::npos);
+
+  // A second run from scratch logs alone: the old lines are gone.
+  o.epochs = 1;
+  o.save.clear();
+  run_training(o, {.out = &out});
+  EXPECT_EQ(testing::read_lines(o.log).size(), 1u);
 }
 
 void expect_same_parameters(nn::Module& a, nn::Module& b) {
