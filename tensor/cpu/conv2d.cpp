@@ -11,7 +11,6 @@
 // forward and grad_weight products: Note [Direct convolution over a wide
 // output] in conv2d_direct.h.
 #include <algorithm>
-#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -79,7 +78,7 @@ void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& weight, con
       const float* x_data = x.data<float>();
       over_images(nthreads, n_images, [&](int, int64_t begin, int64_t end) {
         if (begin == end) return;
-        DirectConvScratch scratch(plan, oc, /*grad_weight=*/false);
+        DirectConvScratch scratch(plan, oc, /*grad_weight=*/false, /*grad_input=*/false);
         for (int64_t n = begin; n < end; ++n) {
           load_direct_conv_image(plan, x_data + n * x.stride(0), x.stride(1), x.stride(2), x.stride(3), scratch);
           direct_conv_forward_image(plan, packed, oc, b, out_data + n * out.stride(0), out.stride(1), scratch);
@@ -105,6 +104,50 @@ void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& weight, con
   });
 }
 
+// The float32 stride-1 backward without im2col (Note [Direct convolution
+// over a wide output]): per image, the input and grad_out are copied into
+// the thread's padded planes once and serve both gradients. grad_weight
+// sums per range in (OC, CKK) blocks, added in range order at the end.
+void conv2d_backward_direct(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_out,
+                            const Tensor& x, const Tensor& weight, const ConvGeometry& g, int nthreads) {
+  const int64_t n_images = x.size(0), oc = weight.size(0), ckk = weight.size(1);
+  const DirectConvPlan plan = make_direct_conv_plan(g);
+  const float* go = grad_out.data<float>();  // (N, OC, P), planes contiguous
+  const float* x_data = x.data<float>();
+  const std::vector<float> packed =
+      grad_input.defined() ? pack_direct_conv_weight_for_grad_input(plan, weight.data<float>(), oc, weight.stride(0))
+                           : std::vector<float>{};
+  const int64_t block = oc * ckk;
+  std::vector<float> partial(grad_weight.defined() ? nthreads * block : 0);  // (ranges, OC, CKK), zeros
+
+  over_images(nthreads, n_images, [&](int range, int64_t begin, int64_t end) {
+    if (begin == end) return;
+    DirectConvScratch scratch(plan, oc, grad_weight.defined(), grad_input.defined());
+    for (int64_t n = begin; n < end; ++n) {
+      load_direct_conv_grad(plan, oc, go + n * grad_out.stride(0), grad_out.stride(1), scratch);
+      if (grad_weight.defined()) {
+        load_direct_conv_image(plan, x_data + n * x.stride(0), x.stride(1), x.stride(2), x.stride(3), scratch);
+        direct_conv_grad_weight_image(plan, oc, scratch);
+      }
+      if (grad_input.defined()) {
+        direct_conv_grad_input_image(plan, packed, oc, grad_input.data<float>() + n * grad_input.stride(0),
+                                     grad_input.stride(1), grad_input.stride(2), grad_input.stride(3), scratch);
+      }
+    }
+    if (grad_weight.defined()) direct_conv_grad_weight_sum(scratch, partial.data() + range * block);
+  });
+
+  if (!grad_weight.defined()) return;
+  float* gw = grad_weight.data<float>();  // (OC, CKK), rows grad_weight.stride(0) apart
+  for (int64_t o = 0; o < oc; ++o) {
+    for (int64_t j = 0; j < ckk; ++j) {
+      float sum = 0;
+      for (int r = 0; r < nthreads; ++r) sum += partial[r * block + o * ckk + j];
+      gw[o * grad_weight.stride(0) + j] = sum;
+    }
+  }
+}
+
 template <class T>
 void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_out,
                             const Tensor& x, const Tensor& weight, const ConvGeometry& g) {
@@ -115,6 +158,9 @@ void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight,
   const int64_t gos0 = grad_out.stride(0), gos1 = grad_out.stride(1);
   const double products = double(grad_input.defined()) + double(grad_weight.defined());
   const int nthreads = threads_for_images(n_images, 2.0 * products * double(oc) * double(ckk) * double(p));
+  if constexpr (std::is_same_v<T, float>) {
+    if (direct_conv_applies(g) && weight.stride(1) == 1) return conv2d_backward_direct(grad_input, grad_weight, grad_out, x, weight, g, nthreads);
+  }
 
   // Each range sums its images' grad_weight into a block of its own, stored
   // transposed, (CKK, OC): as cols[n] (CKK, P) @ grad_out[n]^T (P, OC) the
@@ -125,27 +171,14 @@ void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight,
   const int64_t block = oc * ckk;
   std::vector<T> partial(grad_weight.defined() ? nthreads * block : 0);  // (ranges, CKK, OC), zeros
 
-  // The direct path computes grad_weight (OC, CKK) rather than its transpose.
-  bool direct = false;
-  if constexpr (std::is_same_v<T, float>) direct = grad_weight.defined() && direct_conv_applies(g);
-  const DirectConvPlan plan = direct ? make_direct_conv_plan(g) : DirectConvPlan{};
-
   over_images(nthreads, n_images, [&](int range, int64_t begin, int64_t end) {
     if (begin == end) return;
     // (1, CKK, P): cols[n] for grad_weight, then reused for grad_input's columns.
     Tensor cols = Tensor::empty({1, ckk, p}, x.dtype());
     T* cols_data = cols.data<T>();
-    std::optional<DirectConvScratch> scratch;
-    if (direct) scratch.emplace(plan, oc, /*grad_weight=*/true);
     for (int64_t n = begin; n < end; ++n) {
       const T* go_n = go + n * gos0;  // (OC, P)
-      if (direct) {
-        if constexpr (std::is_same_v<T, float>) {
-          load_direct_conv_image(plan, x.data<float>() + n * x.stride(0), x.stride(1), x.stride(2), x.stride(3),
-                                 *scratch);
-          direct_conv_grad_weight_image(plan, oc, go_n, gos1, *scratch);
-        }
-      } else if (grad_weight.defined()) {
+      if (grad_weight.defined()) {
         cpu.im2col(cols, x.slice(0, n, n + 1), g);
         // grad_out[n]^T is read through swapped strides: (P, OC) with rows 1 apart.
         gemm<T>(ckk, oc, p, cols_data, p, 1, go_n, 1, gos1, n == begin ? T(0) : T(1),
@@ -158,9 +191,6 @@ void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight,
         cpu.col2im(grad_input.slice(0, n, n + 1), cols, g);
       }
     }
-    if constexpr (std::is_same_v<T, float>) {
-      if (direct) direct_conv_grad_weight_sum(*scratch, partial.data() + range * block);
-    }
   });
 
   if (!grad_weight.defined()) return;
@@ -168,14 +198,11 @@ void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight,
   for (int64_t o = 0; o < oc; ++o) {
     for (int64_t j = 0; j < ckk; ++j) {
       T sum = 0;
-      // Blocks are (CKK, OC), or (OC, CKK) from the direct path.
-      const int64_t at = direct ? o * ckk + j : j * oc + o;
-      for (int r = 0; r < nthreads; ++r) sum += partial[r * block + at];
+      for (int r = 0; r < nthreads; ++r) sum += partial[r * block + j * oc + o];
       gw[o * grad_weight.stride(0) + j] = sum;
     }
   }
 }
-
 }  // namespace
 
 void CpuBackend::conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,

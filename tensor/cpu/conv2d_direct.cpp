@@ -66,6 +66,22 @@ std::vector<float> pack_direct_conv_weight(const float* weight, int64_t out_chan
   return packed;
 }
 
+std::vector<float> pack_direct_conv_weight_for_grad_input(const DirectConvPlan& plan, const float* weight,
+                                                          int64_t out_channels, int64_t row_stride) {
+  const int64_t positions = plan.kernel_h * plan.kernel_w;
+  std::vector<float> packed;
+  packed.reserve(out_channels * plan.channels * positions);
+  for (int64_t kk = 0; kk < positions; ++kk) {
+    for (int64_t c0 = 0; c0 < plan.channels; c0 += kForwardRows) {
+      const int64_t rows = std::min(kForwardRows, plan.channels - c0);
+      for (int64_t o = 0; o < out_channels; ++o) {
+        for (int64_t i = 0; i < rows; ++i) packed.push_back(weight[o * row_stride + (c0 + i) * positions + kk]);
+      }
+    }
+  }
+  return packed;
+}
+
 void load_direct_conv_image(const DirectConvPlan& plan, const float* x, int64_t sc, int64_t sy, int64_t sx,
                             DirectConvScratch& scratch) {
   for (int64_t c = 0; c < plan.channels; ++c) {

@@ -24,9 +24,14 @@
 //                so it is computed as dot products, several (o, r) pairs at
 //                once; go_wide holds zeros at the thrown-away positions, so
 //                they add nothing;
-//   grad_input   stays im2col-shaped (tensor/cpu/conv2d.cpp): as a direct
-//                convolution it would multiply the zero border of the
-//                padded gradient and be no faster for LeNet.
+//   grad_input   cols_grad (CKK, Q) = W^T (CKK, OC) @ go_wide (OC, Q), and
+//                each row r of it is added into a padded gradient image at
+//                off(r), a contiguous run (col2im's scatter, without the
+//                columns ever being stored); the interior is then copied
+//                out. A register tile takes the taps of one kernel position
+//                (ki, kj) in up to 6 channels, whose runs lie a plane apart:
+//                adjacent taps of one channel would overlap by one float,
+//                and reading back a vector just stored half over it stalls.
 // A non-finite input value can therefore meet a zero at a thrown-away
 // position in grad_weight (0 * inf = NaN), where im2col would not look at
 // it: such a gradient is not finite either way, but may read NaN for inf.
@@ -72,13 +77,15 @@ std::vector<float> pack_direct_conv_weight(const float* weight, int64_t out_chan
 // (direct_conv_grad_weight_sum): a horizontal sum per product per image
 // would cost as much as LeNet conv2's 17-step dot products themselves.
 struct DirectConvScratch {
-  DirectConvScratch(const DirectConvPlan& plan, int64_t out_channels, bool grad_weight)
+  DirectConvScratch(const DirectConvPlan& plan, int64_t out_channels, bool grad_weight, bool grad_input)
       : image(plan.image_floats, 0.f),
         wide(out_channels * plan.wide_stride, 0.f),
-        lanes(grad_weight ? out_channels * static_cast<int64_t>(plan.offsets.size()) * 8 : 0, 0.f) {}
+        lanes(grad_weight ? out_channels * static_cast<int64_t>(plan.offsets.size()) * 8 : 0, 0.f),
+        grad_image(grad_input ? plan.image_floats : 0, 0.f) {}
   std::vector<float> image;  // (C, hp, wp) + tail
   std::vector<float> wide;   // (OC, wide_stride)
   std::vector<float> lanes;  // (OC, CKK, 8) partial sums of grad_weight
+  std::vector<float> grad_image;  // (C, hp, wp) + tail: grad_input, padded
 };
 
 // Copies one image x (C, H, W), element (c, y, x) at x[c*sc + y*sy + x*sx],
@@ -92,11 +99,25 @@ void load_direct_conv_image(const DirectConvPlan& plan, const float* x, int64_t 
 void direct_conv_forward_image(const DirectConvPlan& plan, const std::vector<float>& packed, int64_t out_channels,
                                const float* bias, float* out, int64_t out_channel_stride, DirectConvScratch& scratch);
 
-// scratch.lanes += the gradient of the weight from one image: the image in
-// scratch and grad_out (OC, oh, ow), channel planes `go_channel_stride`
-// apart, rows contiguous.
-void direct_conv_grad_weight_image(const DirectConvPlan& plan, int64_t out_channels, const float* grad_out,
-                                   int64_t go_channel_stride, DirectConvScratch& scratch);
+// Copies one image's grad_out (OC, oh, ow), channel planes
+// `go_channel_stride` apart and rows contiguous, into scratch.wide.
+void load_direct_conv_grad(const DirectConvPlan& plan, int64_t out_channels, const float* grad_out,
+                           int64_t go_channel_stride, DirectConvScratch& scratch);
+
+// scratch.lanes += the gradient of the weight from one image: the image and
+// the gradient loaded into scratch.
+void direct_conv_grad_weight_image(const DirectConvPlan& plan, int64_t out_channels, DirectConvScratch& scratch);
+
+// Weight (OC, CKK) repacked for direct_conv_grad_input_image: for each
+// kernel position kk = ki*kw + kj and each block of up to 6 channels c0..,
+// a block (OC, rows) holding weight[o][(c0 + i)*kh*kw + kk].
+std::vector<float> pack_direct_conv_weight_for_grad_input(const DirectConvPlan& plan, const float* weight,
+                                                          int64_t out_channels, int64_t row_stride);
+
+// grad_input (C, H, W), element (c, y, x) at grad_input[c*sc + y*sy + x*sx],
+// = the gradient from the grad_out loaded into scratch.
+void direct_conv_grad_input_image(const DirectConvPlan& plan, const std::vector<float>& packed, int64_t out_channels,
+                                  float* grad_input, int64_t sc, int64_t sy, int64_t sx, DirectConvScratch& scratch);
 // grad_weight (OC, CKK) contiguous += the sums of scratch.lanes.
 void direct_conv_grad_weight_sum(const DirectConvScratch& scratch, float* grad_weight);
 

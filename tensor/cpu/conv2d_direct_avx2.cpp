@@ -87,6 +87,32 @@ void grad_weight_block(const DirectConvPlan& plan, const float* image, const flo
   }
 }
 
+// ---- grad_input: padded gradient image += W^T (taps, OC) @ go_wide, scattered ----
+
+// ROWS taps (one kernel position, ROWS channels) x 16 positions at column j:
+// the accumulators sum over the output channels, then each row is added to
+// the padded gradient image at its tap's offset.
+template <int ROWS>
+void grad_input_tile(const float* go, int64_t go_stride, int64_t out_channels, const float* packed,
+                     const int64_t* off, float* grad_image, int64_t j) {
+  __m256 acc[ROWS][2];
+  for (int i = 0; i < ROWS; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  for (int64_t o = 0; o < out_channels; ++o) {
+    const __m256 g0 = _mm256_loadu_ps(go + o * go_stride + j), g1 = _mm256_loadu_ps(go + o * go_stride + j + 8);
+    const float* a = packed + o * ROWS;
+    for (int i = 0; i < ROWS; ++i) {
+      const __m256 ai = _mm256_broadcast_ss(a + i);
+      acc[i][0] = _mm256_fmadd_ps(ai, g0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(ai, g1, acc[i][1]);
+    }
+  }
+  for (int i = 0; i < ROWS; ++i) {
+    float* d = grad_image + off[i] + j;
+    _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), acc[i][0]));
+    _mm256_storeu_ps(d + 8, _mm256_add_ps(_mm256_loadu_ps(d + 8), acc[i][1]));
+  }
+}
+
 // Calls body.template operator()<rows>() with rows a compile-time 1..6.
 template <class Body>
 void with_rows(int64_t rows, const Body& body) {
@@ -125,9 +151,8 @@ void direct_conv_forward_image(const DirectConvPlan& plan, const std::vector<flo
   }
 }
 
-void direct_conv_grad_weight_image(const DirectConvPlan& plan, int64_t out_channels, const float* grad_out,
-                                   int64_t go_channel_stride, DirectConvScratch& scratch) {
-  const int64_t ckk = static_cast<int64_t>(plan.offsets.size());
+void load_direct_conv_grad(const DirectConvPlan& plan, int64_t out_channels, const float* grad_out,
+                           int64_t go_channel_stride, DirectConvScratch& scratch) {
   float* wide = scratch.wide.data();  // (OC, wide_stride): go at the valid positions, zeros elsewhere
   for (int64_t o = 0; o < out_channels; ++o) {
     for (int64_t oy = 0; oy < plan.out_h; ++oy) {
@@ -135,6 +160,11 @@ void direct_conv_grad_weight_image(const DirectConvPlan& plan, int64_t out_chann
                   wide + o * plan.wide_stride + oy * plan.padded_w);
     }
   }
+}
+
+void direct_conv_grad_weight_image(const DirectConvPlan& plan, int64_t out_channels, DirectConvScratch& scratch) {
+  const int64_t ckk = static_cast<int64_t>(plan.offsets.size());
+  const float* wide = scratch.wide.data();
   // Dot products over whole vectors: the zero tail of go_wide past Q
   // meets image values (or the image's zero tail) and adds nothing.
   const int64_t length = (plan.wide + 7) / 8 * 8;
@@ -144,6 +174,37 @@ void direct_conv_grad_weight_image(const DirectConvPlan& plan, int64_t out_chann
       grad_weight_block<ROWS>(plan, scratch.image.data(), wide + o0 * plan.wide_stride, length,
                               scratch.lanes.data() + o0 * ckk * 8, ckk);
     });
+  }
+}
+
+void direct_conv_grad_input_image(const DirectConvPlan& plan, const std::vector<float>& packed, int64_t out_channels,
+                                  float* grad_input, int64_t sc, int64_t sy, int64_t sx, DirectConvScratch& scratch) {
+  const int64_t positions = plan.kernel_h * plan.kernel_w, plane = plan.padded_h * plan.padded_w;
+  float* grad_image = scratch.grad_image.data();  // (C, hp, wp) + tail
+  std::fill(scratch.grad_image.begin(), scratch.grad_image.end(), 0.f);
+  const float* block = packed.data();
+  for (int64_t kk = 0; kk < positions; ++kk) {
+    const int64_t ki = kk / plan.kernel_w, kj = kk % plan.kernel_w;
+    for (int64_t c0 = 0; c0 < plan.channels; c0 += 6) {
+      const int64_t rows = std::min<int64_t>(6, plan.channels - c0);
+      int64_t off[6];
+      for (int64_t i = 0; i < rows; ++i) off[i] = (c0 + i) * plane + ki * plan.padded_w + kj;
+      with_rows(rows, [&]<int ROWS>() {
+        for (int64_t j = 0; j < plan.wide_stride; j += 16) {
+          grad_input_tile<ROWS>(scratch.wide.data(), plan.wide_stride, out_channels, block, off, grad_image, j);
+        }
+      });
+      block += out_channels * rows;
+    }
+  }
+  // The interior of the padded image is grad_input; the border collected
+  // the taps that fell in the padding.
+  for (int64_t c = 0; c < plan.channels; ++c) {
+    for (int64_t y = 0; y < plan.height; ++y) {
+      const float* src = grad_image + c * plane + (plan.pad_h + y) * plan.padded_w + plan.pad_w;  // (W)
+      float* dst = grad_input + c * sc + y * sy;
+      for (int64_t x = 0; x < plan.width; ++x) dst[x * sx] = src[x];
+    }
   }
 }
 
