@@ -20,8 +20,9 @@
 // by one (the ops of LeNet::forward); the backward is split by gradient hooks
 // on the activations between layers (Note [Timing backward by hooks]).
 //
-// Usage: build/bench/lenet [--threads T] [--train-images N] [--eval-images M] [--profile]
-//        (default: threads 1 and 2, N = M = 10000)
+// Usage: build/bench/lenet [--threads T] [--train-images N] [--eval-images M] [--cifar DIR] [--profile]
+//        (default: threads 1 and 2, N = M = 10000, synthetic data; --cifar DIR reads CIFAR-10's
+//        binary format from DIR, as bench/lenet_vs_pytorch.sh passes it)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "data/cifar10.h"
 #include "kiln.h"
 
 namespace {
@@ -51,6 +53,7 @@ struct Options {
   int64_t train_images = 10000;
   int64_t eval_images = 10000;
   bool profile = false;
+  std::string cifar;  // a CIFAR-10 binary folder, or empty for synthetic data
 };
 
 Options parse(int argc, char** argv) {
@@ -66,8 +69,10 @@ Options parse(int argc, char** argv) {
       options.eval_images = std::atoll(argv[++i]);
     } else if (arg == "--profile") {
       options.profile = true;
+    } else if (arg == "--cifar" && has_value) {
+      options.cifar = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: lenet [--threads T] [--train-images N] [--eval-images M] [--profile]\n");
+      std::fprintf(stderr, "usage: lenet [--threads T] [--train-images N] [--eval-images M] [--cifar DIR] [--profile]\n");
       std::exit(2);
     }
   }
@@ -87,6 +92,18 @@ struct Data {
 Data make_data(int64_t n, uint64_t seed) {
   kiln::manual_seed(seed);
   return {kiln::randn({n, 3, 32, 32}), kiln::randint(0, 10, {n})};
+}
+
+// CIFAR-10 from the binary format, normalized per channel as the trainer
+// does (the pixels do not change the speed, but both sides see one data set).
+Data load_data(const std::string& root, bool train, int64_t n) {
+  kiln::data::Cifar10Split split = kiln::data::load_cifar10(root, train);
+  KILN_CHECK(split.images.size(0) >= n, "lenet: ", root, " holds ", split.images.size(0), " ",
+             train ? "training" : "test", " images, fewer than the ", n, " asked for");
+  Tensor mean = kiln::from_vector<float>({0.4914f, 0.4822f, 0.4465f}, {1, 3, 1, 1});
+  Tensor std = kiln::from_vector<float>({0.2470f, 0.2435f, 0.2616f}, {1, 3, 1, 1});
+  Tensor x = kiln::div(split.images.narrow(0, 0, n).to(kiln::DType::Float32), 255.0);
+  return {kiln::div(kiln::sub(x, mean), std).contiguous(), split.labels.narrow(0, 0, n).contiguous()};
 }
 
 // A model and its optimizer, freshly initialised for each thread count so
@@ -251,8 +268,10 @@ int main(int argc, char** argv) try {
   const int64_t train_steps = options.train_images / kTrainBatch;
   const int64_t eval_batches = options.eval_images / kEvalBatch;
   // The warm-up steps reuse the first batches; the data must hold them.
-  const Data train = make_data(std::max(options.train_images, kWarmupSteps * kTrainBatch), 1);
-  const Data eval = make_data(options.eval_images, 2);
+  const int64_t train_n = std::max(options.train_images, kWarmupSteps * kTrainBatch);
+  const Data train = options.cifar.empty() ? make_data(train_n, 1) : load_data(options.cifar, true, train_n);
+  const Data eval = options.cifar.empty() ? make_data(options.eval_images, 2)
+                                          : load_data(options.cifar, false, options.eval_images);
 
   for (int threads : options.threads) {
     kiln::set_num_threads(threads);

@@ -63,17 +63,42 @@ def time_evaluation(model, images, batches):
         return batches * EVAL_BATCH / (time.perf_counter() - start)
 
 
+def load_cifar(root, train, n):
+    """CIFAR-10's binary format (records of 1 label byte + 3072 pixel bytes), normalized."""
+    import numpy as np
+
+    names = [f"data_batch_{i}.bin" for i in range(1, 6)] if train else ["test_batch.bin"]
+    folder = os.path.join(root, "cifar-10-batches-bin")
+    if not os.path.isdir(folder):
+        folder = root
+    records = np.concatenate([np.fromfile(os.path.join(folder, name), dtype=np.uint8) for name in names])
+    records = records.reshape(-1, 3073)[:n]
+    if len(records) < n:
+        sys.exit(f"lenet_torch: {root} holds {len(records)} images, fewer than the {n} asked for")
+    labels = torch.from_numpy(records[:, 0].astype(np.int64))
+    x = torch.from_numpy(records[:, 1:].copy()).view(-1, 3, 32, 32).float() / 255.0
+    mean = torch.tensor([0.4914, 0.4822, 0.4465]).view(1, 3, 1, 1)
+    std = torch.tensor([0.2470, 0.2435, 0.2616]).view(1, 3, 1, 1)
+    return ((x - mean) / std).contiguous(), labels
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--train-images", type=int, default=10000)
     parser.add_argument("--eval-images", type=int, default=10000)
+    parser.add_argument("--cifar", help="a CIFAR-10 binary folder (default: synthetic data)")
     args = parser.parse_args()
     if args.train_images < TRAIN_BATCH or args.eval_images < EVAL_BATCH:
         parser.error(f"--train-images must be >= {TRAIN_BATCH} and --eval-images >= {EVAL_BATCH}")
 
-    train_images, train_labels = make_data(max(args.train_images, WARMUP_STEPS * TRAIN_BATCH), 1)
-    eval_images, _ = make_data(args.eval_images, 2)
+    train_n = max(args.train_images, WARMUP_STEPS * TRAIN_BATCH)
+    if args.cifar:
+        train_images, train_labels = load_cifar(args.cifar, True, train_n)
+        eval_images, _ = load_cifar(args.cifar, False, args.eval_images)
+    else:
+        train_images, train_labels = make_data(train_n, 1)
+        eval_images, _ = make_data(args.eval_images, 2)
     for threads in args.threads:
         torch.set_num_threads(threads)
         torch.manual_seed(0)

@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
 # LeNet-5 training and evaluation, Kiln (bench/lenet.cpp) against PyTorch
-# (bench/lenet_torch.py) on the same workload in the same invocation. Each
-# side runs on 1 and 2 threads and keeps its best; the lines are
+# (bench/lenet_torch.py) on the same workload in the same invocation: one
+# epoch of training (SGD lr 0.01 momentum 0.9, batch 64) and one pass over
+# the test set (batches of 1000, no grad), data already in memory as float32,
+# no augmentation. Each side runs on 1 and 2 threads and keeps its best; the
+# lines are
 #   lenet_train kiln_img_s=.. pytorch_img_s=.. ratio=..
 #   lenet_eval kiln_img_s=.. pytorch_img_s=.. ratio=..
 # with ratio = kiln_img_s / pytorch_img_s (above 1: Kiln is faster). The load
-# average is printed first, since a busy machine lowers both sides.
+# average is printed first and last, since a busy machine lowers both sides.
+#
+# The data: CIFAR-10 (50,000 training and 10,000 test images) when
+# scripts/get-cifar10.sh finds it ($KILN_DATA, then data/; never a download
+# here), converted once into the binary format both sides read (a JPEG tree
+# goes through kiln-image-folder-to-cifar); otherwise 10,000 synthetic images
+# per pass. Extra arguments go to both programs (--train-images N,
+# --eval-images M).
 # PyTorch comes from /usr/bin/python3; without it only Kiln's figures print.
 # Usage: bash bench/lenet_vs_pytorch.sh [build-dir] [--train-images N] [--eval-images M]
 set -euo pipefail
 build="${1:-build}"
 shift || true
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/.." && pwd)"
 if [[ ! -x "$build/bench/lenet" ]]; then
   echo "lenet_vs_pytorch: $build/bench/lenet is missing; build with -DKILN_BUILD_BENCH=ON first" >&2
   exit 1
@@ -24,12 +35,38 @@ best() {
     } END { print top + 0 }'
 }
 
+# CIFAR-10 in the binary format, in a temporary folder, when it can be found.
+data_args=()
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+if source="$(KILN_CIFAR10_URL=file:///nonexistent bash "$repo/scripts/get-cifar10.sh" 2>/dev/null)"; then
+  case "$source" in
+    *cifar-10-batches-bin) cp -r "$source" "$tmp/" ;;
+    *.tar.gz | *.tgz)
+      # awk reads the whole listing: grep -q would stop early and fail tar
+      # with SIGPIPE under pipefail.
+      members="$(tar tzf "$source")"
+      if awk '/cifar-10-batches-bin\// { found = 1 } END { exit !found }' <<<"$members"; then
+        tar xzf "$source" -C "$tmp"
+      else
+        top="$(awk -F/ '/\/train\// && !found { print $1; found = 1 }' <<<"$members")"
+        "$build/apps/tools/kiln-image-folder-to-cifar" "$source/$top" "$tmp" >/dev/null
+      fi
+      ;;
+    *) "$build/apps/tools/kiln-image-folder-to-cifar" "$source" "$tmp" >/dev/null ;;
+  esac
+  data_args=(--cifar "$tmp" --train-images 50000 --eval-images 10000)
+  echo "data: CIFAR-10 from $source"
+else
+  echo "data: synthetic (no CIFAR-10 found through KILN_DATA or data/)"
+fi
+
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-kiln_out="$("$build/bench/lenet" --threads 1 "$@"; "$build/bench/lenet" --threads 2 "$@")"
+kiln_out="$("$build/bench/lenet" --threads 1 "${data_args[@]}" "$@"; "$build/bench/lenet" --threads 2 "${data_args[@]}" "$@")"
 echo "$kiln_out"
 torch_out=""
 if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  torch_out="$(/usr/bin/python3 "$here/lenet_torch.py" --threads 1 2 "$@")"
+  torch_out="$(/usr/bin/python3 "$here/lenet_torch.py" --threads 1 2 "${data_args[@]}" "$@")"
   echo "$torch_out"
 else
   echo "lenet_vs_pytorch: PyTorch is not importable by /usr/bin/python3; skipping the anchor" >&2

@@ -41,7 +41,9 @@
 // the valid positions, so the borders and gaps stay zero.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "tensor/backend.h"
@@ -71,6 +73,21 @@ DirectConvPlan make_direct_conv_plan(const ConvGeometry& g);
 std::vector<float> pack_direct_conv_weight(const float* weight, int64_t out_channels, int64_t ckk,
                                            int64_t row_stride);
 
+// std::vector's allocator for 64-byte aligned buffers: rows of the wide
+// planes start on a cache line (wide_stride is a multiple of 16 floats), so
+// the kernels' loads of them never straddle two lines.
+template <class T>
+struct CacheLineAllocator {
+  using value_type = T;
+  CacheLineAllocator() = default;
+  template <class U>
+  CacheLineAllocator(const CacheLineAllocator<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+  bool operator==(const CacheLineAllocator&) const = default;
+};
+using AlignedFloats = std::vector<float, CacheLineAllocator<float>>;
+
 // One thread's scratch for one convolution call, zeroed on construction.
 // grad_weight's dot products keep their 8 lanes apart across all the
 // thread's images (`lanes`) and add them up once at the end
@@ -82,10 +99,10 @@ struct DirectConvScratch {
         wide(out_channels * plan.wide_stride, 0.f),
         lanes(grad_weight ? out_channels * static_cast<int64_t>(plan.offsets.size()) * 8 : 0, 0.f),
         grad_image(grad_input ? plan.image_floats : 0, 0.f) {}
-  std::vector<float> image;  // (C, hp, wp) + tail
-  std::vector<float> wide;   // (OC, wide_stride)
-  std::vector<float> lanes;  // (OC, CKK, 8) partial sums of grad_weight
-  std::vector<float> grad_image;  // (C, hp, wp) + tail: grad_input, padded
+  AlignedFloats image;       // (C, hp, wp) + tail
+  AlignedFloats wide;        // (OC, wide_stride)
+  AlignedFloats lanes;       // (OC, CKK, 8) partial sums of grad_weight
+  AlignedFloats grad_image;  // (C, hp, wp) + tail: grad_input, padded
 };
 
 // Copies one image x (C, H, W), element (c, y, x) at x[c*sc + y*sy + x*sx],
