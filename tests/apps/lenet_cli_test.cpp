@@ -28,7 +28,7 @@ TEST(LenetOptions, DefaultsAreTheRecipe) {
   const TrainerOptions& o = *cl.options;
   EXPECT_EQ(o.epochs, 30);
   EXPECT_EQ(o.batch_size, 64);
-  EXPECT_EQ(o.lr, 0.05);
+  EXPECT_EQ(o.lr, 0.02);
   EXPECT_EQ(o.momentum, 0.9);
   EXPECT_EQ(o.weight_decay, 5e-4);
   EXPECT_EQ(o.optimizer, OptimizerKind::SGD);
