@@ -38,10 +38,43 @@ std::vector<StateEntry> SGD::state_entries(size_t) const {
   return {{"momentum_buffer", /*per_element=*/true, /*required=*/false}};
 }
 
+// One fused kernel per parameter for group g, when its tensors allow it;
+// returns false (having changed nothing) otherwise.
+bool SGD::fused_step(size_t g) {
+  const SGDOptions& o = options(g);
+  std::vector<Tensor> params_with_grad, grads, buffers;
+  std::vector<bool> first_step;
+  for (const Tensor& param : params(g)) {
+    Tensor grad = param.grad();
+    if (!grad.defined()) continue;
+    params_with_grad.push_back(param);
+    grads.push_back(grad);
+  }
+  if (o.momentum != 0.0) {
+    for (const Tensor& param : params_with_grad) {
+      const TensorDict& state = this->state(param);
+      const bool first = !state.contains("momentum_buffer");
+      // A fresh buffer is filled by the kernel with the first direction.
+      buffers.push_back(first ? Tensor::empty(param.shape(), {param.dtype(), param.device()})
+                              : state.at("momentum_buffer"));
+      first_step.push_back(first);
+    }
+  }
+  if (!ops::sgd_step_fusable(params_with_grad, grads, buffers)) return false;
+  ops::sgd_step_(params_with_grad, grads, buffers, first_step,
+                 {.lr = o.lr, .momentum = o.momentum, .dampening = o.dampening, .weight_decay = o.weight_decay,
+                  .nesterov = o.nesterov, .maximize = o.maximize});
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (first_step[i]) mutable_state(params_with_grad[i]).insert("momentum_buffer", buffers[i]);
+  }
+  return true;
+}
+
 void SGD::step() {
   NoGradGuard no_grad;
   for (size_t g = 0; g < num_param_groups(); ++g) {
     const SGDOptions& o = options(g);
+    if (o.fused && fused_step(g)) continue;
     for (size_t j = 0; j < params(g).size(); ++j) {
       Tensor param = params(g)[j];
       Tensor grad = param.grad();

@@ -30,6 +30,10 @@ struct SGDOptions {
   double weight_decay = 0.0;
   bool nesterov = false;
   bool maximize = false;
+  // Update the parameters with one fused kernel each where their tensors
+  // allow it (Note [Fused optimizer steps] in tensor/fused_optim.h); the
+  // results are bitwise those of the unfused ops. Not part of state dicts.
+  bool fused = true;
 
   static std::vector<OptionField<SGDOptions>> fields();
   // Throws naming `op` for a negative lr, momentum or weight decay, or for
@@ -46,6 +50,9 @@ class SGD : public OptimizerWithOptions<SGDOptions> {
 
  protected:
   std::vector<StateEntry> state_entries(size_t group) const override;
+
+ private:
+  bool fused_step(size_t group);
 };
 
 }  // namespace kiln::optim

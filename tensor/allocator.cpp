@@ -9,6 +9,9 @@
 #include <sys/mman.h>
 
 #include "tensor/error.h"
+#ifdef KILN_WITH_CUDA
+#include "tensor/cuda/pinned_allocator.h"
+#endif
 
 namespace kiln {
 
@@ -138,6 +141,20 @@ std::array<Allocator*, kNumDeviceTypes>& allocators() {
   return table;
 }
 
+// The pinned allocator slot (Note [Pinned memory]). Filled on first use, not
+// at load, so that only a process that asks for pinned memory starts the
+// CUDA driver to learn whether a device is there.
+std::atomic<Allocator*>& pinned_slot() {
+  static std::atomic<Allocator*> slot{[]() -> Allocator* {
+#ifdef KILN_WITH_CUDA
+    return cuda::pinned_host_allocator_if_available();
+#else
+    return nullptr;
+#endif
+  }()};
+  return slot;
+}
+
 }  // namespace
 
 Allocator& cpu_allocator() { return the_cpu_allocator(); }
@@ -160,5 +177,20 @@ Allocator& allocator_for(DeviceType type) {
 }
 
 void set_allocator(DeviceType type, Allocator* allocator) { allocators()[static_cast<int>(type)] = allocator; }
+
+bool pinned_allocator_available() { return pinned_slot().load() != nullptr; }
+
+Allocator& pinned_allocator(const char* op) {
+  Allocator* allocator = pinned_slot().load();
+#ifdef KILN_WITH_CUDA
+  constexpr const char* kWhy = "Kiln was built with CUDA but this machine has no usable GPU or NVIDIA driver";
+#else
+  constexpr const char* kWhy = "Kiln was built without CUDA (KILN_CUDA=OFF)";
+#endif
+  KILN_CHECK(allocator != nullptr, op, ": no CUDA device is available to page-lock host memory (", kWhy, ")");
+  return *allocator;
+}
+
+Allocator* set_pinned_allocator(Allocator* allocator) { return pinned_slot().exchange(allocator); }
 
 }  // namespace kiln

@@ -7,6 +7,36 @@
 // The CUDA backend installs its own allocator for DeviceType::CUDA (a caching
 // allocator: size-class bins, block splitting, stream-aware reuse), which is
 // why allocation goes through this interface rather than calling malloc.
+//
+// Note [Pinned memory]
+// A copy between the GPU and ordinary (pageable) host memory is staged by the
+// driver through a page-locked bounce buffer, and cannot overlap the host's
+// work. Page-locked ("pinned") host memory, which the OS may not swap or
+// move, is read by the GPU's DMA engines directly: the copy runs at full bus
+// speed and, once copies are queued asynchronously, alongside compute. As in
+// PyTorch, `t.pin_memory()` returns a contiguous copy of a CPU tensor in
+// pinned memory, `t.is_pinned()` says whether its storage is, and the
+// DataLoader's pin_memory option pins each batch in the worker that builds
+// it, so the page-locking copy overlaps the training step.
+// - Pinned memory is CPU memory: its tensors have device kCPU and every CPU
+//   kernel reads them. Only the allocator differs; the Storage remembers that
+//   it came from the pinned allocator (Storage::is_pinned), so views share it.
+// - Page-locking is the CUDA driver's job (cudaHostAlloc), so the tensor
+//   layer keeps only a slot for a pinned allocator. In a CUDA build the slot
+//   is filled from tensor/cuda/pinned_allocator.h the first time it is
+//   consulted, and only if a device is present: asking the driver at library
+//   load would start it in every process, CPU-only ones included. A CPU-only
+//   build, or a machine without a usable GPU, has an empty slot, and pinning
+//   throws "no CUDA device is available to page-lock host memory", as PyTorch
+//   does. Tests install a plain host allocator with set_pinned_allocator to
+//   check everything above the driver.
+// - Page-locked memory is scarce and slow to obtain (cudaHostAlloc maps and
+//   locks every page, milliseconds for a batch), so the CUDA allocator caches
+//   freed blocks by size, as the CPU allocator does (Note [CPU allocator]).
+//   Host<->device copies are synchronous today (tensor/cuda/copy.cu), so a
+//   freed block can be reused at once; asynchronous copies will have to
+//   record an event per block and wait for it before reuse, as PyTorch's
+//   CachingHostAllocator does.
 #pragma once
 
 #include <cstddef>
@@ -42,6 +72,17 @@ void cpu_reset_peak_allocated_bytes();
 // its own at start-up. Throws kiln::Error if none is registered.
 Allocator& allocator_for(DeviceType type);
 void set_allocator(DeviceType type, Allocator* allocator);
+
+// The pinned host allocator (Note [Pinned memory]): memory from it is on
+// kCPU and page-locked. pinned_allocator_available() is false in a CPU-only
+// build and on a machine without a usable GPU; pinned_allocator(op) then
+// throws "<op>: no CUDA device is available to page-lock host memory (why)".
+bool pinned_allocator_available();
+Allocator& pinned_allocator(const char* op = "pinned_allocator");
+// Installs `allocator` (nullptr empties the slot) and returns the one it
+// replaces, so that a caller can put it back:
+//   Allocator* previous = set_pinned_allocator(&mine); ...; set_pinned_allocator(previous);
+Allocator* set_pinned_allocator(Allocator* allocator);
 
 inline constexpr size_t kCpuAlignment = 64;
 

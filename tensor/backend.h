@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -49,6 +50,13 @@ enum class Distribution : uint8_t {
   Normal,     // mean a, std b
   Bernoulli,  // 1 with probability a
   RandInt,    // integers in [a, b)
+};
+
+// The scalars of one fused SGD step (Note [Fused optimizer steps] in
+// tensor/fused_optim.h): optim::SGDOptions' fields.
+struct SgdStep {
+  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false, maximize = false;
 };
 
 // Geometry of a 2-d convolution's unfold (im2col) and fold (col2im).
@@ -163,6 +171,14 @@ class Backend {
   // and the columns alike; sizes come from the tensors.
   virtual void adaptive_avg_pool2d(const Tensor& out, const Tensor& x) = 0;
   virtual void adaptive_avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out) = 0;
+
+  // ---- fused optimizer steps (tensor/cpu/optim_step.cpp) ----
+  // The front-end (tensor/fused_optim.cpp) has checked the lists: equal
+  // lengths, each i contiguous with one shape, float dtype and device;
+  // momentum_buffers is empty when step.momentum == 0.
+  virtual void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                        const std::vector<Tensor>& momentum_buffers, const std::vector<bool>& first_step,
+                        const SgdStep& step) = 0;
 
   // ---- normalization (tensor/cpu/norm.cpp, layer_norm.cpp) ----
   // Front-end: tensor/norm.cpp (Note [Normalization statistics] in

@@ -8,6 +8,7 @@
 #include "tensor/conv.h"
 #include "tensor/elementwise.h"
 #include "tensor/factory.h"
+#include "tensor/fused_optim.h"
 #include "tensor/index.h"
 #include "tensor/linalg.h"
 #include "tensor/norm.h"

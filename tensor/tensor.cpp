@@ -1,5 +1,6 @@
 #include "tensor/tensor.h"
 
+#include "tensor/autograd_hooks.h"
 #include "tensor/backend.h"
 
 namespace kiln {
@@ -91,6 +92,17 @@ Scalar Tensor::element_at(std::initializer_list<int64_t> index) const {
   }
   const char* base = static_cast<const char*>(data_ptr()) + offset * static_cast<int64_t>(element_size());
   return visit_dtype(dtype(), [&]<class T>() { return Scalar(*reinterpret_cast<const T*>(base)); });
+}
+
+Tensor Tensor::pin_memory() const {
+  KILN_CHECK(device().is_cpu(), "pin_memory: only CPU tensors can be pinned; this one is on ", device());
+  if (is_pinned()) return *this;
+  auto storage = Storage::allocate_pinned(nbytes(), "pin_memory");
+  Tensor pinned(std::make_shared<TensorImpl>(std::move(storage), dtype(), shape(), contiguous_strides(shape()), 0));
+  pinned.impl()->set_quant_params(impl()->quant_params());
+  backend_for(kCPU).copy(pinned, *this);
+  if (impl()->autograd_meta()) autograd_hooks().record_copy("pin_memory", *this, pinned);
+  return pinned;
 }
 
 }  // namespace kiln

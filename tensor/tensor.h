@@ -179,6 +179,16 @@ class Tensor {
   Tensor to(DType dtype, Device device) const;
   Tensor cpu() const { return to(kCPU); }
 
+  // ---- pinned host memory (Note [Pinned memory] in tensor/allocator.h) ----
+  // A contiguous copy of this CPU tensor in page-locked host memory (same
+  // shape, dtype and values; recorded by autograd as clone() is), or this
+  // tensor if its storage is pinned already. Throws kiln::Error for non-CPU tensors, and
+  // when no pinned allocator is registered ("pin_memory: no CUDA device is
+  // available to page-lock host memory (...)").
+  //   Tensor staged = batch.pin_memory();  // then staged.to(cuda_device(0))
+  Tensor pin_memory() const;
+  bool is_pinned() const { return storage()->is_pinned(); }
+
   // ---- versions: every in-place write bumps the storage's counter ----
   uint64_t version() const { return storage()->version(); }
   void bump_version() const { storage()->bump_version(); }

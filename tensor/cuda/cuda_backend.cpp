@@ -77,6 +77,11 @@ void CudaBackend::adaptive_avg_pool2d_backward(const Tensor&, const Tensor&) {
   not_implemented("adaptive_avg_pool2d_backward");
 }
 
+void CudaBackend::sgd_step(const std::vector<Tensor>&, const std::vector<Tensor>&, const std::vector<Tensor>&,
+                           const std::vector<bool>&, const SgdStep&) {
+  not_implemented("sgd_step_");
+}
+
 void CudaBackend::batch_norm_stats(const Tensor&, const Tensor&, const Tensor&) {
   not_implemented("batch_norm");
 }

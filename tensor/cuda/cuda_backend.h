@@ -57,6 +57,9 @@ class CudaBackend final : public Backend {
                            bool count_include_pad, std::optional<int64_t> divisor_override) override;
   void adaptive_avg_pool2d(const Tensor& out, const Tensor& x) override;
   void adaptive_avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out) override;
+  void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& momentum_buffers, const std::vector<bool>& first_step,
+                const SgdStep& step) override;
 
   void batch_norm_stats(const Tensor& mean, const Tensor& var, const Tensor& x) override;
   void batch_norm_apply(const Tensor& out, const Tensor& x, const Tensor& mean, const Tensor& scale,

@@ -1,0 +1,72 @@
+// CPU fused optimizer steps (Note [Fused optimizer steps] in
+// tensor/fused_optim.h).
+//
+// Each statement below is one of the unfused ops (optim/sgd.h), in its
+// order and rounded to T like the op's output; the scalars are converted to
+// T first, as the ops wrap them. This file is compiled for baseline x86-64
+// (no FMA), so the compiler cannot contract a product and a sum into one
+// rounding and drift from the unfused results.
+#include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/parallel.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+// Elements per thread below which a parameter is updated on one thread.
+constexpr int64_t kGrain = int64_t{1} << 16;
+
+template <class T>
+void sgd_step_typed(const Tensor& param, const Tensor& grad, const Tensor* buffer, bool first_step,
+                    const SgdStep& s) {
+  T* p = param.data<T>();
+  const T* g = grad.data<T>();
+  T* b = buffer ? buffer->data<T>() : nullptr;
+  const T weight_decay = static_cast<T>(s.weight_decay), momentum = static_cast<T>(s.momentum);
+  const T keep = static_cast<T>(1.0 - s.dampening), step = static_cast<T>(-s.lr);
+  const bool decay = s.weight_decay != 0.0, damped = 1.0 - s.dampening != 1.0;
+  parallel_for(0, param.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      T d = s.maximize ? -g[i] : g[i];
+      if (decay) {
+        const T decay_term = weight_decay * p[i];
+        d = d + decay_term;
+      }
+      if (b) {
+        if (first_step) {
+          b[i] = d;
+        } else {
+          const T kept = damped ? keep * d : d;
+          b[i] = b[i] * momentum;
+          b[i] = b[i] + kept;
+        }
+        if (s.nesterov) {
+          const T look_ahead = momentum * b[i];
+          d = d + look_ahead;
+        } else {
+          d = b[i];
+        }
+      }
+      const T update = step * d;
+      p[i] = p[i] + update;
+    }
+  });
+}
+
+}  // namespace
+
+void CpuBackend::sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                          const std::vector<Tensor>& momentum_buffers, const std::vector<bool>& first_step,
+                          const SgdStep& step) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor* buffer = momentum_buffers.empty() ? nullptr : &momentum_buffers[i];
+    const bool first = buffer != nullptr && first_step[i];
+    if (params[i].dtype() == DType::Float32) {
+      sgd_step_typed<float>(params[i], grads[i], buffer, first, step);
+    } else {
+      sgd_step_typed<double>(params[i], grads[i], buffer, first, step);
+    }
+  }
+}
+
+}  // namespace kiln::cpu

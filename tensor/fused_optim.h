@@ -1,0 +1,40 @@
+// Fused optimizer updates: one kernel pass over each parameter instead of
+// one op (and often one temporary) per term of the update.
+//
+// Note [Fused optimizer steps]
+// optim::SGD written as tensor ops runs, per parameter, mul_, then add_ with
+// alpha (alpha * x into a temporary, then the sum) for the dampened
+// gradient, the weight decay and the final update: about seven kernels and
+// three temporaries for each of LeNet's ten parameters, 0.2 ms of a 7 ms
+// training step on one core, spent almost entirely in per-op overhead. The
+// fused kernel reads each element once and performs the same float
+// operations in the same order, each rounded to the parameter's dtype, so
+// its results are bitwise those of the unfused ops (tests/optim checks it
+// for every option). The per-element recipe is SGD's own (optim/sgd.h); the
+// CUDA backend implements the same contract (issue 5).
+#pragma once
+
+#include <vector>
+
+#include "tensor/backend.h"
+#include "tensor/tensor.h"
+
+namespace kiln::ops {
+
+using kiln::SgdStep;  // the step's scalars (tensor/backend.h)
+
+// Whether sgd_step_ takes these tensors: params[i], grads[i] and (with
+// momentum) momentum_buffers[i] contiguous, of one shape, one float32 or
+// float64 dtype and one device each, on a device whose backend fuses.
+bool sgd_step_fusable(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                      const std::vector<Tensor>& momentum_buffers);
+
+// For each i, in place: the update of optim/sgd.h applied to params[i] with
+// gradient grads[i] and, when step.momentum != 0, buffer momentum_buffers[i],
+// which is overwritten with the gradient direction (its first step) where
+// first_step[i] is true. Throws kiln::Error naming sgd_step_ when
+// sgd_step_fusable is false or the lists' lengths differ.
+void sgd_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+               const std::vector<Tensor>& momentum_buffers, const std::vector<bool>& first_step, const SgdStep& step);
+
+}  // namespace kiln::ops
