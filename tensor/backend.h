@@ -39,6 +39,7 @@ enum class UnaryOp : uint8_t {
 
 enum class BinaryOp : uint8_t {
   Add, Sub, Mul, Div, Pow, Maximum, Minimum,
+  ReluBackward,                          // a where b > 0, else 0 (a: gradient, b: relu's output)
   Eq, Ne, Lt, Le, Gt, Ge,                // output Bool
   LogicalAnd, LogicalOr, LogicalXor,     // output Bool
 };

@@ -194,6 +194,13 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
   return binary(BinaryOp::Minimum, "minimum", a, b, compute, compute);
 }
 
+Tensor relu_backward(const Tensor& grad, const Tensor& output) {
+  DType compute = result_type(grad, output);
+  KILN_CHECK(is_floating(compute), "relu_backward: expected floating tensors, got ", grad.dtype(), " and ",
+             output.dtype());
+  return binary(BinaryOp::ReluBackward, "relu_backward", grad, output, compute, compute);
+}
+
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }

@@ -58,6 +58,9 @@ Tensor pow(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& a, Scalar exponent);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
+// relu's gradient from its output: grad where output > 0, else 0 (also where
+// grad is inf or NaN, as torch's threshold_backward); one pass, no mask tensor.
+Tensor relu_backward(const Tensor& grad, const Tensor& output);
 
 Tensor eq(const Tensor& a, const Tensor& b);
 Tensor eq(const Tensor& a, Scalar b);

@@ -122,7 +122,9 @@ Tensor relu(const Tensor& x) {
     // The mask comes from the output, which the next layer keeps alive
     // anyway; where() rather than a product so that the gradient at x <= 0 is
     // 0 even when the incoming gradient is inf or NaN, as torch.
+    // Outside create_graph one fused kernel does (ops::relu_backward).
     record_with_outputs("relu", {x}, {out}, [](const TensorList& g, const TensorList& outs) -> TensorList {
+      if (!GradMode::is_enabled()) return {ops::relu_backward(g[0], outs[0])};
       Tensor positive = untracked([&] { return ops::gt(outs[0], 0); });
       return {where(positive, g[0], 0.0)};
     });

@@ -207,6 +207,8 @@ void binary_typed(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor&
         return floating_pow<T>(out, a, b);
     case BinaryOp::Maximum: return binary_loop<T, T>(out, a, b, op, simd, [](C x, C y) { return maximum(x, y); });
     case BinaryOp::Minimum: return binary_loop<T, T>(out, a, b, op, simd, [](C x, C y) { return minimum(x, y); });
+    case BinaryOp::ReluBackward:
+      return binary_loop<T, T>(out, a, b, op, simd, [](C g, C y) { return y > C(0) ? g : C(0); });
     case BinaryOp::Eq: return binary_loop<T, bool>(out, a, b, op, nullptr, [](C x, C y) { return x == y; });
     case BinaryOp::Ne: return binary_loop<T, bool>(out, a, b, op, nullptr, [](C x, C y) { return x != y; });
     case BinaryOp::Lt: return binary_loop<T, bool>(out, a, b, op, nullptr, [](C x, C y) { return x < y; });

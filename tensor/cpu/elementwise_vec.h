@@ -271,6 +271,11 @@ bool binary_f32(BinaryOp op, float* out, const float* a, int64_t a_step, const f
     case BinaryOp::Minimum:
       binary_loop<V>(out, a, a_step, b, b_step, n, [](Reg x, Reg y) { return minimum<V>(x, y); });
       return true;
+    case BinaryOp::ReluBackward:
+      // less(0, y) is false for NaN: a NaN output passes no gradient.
+      binary_loop<V>(out, a, a_step, b, b_step, n,
+                     [](Reg g, Reg y) { return V::select(V::less(V::set1(0.0f), y), g, V::set1(0.0f)); });
+      return true;
     default: return false;
   }
 }

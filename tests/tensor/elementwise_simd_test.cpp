@@ -144,8 +144,8 @@ TEST(ElementwiseSimd, EveryLengthAndTailMatchesTheFullVectorResult) {
         EXPECT_EQ(part[n], -12345.0f) << "wrote past the end, n=" << n;
       }
     }
-    for (BinaryOp op :
-         {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Minimum}) {
+    for (BinaryOp op : {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum,
+                        BinaryOp::Minimum, BinaryOp::ReluBackward}) {
       for (int64_t n : {1, 7, 8, 9, 17, 33}) {
         for (int steps = 0; steps < 4; ++steps) {
           int64_t a_step = steps & 1, b_step = steps >> 1;
@@ -158,7 +158,8 @@ TEST(ElementwiseSimd, EveryLengthAndTailMatchesTheFullVectorResult) {
                            : op == BinaryOp::Mul     ? u * v
                            : op == BinaryOp::Div     ? u / v
                            : op == BinaryOp::Maximum ? std::max(u, v)
-                                                     : std::min(u, v);
+                           : op == BinaryOp::Minimum ? std::min(u, v)
+                                                     : (v > 0 ? u : 0.0f);
             EXPECT_EQ(part[i], expect) << level.name << " op " << int(op) << " n=" << n << " steps " << steps;
           }
           EXPECT_EQ(part[n], -12345.0f);

@@ -347,6 +347,40 @@ TEST(Elementwise, WhereBroadcastsAllThree) {
       "where: shapes [2] and [1, 4] cannot be broadcast");
 }
 
+TEST(Elementwise, ReluBackwardPassesGradientWhereTheOutputIsPositive) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  // Long enough for the vector loop and its tail; every case in each dtype.
+  std::vector<double> out_values, grad_values, expected;
+  const std::vector<double> outs = {2.0, 0.0, -0.0, -3.0, nan, 1e-30}, grads = {1.5, -2.0, nan, inf, 7.0, -inf};
+  for (int rep = 0; rep < 5; ++rep) {
+    for (size_t i = 0; i < outs.size(); ++i) {
+      out_values.push_back(outs[i]);
+      grad_values.push_back(grads[(i + rep) % grads.size()]);
+      expected.push_back(outs[i] > 0 ? grad_values.back() : 0.0);
+    }
+  }
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16}) {
+    const int64_t n = static_cast<int64_t>(out_values.size());
+    Tensor r = relu_backward(from_vector<double>(grad_values, {n}).to(dtype), from_vector<double>(out_values, {n}).to(dtype));
+    ASSERT_EQ(r.dtype(), dtype);
+    std::vector<double> got = values(r);
+    for (int64_t i = 0; i < n; ++i) {
+      if (std::isnan(expected[i])) {
+        EXPECT_TRUE(std::isnan(got[i])) << dtype << " at " << i;
+      } else {
+        EXPECT_EQ(got[i], static_cast<double>(from_vector<double>({expected[i]}, {1}).to(dtype).to(DType::Float64).item<double>()))
+            << dtype << " at " << i;
+      }
+    }
+  }
+  // Broadcast output (a scalar), strided gradient.
+  Tensor g = random_tensor({3, 4}, -1, 1, DType::Float32, 17).t();
+  EXPECT_EQ(values(relu_backward(g, full({1}, 2.0))), values(g));
+  EXPECT_EQ(values(relu_backward(g, full({1}, -2.0))), std::vector<double>(12, 0.0));
+  expect_error([&] { relu_backward(from_vector<int32_t>({1}), from_vector<int32_t>({1})); },
+               "relu_backward: expected floating tensors, got int32 and int32");
+}
+
 TEST(Elementwise, ClampBounds) {
   float nan = std::numeric_limits<float>::quiet_NaN();
   Tensor x = from_vector<float>({-3, -1, 0, 2, 5, nan});
