@@ -11,6 +11,7 @@
 #include <thread>
 #include <utility>
 
+#include "tensor/allocator.h"
 #include "tensor/error.h"
 
 namespace kiln::data {
@@ -50,11 +51,17 @@ std::string describe_indices(const std::vector<int64_t>& indices) {
 
 // Builds batch `b`, turning any exception into a message that names it, so
 // that the consumer's error reads the same whichever thread built the batch.
-BatchResult build_batch(const Dataset& dataset, const std::vector<int64_t>& indices, int64_t b) {
+// With `pin`, the batch's tensors are copied into pinned memory here, in
+// the thread that built them (Note [Loader pinned memory]).
+BatchResult build_batch(const Dataset& dataset, const std::vector<int64_t>& indices, int64_t b, bool pin) {
   BatchResult result;
   std::string what;
   try {
     result.batch = dataset.get_batch(indices);
+    if (pin) {
+      if (result.batch.data.defined()) result.batch.data = result.batch.data.pin_memory();
+      if (result.batch.target.defined()) result.batch.target = result.batch.target.pin_memory();
+    }
     return result;
   } catch (const std::exception& e) {
     what = e.what();
@@ -69,7 +76,7 @@ BatchResult build_batch(const Dataset& dataset, const std::vector<int64_t>& indi
 
 }  // namespace
 
-void DataLoader::run_worker(Pass* pass, const Dataset* dataset, int64_t worker, int64_t num_workers) {
+void DataLoader::run_worker(Pass* pass, const Dataset* dataset, int64_t worker, int64_t num_workers, bool pin) {
   const int64_t num_batches = static_cast<int64_t>(pass->batches.size());
   for (int64_t b = worker; b < num_batches; b += num_workers) {
     {
@@ -77,7 +84,7 @@ void DataLoader::run_worker(Pass* pass, const Dataset* dataset, int64_t worker, 
       pass->space.wait(lock, [&] { return pass->stop || b < pass->next + pass->window; });
       if (pass->stop) return;
     }
-    BatchResult result = build_batch(*dataset, pass->batches[static_cast<size_t>(b)], b);
+    BatchResult result = build_batch(*dataset, pass->batches[static_cast<size_t>(b)], b, pin);
     {
       std::lock_guard<std::mutex> lock(pass->mutex);
       if (pass->stop) return;
@@ -96,6 +103,8 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions optio
              options_.prefetch_batches);
   KILN_CHECK(!(options_.sampler && options_.shuffle),
              "DataLoader: shuffle=true cannot be combined with a sampler; shuffle in the sampler instead");
+  // Fails here, naming the option, rather than in every batch.
+  if (options_.pin_memory) pinned_allocator("DataLoader(pin_memory=true)");
   if (options_.sampler) {
     sampler_ = options_.sampler;
   } else if (options_.shuffle) {
@@ -140,7 +149,8 @@ void DataLoader::begin_epoch(int64_t epoch) {
   pass->window = options_.num_workers * options_.prefetch_batches;
   pass_ = std::move(pass);
   for (int64_t w = 0; w < options_.num_workers; ++w) {
-    pass_->workers.emplace_back(run_worker, pass_.get(), dataset_.get(), w, options_.num_workers);
+    pass_->workers.emplace_back(run_worker, pass_.get(), dataset_.get(), w, options_.num_workers,
+                                options_.pin_memory);
   }
   epoch_ = epoch + 1;
 }
@@ -150,7 +160,7 @@ std::optional<Batch> DataLoader::next() {
   const int64_t b = pass_->next;
   BatchResult result;
   if (options_.num_workers == 0) {
-    result = build_batch(*dataset_, pass_->batches[static_cast<size_t>(b)], b);
+    result = build_batch(*dataset_, pass_->batches[static_cast<size_t>(b)], b, options_.pin_memory);
     ++pass_->next;
   } else {
     {

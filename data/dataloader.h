@@ -32,8 +32,14 @@
 // for. The dataset must allow concurrent get()/get_batch() (Note [Dataset
 // threading] in data/dataset.h).
 //
-// There is no pin_memory option: batches are built in ordinary host memory,
-// and page-locking them for asynchronous copies belongs with the CUDA backend.
+// Note [Loader pinned memory]
+// With pin_memory = true, every tensor of a batch is copied into page-locked
+// host memory (Tensor::pin_memory, Note [Pinned memory] in
+// tensor/allocator.h) by whoever builds the batch: a worker thread, so that
+// the copy overlaps the training step, or next() itself with num_workers = 0.
+// The consumer then moves the batch to the GPU without the driver's staging
+// copy. The constructor throws when no pinned allocator is registered (a
+// CPU-only build, or no usable GPU) rather than letting every batch fail.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +61,7 @@ struct DataLoaderOptions {
   int64_t prefetch_batches = 2;  // per worker (Note [Loader workers])
   uint64_t seed = 0;             // of the shuffling, with the epoch
   std::shared_ptr<Sampler> sampler;  // the order of indices; default sequential or shuffled
+  bool pin_memory = false;           // batches in page-locked memory (Note [Loader pinned memory])
 };
 
 class DataLoader {
@@ -91,7 +98,8 @@ class DataLoader {
 
   void end_pass();
   // Worker `worker` of `num_workers`: builds batches worker, worker + num_workers, ...
-  static void run_worker(Pass* pass, const Dataset* dataset, int64_t worker, int64_t num_workers);
+  // (pinned when `pin`).
+  static void run_worker(Pass* pass, const Dataset* dataset, int64_t worker, int64_t num_workers, bool pin);
 
   std::shared_ptr<Dataset> dataset_;
   DataLoaderOptions options_;

@@ -66,6 +66,49 @@ void check_bmp_complete(const uint8_t* bytes, size_t n, const std::string& name)
              height < 0 ? -height : height, " pixels at ", bits, " bits need ", needed, " bytes");
 }
 
+// stb_image 2.27 (Debian 12's libstb-dev) adds up the 16 code counts of a
+// JPEG DHT (define Huffman table) segment and fills its tables with that many
+// symbols without checking the sum against the 256 a table holds, so a
+// corrupt table writes past them (found by tests/fuzz/kiln_image_fuzz; stb
+// 2.28 rejects it). The DHT segments are checked here first, walking the
+// markers as stb does: bytes that are not a marker (entropy-coded data,
+// padding) are stepped over one at a time, 0xFF fill bytes, stuffed zeros and
+// the markers without a length (RSTn, SOI, EOI, TEM) are passed, and every
+// other marker's segment is skipped by its length. Each table of a DHT is a
+// class/id byte, 16 counts and then as many symbols as the counts add up to;
+// stb reads tables while the segment length has bytes left, and so does this.
+void check_jpeg_huffman_tables(const uint8_t* bytes, size_t n, const std::string& name) {
+  if (n < 4 || bytes[0] != 0xFF || bytes[1] != 0xD8) return;  // not a JPEG
+  auto byte_at = [&](size_t i) -> uint64_t { return i < n ? bytes[i] : 0; };  // stb reads zeros past the end
+  size_t pos = 2;
+  while (pos + 1 < n) {
+    const uint8_t marker = bytes[pos + 1];
+    if (bytes[pos] != 0xFF || marker == 0xFF) {
+      ++pos;
+      continue;
+    }
+    if (marker == 0x00 || marker == 0x01 || (marker >= 0xD0 && marker <= 0xD9)) {
+      pos += 2;
+      continue;
+    }
+    const uint64_t length = byte_at(pos + 2) << 8 | byte_at(pos + 3);
+    if (marker == 0xC4) {
+      int64_t left = static_cast<int64_t>(length) - 2;
+      uint64_t table = pos + 4;
+      while (left > 0) {
+        uint64_t symbols = 0;
+        for (uint64_t i = 1; i <= 16; ++i) symbols += byte_at(table + i);
+        KILN_CHECK(symbols <= 256, "decode_image: cannot decode '", name, "' (", n,
+                   " bytes): corrupt JPEG, the Huffman table at offset ", table, " has ", symbols,
+                   " codes but at most 256 fit");
+        left -= static_cast<int64_t>(17 + symbols);
+        table += 17 + symbols;
+      }
+    }
+    pos += 2 + length;
+  }
+}
+
 }  // namespace
 
 Tensor decode_image(const uint8_t* bytes, size_t n, const std::string& name, DecodeOptions options) {
@@ -76,6 +119,7 @@ Tensor decode_image(const uint8_t* bytes, size_t n, const std::string& name, Dec
   KILN_CHECK(n <= static_cast<size_t>(INT_MAX), "decode_image: '", name, "' has ", n,
              " bytes, more than stb_image reads (", INT_MAX, ")");
   check_bmp_complete(bytes, n, name);
+  check_jpeg_huffman_tables(bytes, n, name);
   int width = 0, height = 0, file_channels = 0;
   // stb's failure reason is thread_local (STBI_THREAD_LOCAL), so decoders on
   // several threads each read their own.

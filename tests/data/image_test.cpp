@@ -177,6 +177,24 @@ TEST_F(ImageFiles, CorruptTruncatedAndEmptyFilesNameTheFile) {
                {"decode_image_file: cannot open '" + (dir_ / "missing.png").string() + "': No such file"});
 }
 
+// A DHT segment whose 16 code counts add up to more than the 256 symbols a
+// Huffman table holds made stb_image 2.27 write past its tables (an input
+// found by tests/fuzz/kiln_image_fuzz); decode_image rejects it first.
+TEST_F(ImageFiles, JpegHuffmanTableWithTooManyCodesIsAnError) {
+  fs::path p = dir_ / "dht.jpg";
+  write_jpg(p, 8, 8, 3, pattern_hwc(8, 8, 3));
+  auto bytes = read_bytes(p);
+  const uint8_t dht[] = {0xFF, 0xC4};
+  auto at = std::search(bytes.begin(), bytes.end(), std::begin(dht), std::end(dht));
+  ASSERT_NE(at, bytes.end()) << "stb_image_write wrote no DHT segment";
+  const size_t table = static_cast<size_t>(at - bytes.begin()) + 4;  // after the marker and the length
+  for (size_t i = 1; i <= 16; ++i) bytes[table + i] = 17;            // 16 * 17 = 272 codes
+  expect_error([&] { decode_image(bytes.data(), bytes.size(), "member/dht.jpg"); },
+               {"decode_image: cannot decode 'member/dht.jpg' (" + std::to_string(bytes.size()) +
+                " bytes): corrupt JPEG, the Huffman table at offset " + std::to_string(table) +
+                " has 272 codes but at most 256 fit"});
+}
+
 // root/<class>/ with: bird (1 bmp), cat (1 jpg, 1 JPEG, a text file), dog (2 png).
 class Folder : public ImageFiles {
  protected:
