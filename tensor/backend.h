@@ -158,6 +158,7 @@ class Backend {
   // Max pooling: padding is -inf; ties keep the first tap in row-major window
   // order, NaN wins (the last NaN, as torch); a window with no tap inside the
   // input gives -inf and index -1, which the backward skips.
+  // indices may be undefined (inference): then only values are written.
   virtual void max_pool2d(const Tensor& values, const Tensor& indices, const Tensor& x, const PoolGeometry& g) = 0;
   // grad_x[p, indices[p, i]] += grad_out[p, i]; throws on an index outside the plane.
   virtual void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices) = 0;

@@ -95,18 +95,30 @@ int64_t pool_output_size(int64_t input, int64_t kernel, int64_t stride, int64_t 
   return out;
 }
 
-PoolResult max_pool2d_with_indices(const Tensor& x, const MaxPool2dOptions& options) {
+namespace {
+
+// Max pooling's values, and its indices when `with_indices`.
+PoolResult max_pool(const Tensor& x, const MaxPool2dOptions& options, bool with_indices) {
   check_input(x, "max_pool2d");
   PoolGeometry g = resolve_geometry(x.shape(), options.kernel, options.stride.value_or(options.kernel),
                                     options.padding, options.dilation, options.ceil_mode, "max_pool2d");
   Shape out_shape = with_plane(x.shape(), g.out_h, g.out_w);
   PoolResult result{Tensor::empty(out_shape, {x.dtype(), x.device()}),
-                    Tensor::empty(out_shape, {DType::Int64, x.device()})};
+                    with_indices ? Tensor::empty(out_shape, {DType::Int64, x.device()}) : Tensor()};
   if (result.values.numel() == 0) return result;
-  backend_for(x.device()).max_pool2d(as_planes(result.values), as_planes(result.indices), as_planes(x.contiguous()),
-                                     g);
+  backend_for(x.device())
+      .max_pool2d(as_planes(result.values), with_indices ? as_planes(result.indices) : Tensor(),
+                  as_planes(x.contiguous()), g);
   return result;
 }
+
+}  // namespace
+
+PoolResult max_pool2d_with_indices(const Tensor& x, const MaxPool2dOptions& options) {
+  return max_pool(x, options, true);
+}
+
+Tensor max_pool2d(const Tensor& x, const MaxPool2dOptions& options) { return max_pool(x, options, false).values; }
 
 Tensor max_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, const Tensor& indices) {
   constexpr std::string_view op = "max_pool2d_backward";

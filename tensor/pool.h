@@ -81,6 +81,9 @@ int64_t pool_output_size(int64_t input, int64_t kernel, int64_t stride, int64_t 
 // Requires kernel, stride, dilation > 0, 0 <= padding <= kernel / 2 and an
 // output size >= 1. float32, float64, float16, bfloat16.
 PoolResult max_pool2d_with_indices(const Tensor& x, const MaxPool2dOptions& options);
+// The values alone, as max_pool2d_with_indices(x, options).values, without
+// computing or storing the indices: inference, where no backward needs them.
+Tensor max_pool2d(const Tensor& x, const MaxPool2dOptions& options);
 // The gradient of max pooling: zeros of `input_shape` with grad_out[i] added
 // at indices[i] (summed where windows overlap). grad_out and indices have
 // max pooling's output shape; index -1 is skipped.

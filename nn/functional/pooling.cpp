@@ -70,6 +70,8 @@ PoolResult max_pool2d_with_indices(const Tensor& x, const MaxPool2dOptions& opti
 }
 
 Tensor max_pool2d(const Tensor& x, const MaxPool2dOptions& options) {
+  // Without a backward to come the indices are not computed (inference).
+  if (!autograd::needs_grad({x})) return ops::max_pool2d(x, options);
   return max_pool2d_with_indices(x, options).values;
 }
 

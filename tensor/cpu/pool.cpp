@@ -119,6 +119,7 @@ void max_pool_row(Acc* best, Code* code, Acc* run, const T* plane, int64_t oy, c
 template <class T, class Acc, class Code>
 void max_pool_row_2x2(Acc* best, int64_t* where, Code* offset, const T* plane, int64_t oy, int64_t width,
                       int64_t out_w) {
+  // where == nullptr: values only.
   const T* top = plane + 2 * oy * width;  // input rows 2*oy, 2*oy + 1: (W)
   const T* bottom = top + width;
   auto w = static_cast<Code>(width);
@@ -140,6 +141,7 @@ void max_pool_row_2x2(Acc* best, int64_t* where, Code* offset, const T* plane, i
     best[ox] = m;
     offset[ox] = k;
   }
+  if (where == nullptr) return;
   int64_t corner = 2 * oy * width;
   for (int64_t ox = 0; ox < out_w; ++ox) where[ox] = corner + 2 * ox + offset[ox];
 }
@@ -150,7 +152,7 @@ void max_pool_typed(const Tensor& values, const Tensor& indices, const Tensor& x
   // x: (P, H, W); values, indices: (P, oh, ow)
   const T* x_data = static_cast<const T*>(x.data_ptr());
   T* v_data = values.data<T>();
-  int64_t* i_data = indices.data<int64_t>();
+  int64_t* i_data = indices.defined() ? indices.data<int64_t>() : nullptr;  // null: values only
   int64_t in_plane = g.height * g.width, out_plane = g.out_h * g.out_w;
   bool two_by_two = dense_2x2(g);
   std::vector<Tap> rows = taps(g.kernel_h, g.stride_h, g.pad_h, g.dilation_h, g.height, g.out_h);
@@ -163,7 +165,7 @@ void max_pool_typed(const Tensor& values, const Tensor& indices, const Tensor& x
       const T* plane = x_data + p * in_plane;
       for (int64_t oy = 0; oy < g.out_h; ++oy) {
         T* out_row = v_data + p * out_plane + oy * g.out_w;
-        int64_t* where = i_data + p * out_plane + oy * g.out_w;
+        int64_t* where = i_data ? i_data + p * out_plane + oy * g.out_w : nullptr;
         Acc* run = scratch.data();
         Acc* best;
         if constexpr (std::is_same_v<T, Acc>) {
@@ -176,7 +178,7 @@ void max_pool_typed(const Tensor& values, const Tensor& indices, const Tensor& x
         } else {
           max_pool_row<T, Acc, Code>(best, code.data(), run, plane, oy, g, rows, cols);
           int64_t corner = (oy * g.stride_h - g.pad_h) * g.width - g.pad_w;  // window (oy, 0)
-          for (int64_t ox = 0; ox < g.out_w; ++ox) {
+          for (int64_t ox = 0; where && ox < g.out_w; ++ox) {
             where[ox] = code[ox] < 0 ? -1 : corner + ox * g.stride_w + code[ox];
           }
         }

@@ -236,6 +236,8 @@ TEST(MaxPool2d, MatchesReferenceForEveryGeometry) {
       EXPECT_EQ(r.indices.dtype(), DType::Int64);
       EXPECT_EQ(values_of(r.values), want) << describe(c) << " " << dtype;
       EXPECT_EQ(indices_of(r.indices), want_idx) << describe(c) << " " << dtype;
+      // The values-only form (inference) gives the same values.
+      EXPECT_EQ(values_of(max_pool2d(make(xv, c.shape, dtype), max_options(c))), want) << describe(c) << " " << dtype;
     }
   }
 }
@@ -251,6 +253,7 @@ TEST(MaxPool2d, NaNWinsAndInfinitiesCompare) {
   PoolResult r = max_pool2d_with_indices(x, {.kernel = 2});
   EXPECT_EQ(indices_of(r.indices), (std::vector<int64_t>{4, 3, 8, 10}));
   expect_close(values_of(r.values), {kNaN, kInf, -kInf, 7}, 0, "2x2");
+  expect_close(values_of(max_pool2d(x, {.kernel = 2})), {kNaN, kInf, -kInf, 7}, 0, "2x2 values only");
   // The general path (padding) against the reference.
   MaxPool2dOptions o{.kernel = 3, .stride = 1, .padding = 1};
   Case c{{1, 1, 4, 4}, 3, 1, 1};
