@@ -36,13 +36,13 @@ TEST(LenetOptions, DefaultsAreTheRecipe) {
   EXPECT_TRUE(o.augment);
   EXPECT_EQ(o.seed, 0u);
   EXPECT_EQ(o.threads, 0);
-  EXPECT_EQ(o.workers, 2);
+  EXPECT_EQ(o.workers, 0);
 }
 
 TEST(LenetOptions, FlagsAreRead) {
   CommandLine cl = parse_command_line(std::vector<std::string>{
       "kiln-lenet", "--data", "d", "--epochs", "3", "--batch-size", "8", "--lr", "0.1", "--optimizer", "adamw",
-      "--schedule", "cosine", "--no-augment", "--threads", "2", "--workers", "0", "--seed", "7", "--save", "a.ckpt",
+      "--schedule", "cosine", "--no-augment", "--threads", "2", "--workers", "3", "--seed", "7", "--save", "a.ckpt",
       "--log", "a.jsonl", "--plot", "a.svg"});
   ASSERT_TRUE(cl.options.has_value());
   const TrainerOptions& o = *cl.options;
@@ -54,7 +54,7 @@ TEST(LenetOptions, FlagsAreRead) {
   EXPECT_EQ(o.schedule, ScheduleKind::Cosine);
   EXPECT_FALSE(o.augment);
   EXPECT_EQ(o.threads, 2);
-  EXPECT_EQ(o.workers, 0);
+  EXPECT_EQ(o.workers, 3);
   EXPECT_EQ(o.seed, 7u);
   EXPECT_EQ(o.save, "a.ckpt");
   EXPECT_EQ(o.log, "a.jsonl");
