@@ -21,7 +21,8 @@ json to_json(const EpochRecord& r) {
               {"test_accuracy", r.test_accuracy},
               {"lr", r.lr},
               {"seconds", r.seconds},
-              {"images_per_second", r.images_per_second}};
+              {"images_per_second", r.images_per_second},
+              {"elapsed_seconds", r.elapsed_seconds}};
 }
 
 EpochRecord from_json(const json& j) {
@@ -39,6 +40,7 @@ EpochRecord from_json(const json& j) {
   r.lr = field("lr").get<double>();
   r.seconds = field("seconds").get<double>();
   r.images_per_second = field("images_per_second").get<double>();
+  r.elapsed_seconds = field("elapsed_seconds").get<double>();
   return r;
 }
 

@@ -3,7 +3,7 @@
 // resumed run redraws the whole curve.
 //
 //   {"epoch":1,"train_loss":1.82,"test_loss":1.55,"test_accuracy":0.4312,
-//    "lr":0.0049,"seconds":21.3,"images_per_second":2347.1}
+//    "lr":0.0049,"seconds":21.3,"images_per_second":2347.1,"elapsed_seconds":24.9}
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,10 @@ struct EpochRecord {
   double lr = 0;             // at the end of the epoch
   double seconds = 0;        // of training (the test pass excluded)
   double images_per_second = 0;
+  // Wall-clock time of the whole run when this epoch's test pass ended:
+  // start-up (reading the data) and test passes included, and a resumed
+  // run's time added to its checkpoint's. Time-to-accuracy reads this.
+  double elapsed_seconds = 0;
 };
 
 // One JSON object on one line, without the newline; the keys are the field names.

@@ -136,9 +136,11 @@ std::string percent(double fraction) {
 std::string summary(const EpochRecord& r, int64_t epochs) {
   char buffer[256];
   std::snprintf(buffer, sizeof buffer,
-                "epoch %lld/%lld  train loss %.4f  test loss %.4f  test accuracy %s  lr %.3g  %.1f s  %.0f img/s",
+                "epoch %lld/%lld  train loss %.4f  test loss %.4f  test accuracy %s  lr %.3g  %.1f s  %.0f img/s  "
+                "elapsed %s",
                 static_cast<long long>(r.epoch), static_cast<long long>(epochs), r.train_loss, r.test_loss,
-                percent(r.test_accuracy).c_str(), r.lr, r.seconds, r.images_per_second);
+                percent(r.test_accuracy).c_str(), r.lr, r.seconds, r.images_per_second,
+                format_duration(r.elapsed_seconds).c_str());
   return buffer;
 }
 
@@ -161,6 +163,7 @@ void reset_interrupt_request() { g_interrupted = 0; }
 
 TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) {
   using Clock = std::chrono::steady_clock;
+  const Clock::time_point run_start = Clock::now();
   validate(o);
   std::ostream& out = *hooks.out;
   auto should_stop = hooks.should_stop ? hooks.should_stop : [](int64_t) { return interrupt_requested(); };
@@ -206,11 +209,15 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
 
   Position pos;
   int64_t global_step = 0;
+  double elapsed_before = 0;  // the wall time of the run a resume continues
   if (!o.resume.empty()) {
     optim::LoadedCheckpoint loaded =
         optim::load_training_checkpoint(o.resume, {model, *optimizer, scheduler.get()});
     pos = from_extra(loaded.extra, o);
     global_step = loaded.step;
+    // The interrupted epoch's training time after the last finished epoch
+    // is not in the history; its `seconds` resume the epoch's own clock.
+    elapsed_before = (pos.history.empty() ? 0.0 : pos.history.back().elapsed_seconds) + pos.seconds;
     out << "resuming " << o.resume << " at epoch " << pos.epoch + 1 << ", step " << pos.step_in_epoch << "/"
         << steps_per_epoch << "\n";
   } else if (!o.log.empty()) {
@@ -285,7 +292,8 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
                        .test_accuracy = result.evaluation.accuracy,
                        .lr = optimizer->lr(0),
                        .seconds = pos.seconds,
-                       .images_per_second = pos.seconds > 0 ? static_cast<double>(pos.images) / pos.seconds : 0.0};
+                       .images_per_second = pos.seconds > 0 ? static_cast<double>(pos.images) / pos.seconds : 0.0,
+                       .elapsed_seconds = elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count()};
     pos.history.push_back(record);
     out << summary(record, o.epochs) << "\n" << std::flush;
     if (!o.log.empty()) append_jsonl(o.log, record);

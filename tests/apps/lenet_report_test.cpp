@@ -53,13 +53,14 @@ TEST(LenetProgress, TerminalLineUpdatesInPlace) {
 
 TEST(LenetHistory, JsonRoundTrip) {
   EpochRecord r{.epoch = 3, .train_loss = 1.25, .test_loss = 1.5, .test_accuracy = 0.6125, .lr = 0.01,
-                .seconds = 20.5, .images_per_second = 2439.0};
+                .seconds = 20.5, .images_per_second = 2439.0, .elapsed_seconds = 61.25};
   std::string line = to_json_line(r);
   EXPECT_EQ(line.find('\n'), std::string::npos);
   EpochRecord back = epoch_record_from_json(line);
   EXPECT_EQ(back.epoch, 3);
   EXPECT_EQ(back.test_accuracy, 0.6125);
   EXPECT_EQ(back.images_per_second, 2439.0);
+  EXPECT_EQ(back.elapsed_seconds, 61.25);
   std::vector<EpochRecord> history = history_from_json(history_to_json({r, r}));
   ASSERT_EQ(history.size(), 2u);
   EXPECT_EQ(history[1].lr, 0.01);
