@@ -16,6 +16,23 @@ namespace {
 // Elements per thread below which a parameter is updated on one thread.
 constexpr int64_t kGrain = int64_t{1} << 16;
 
+// Calls fn.template operator()<flags...>() with each runtime flag turned
+// into a template argument, so that the loop below has no branch and
+// vectorizes (with the flags tested per element it ran 2.5x slower than the
+// unfused ops' SIMD kernels).
+template <bool... Bound, class Fn>
+void bind_flags(const Fn& fn) {
+  fn.template operator()<Bound...>();
+}
+template <bool... Bound, class Fn, class... Rest>
+void bind_flags(const Fn& fn, bool flag, Rest... rest) {
+  if (flag) {
+    bind_flags<Bound..., true>(fn, rest...);
+  } else {
+    bind_flags<Bound..., false>(fn, rest...);
+  }
+}
+
 template <class T>
 void sgd_step_typed(const Tensor& param, const Tensor& grad, const Tensor* buffer, bool first_step,
                     const SgdStep& s) {
@@ -24,33 +41,36 @@ void sgd_step_typed(const Tensor& param, const Tensor& grad, const Tensor* buffe
   T* b = buffer ? buffer->data<T>() : nullptr;
   const T weight_decay = static_cast<T>(s.weight_decay), momentum = static_cast<T>(s.momentum);
   const T keep = static_cast<T>(1.0 - s.dampening), step = static_cast<T>(-s.lr);
-  const bool decay = s.weight_decay != 0.0, damped = 1.0 - s.dampening != 1.0;
-  parallel_for(0, param.numel(), kGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      T d = s.maximize ? -g[i] : g[i];
-      if (decay) {
-        const T decay_term = weight_decay * p[i];
-        d = d + decay_term;
-      }
-      if (b) {
-        if (first_step) {
-          b[i] = d;
-        } else {
-          const T kept = damped ? keep * d : d;
-          b[i] = b[i] * momentum;
-          b[i] = b[i] + kept;
+  auto loop = [&]<bool kMaximize, bool kDecay, bool kBuffer, bool kFirst, bool kDamped, bool kNesterov>() {
+    parallel_for(0, param.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        T d = kMaximize ? -g[i] : g[i];
+        if constexpr (kDecay) {
+          const T decay_term = weight_decay * p[i];
+          d = d + decay_term;
         }
-        if (s.nesterov) {
-          const T look_ahead = momentum * b[i];
-          d = d + look_ahead;
-        } else {
-          d = b[i];
+        if constexpr (kBuffer) {
+          if constexpr (kFirst) {
+            b[i] = d;
+          } else {
+            const T kept = kDamped ? keep * d : d;
+            const T decayed = b[i] * momentum;
+            b[i] = decayed + kept;
+          }
+          if constexpr (kNesterov) {
+            const T look_ahead = momentum * b[i];
+            d = d + look_ahead;
+          } else {
+            d = b[i];
+          }
         }
+        const T update = step * d;
+        p[i] = p[i] + update;
       }
-      const T update = step * d;
-      p[i] = p[i] + update;
-    }
-  });
+    });
+  };
+  bind_flags(loop, s.maximize, s.weight_decay != 0.0, b != nullptr, first_step, 1.0 - s.dampening != 1.0,
+             s.nesterov);
 }
 
 }  // namespace
