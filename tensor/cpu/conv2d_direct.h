@@ -32,9 +32,10 @@
 //                (ki, kj) in up to 6 channels, whose runs lie a plane apart:
 //                adjacent taps of one channel would overlap by one float,
 //                and reading back a vector just stored half over it stalls.
-// A non-finite input value can therefore meet a zero at a thrown-away
-// position in grad_weight (0 * inf = NaN), where im2col would not look at
-// it: such a gradient is not finite either way, but may read NaN for inf.
+// Thrown-away positions still multiply: a non-finite input value meets a
+// zero gradient there in grad_weight, and a non-finite weight meets one in
+// grad_input (0 * inf = NaN), where im2col would not look. Such a gradient
+// is not finite either way, but may read NaN where im2col gives inf.
 //
 // The scratch planes (padded image, wide output or gradient) belong to one
 // thread during one call and are zeroed once; each image then writes only
