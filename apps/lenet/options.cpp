@@ -80,7 +80,7 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   app.add_option("--data", o.data,
                  "a folder holding cifar-10-batches-bin/ (or cifar-10-binary.tar.gz), that folder itself, the "
                  "cifar-10-binary.tar.gz archive, or an image folder ROOT with ROOT/train/<class>/* and "
-                 "ROOT/test/<class>/*")
+                 "ROOT/test/<class>/*, on disk or as a .tar.gz (ROOT at its top or one folder down)")
       ->capture_default_str();
   app.add_option("--epochs", o.epochs, "passes over the training set")->capture_default_str();
   app.add_option("--batch-size", o.batch_size, "images per step")->capture_default_str();
@@ -109,7 +109,8 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   app.add_option("--weights", o.weights, "a model state dict (.safetensors) to evaluate with --eval-only");
   app.add_flag("--eval-only", o.eval_only,
                "only evaluate the test set (the model of --resume or --weights) and print the per-class table");
-  app.add_option("--log", o.log, "append one JSON object per epoch to FILE.jsonl");
+  app.add_option("--log", o.log,
+                 "write one JSON object per epoch to FILE.jsonl (a new file; --resume appends to it)");
   app.add_option("--plot", o.plot, "write an SVG chart of the losses and the test accuracy to FILE.svg");
 
   try {

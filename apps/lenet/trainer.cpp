@@ -320,7 +320,7 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
   if (pos.history.empty() || result.evaluation.images == 0) {
     result.evaluation = evaluate(model, test_loader, device, num_classes);
   }
-  out << "\ntest accuracy per class after " << o.epochs << " epochs:\n"
+  out << "\ntest accuracy per class after " << o.epochs << (o.epochs == 1 ? " epoch:\n" : " epochs:\n")
       << format_class_table(result.evaluation, data.class_names) << std::flush;
   result.status = RunStatus::Finished;
   result.history = pos.history;
