@@ -104,6 +104,24 @@ void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& weight, con
   });
 }
 
+// grad_weight (OC, CKK), rows grad_weight.stride(0) apart, = the sum of
+// the `ranges` per-range blocks in `partial`, added in range order so that
+// the result does not depend on thread timing. Each block is (OC, CKK), or
+// (CKK, OC) when `transposed`.
+template <class T>
+void sum_partial_grad_weights(const std::vector<T>& partial, int ranges, bool transposed, const Tensor& grad_weight) {
+  const int64_t oc = grad_weight.size(0), ckk = grad_weight.size(1), block = oc * ckk;
+  T* gw = grad_weight.data<T>();
+  for (int64_t o = 0; o < oc; ++o) {
+    for (int64_t j = 0; j < ckk; ++j) {
+      const int64_t at = transposed ? j * oc + o : o * ckk + j;
+      T sum = 0;
+      for (int r = 0; r < ranges; ++r) sum += partial[r * block + at];
+      gw[o * grad_weight.stride(0) + j] = sum;
+    }
+  }
+}
+
 // The float32 stride-1 backward without im2col (Note [Direct convolution
 // over a wide output]): per image, the input and grad_out are copied into
 // the thread's padded planes once and serve both gradients. grad_weight
@@ -137,15 +155,7 @@ void conv2d_backward_direct(const Tensor& grad_input, const Tensor& grad_weight,
     if (grad_weight.defined()) direct_conv_grad_weight_sum(scratch, partial.data() + range * block);
   });
 
-  if (!grad_weight.defined()) return;
-  float* gw = grad_weight.data<float>();  // (OC, CKK), rows grad_weight.stride(0) apart
-  for (int64_t o = 0; o < oc; ++o) {
-    for (int64_t j = 0; j < ckk; ++j) {
-      float sum = 0;
-      for (int r = 0; r < nthreads; ++r) sum += partial[r * block + o * ckk + j];
-      gw[o * grad_weight.stride(0) + j] = sum;
-    }
-  }
+  if (grad_weight.defined()) sum_partial_grad_weights(partial, nthreads, /*transposed=*/false, grad_weight);
 }
 
 template <class T>
@@ -193,15 +203,7 @@ void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight,
     }
   });
 
-  if (!grad_weight.defined()) return;
-  T* gw = grad_weight.data<T>();  // (OC, CKK), rows grad_weight.stride(0) apart
-  for (int64_t o = 0; o < oc; ++o) {
-    for (int64_t j = 0; j < ckk; ++j) {
-      T sum = 0;
-      for (int r = 0; r < nthreads; ++r) sum += partial[r * block + j * oc + o];
-      gw[o * grad_weight.stride(0) + j] = sum;
-    }
-  }
+  if (grad_weight.defined()) sum_partial_grad_weights(partial, nthreads, /*transposed=*/true, grad_weight);
 }
 }  // namespace
 
