@@ -10,15 +10,7 @@
 #include "data/tar_gz_writer.h"
 #include "lenet_test_data.h"
 #include "tensor/ops.h"
-
-#define STB_IMAGE_WRITE_IMPLEMENTATION
-#define STB_IMAGE_WRITE_STATIC
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#include <stb/stb_image_write.h>
-#pragma GCC diagnostic pop
+#include "data/stb_image_write.h"
 
 namespace kiln::apps::lenet {
 namespace {
@@ -59,7 +51,9 @@ void expect_tree(const Datasets& d, bool augmented = false) {
   EXPECT_EQ(labels, (std::vector<int64_t>{0, 0, 1, 1, 1}));
   EXPECT_EQ(d.train->get(0).data.shape(), (Shape{3, 32, 32}));
   // The first pixel of train/ant/0.bmp (id 3): R = 3 * 41.
-  if (!augmented) EXPECT_EQ(d.train->get(0).data.contiguous().data<uint8_t>()[0], static_cast<uint8_t>(3 * 41));
+  if (!augmented) {
+    EXPECT_EQ(d.train->get(0).data.contiguous().data<uint8_t>()[0], static_cast<uint8_t>(3 * 41));
+  }
   EXPECT_EQ(d.test->get(0).data.contiguous().data<uint8_t>()[0], static_cast<uint8_t>(6 * 41));
   EXPECT_EQ(d.test->get(1).target.item<int64_t>(), 1);
 }

@@ -26,33 +26,14 @@
 #include "data/vision_datasets.h"
 #include "tar_gz_writer.h"
 #include "tensor/error.h"
-
-#define STB_IMAGE_WRITE_IMPLEMENTATION
-#define STB_IMAGE_WRITE_STATIC
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#include <stb/stb_image_write.h>
-#pragma GCC diagnostic pop
+#include "data_test_util.h"
+#include "stb_image_write.h"
 
 namespace kiln::data {
 namespace {
 
 namespace fs = std::filesystem;
 using namespace test_archives;
-
-void expect_error_parts(const std::function<void()>& fn, const std::vector<std::string>& expected) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    for (const std::string& part : expected)
-      EXPECT_NE(e.message().find(part), std::string::npos)
-          << "message was: " << e.message() << "\nexpected to contain: " << part;
-    return;
-  }
-  ADD_FAILURE() << "expected kiln::Error containing: " << (expected.empty() ? "" : expected[0]);
-}
 
 std::vector<uint8_t> pixels_of(const Tensor& t) {
   Tensor c = t.contiguous();

@@ -16,24 +16,13 @@
 #include <vector>
 
 #include "tensor/error.h"
+#include "data_test_util.h"
 
 namespace kiln::data {
 namespace {
 
 namespace fs = std::filesystem;
 using Bytes = std::vector<uint8_t>;
-
-void expect_error_parts(const std::function<void()>& fn, const std::vector<std::string>& expected) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    for (const std::string& part : expected)
-      EXPECT_NE(e.message().find(part), std::string::npos)
-          << "message was: " << e.message() << "\nexpected to contain: " << part;
-    return;
-  }
-  ADD_FAILURE() << "expected kiln::Error containing: " << (expected.empty() ? "" : expected[0]);
-}
 
 Bytes bytes_of(const std::string& text) { return Bytes(text.begin(), text.end()); }
 

@@ -17,32 +17,13 @@
 #include "data/image_folder_to_cifar.h"
 #include "tensor/error.h"
 #include "tensor/random.h"
-
-#define STB_IMAGE_WRITE_IMPLEMENTATION
-#define STB_IMAGE_WRITE_STATIC
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#include <stb/stb_image_write.h>
-#pragma GCC diagnostic pop
+#include "data_test_util.h"
+#include "stb_image_write.h"
 
 namespace kiln::data {
 namespace {
 
 namespace fs = std::filesystem;
-
-void expect_error_parts(const std::function<void()>& fn, const std::vector<std::string>& expected) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    for (const std::string& part : expected)
-      EXPECT_NE(e.message().find(part), std::string::npos)
-          << "message was: " << e.message() << "\nexpected to contain: " << part;
-    return;
-  }
-  ADD_FAILURE() << "expected kiln::Error containing: " << (expected.empty() ? "" : expected[0]);
-}
 
 template <class T>
 std::vector<T> values(const Tensor& t) {
