@@ -73,15 +73,15 @@ void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& weight, con
   if constexpr (std::is_same_v<T, float>) {
     if (direct_conv_applies(g) && weight.stride(1) == 1 && out.stride(2) == out.size(3) && out.stride(3) == 1 &&
         (!b || bias.stride(0) == 1)) {
-      const DirectConvPlan plan = make_direct_conv_plan(g);
-      const std::vector<float> packed = pack_direct_conv_weight(w, oc, ckk, weight.stride(0));
+      const DirectConvPlan plan = make_direct_conv_plan(g, oc);
+      const std::vector<float> packed = pack_direct_conv_weight(plan, w, weight.stride(0));
       const float* x_data = x.data<float>();
       over_images(nthreads, n_images, [&](int, int64_t begin, int64_t end) {
         if (begin == end) return;
         DirectConvScratch scratch(plan, oc, /*grad_weight=*/false, /*grad_input=*/false);
         for (int64_t n = begin; n < end; ++n) {
           load_direct_conv_image(plan, x_data + n * x.stride(0), x.stride(1), x.stride(2), x.stride(3), scratch);
-          direct_conv_forward_image(plan, packed, oc, b, out_data + n * out.stride(0), out.stride(1), scratch);
+          direct_conv_forward_image(plan, packed, b, out_data + n * out.stride(0), out.stride(1), scratch);
         }
       });
       return;
@@ -129,7 +129,7 @@ void sum_partial_grad_weights(const std::vector<T>& partial, int ranges, bool tr
 void conv2d_backward_direct(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_out,
                             const Tensor& x, const Tensor& weight, const ConvGeometry& g, int nthreads) {
   const int64_t n_images = x.size(0), oc = weight.size(0), ckk = weight.size(1);
-  const DirectConvPlan plan = make_direct_conv_plan(g);
+  const DirectConvPlan plan = make_direct_conv_plan(g, oc);
   const float* go = grad_out.data<float>();  // (N, OC, P), planes contiguous
   const float* x_data = x.data<float>();
   const std::vector<float> packed =

@@ -14,6 +14,9 @@ namespace {
 // Output channels per register block of the forward kernel (6 rows x 16
 // columns of accumulators fill 12 of AVX2's 16 vector registers).
 constexpr int64_t kForwardRows = 6;
+// Output channels per register block with channels in the vector (6
+// positions x 2 vectors of 8 channels).
+constexpr int64_t kChannelBlock = 16;
 
 // Above this many floats in the padded image the columns no longer stay in
 // L2 while the kernel walks them, and im2col + the blocked GEMM is the
@@ -29,7 +32,7 @@ bool direct_conv_applies(const ConvGeometry& g) {
   return padded <= kMaxImageFloats;
 }
 
-DirectConvPlan make_direct_conv_plan(const ConvGeometry& g) {
+DirectConvPlan make_direct_conv_plan(const ConvGeometry& g, int64_t out_channels) {
   DirectConvPlan plan;
   plan.channels = g.channels, plan.height = g.height, plan.width = g.width;
   plan.kernel_h = g.kernel_h, plan.kernel_w = g.kernel_w, plan.pad_h = g.pad_h, plan.pad_w = g.pad_w;
@@ -48,16 +51,28 @@ DirectConvPlan make_direct_conv_plan(const ConvGeometry& g) {
       }
     }
   }
+  plan.out_channels = out_channels;
+  const int64_t valid = plan.out_h * plan.out_w;
+  // The transposing output pass costs something too: the wide form keeps
+  // the work when it wastes less than an eighth.
+  plan.forward_by_channel = out_channels % 8 == 0 && 8 * valid < 7 * plan.wide_stride;
+  if (plan.forward_by_channel) {
+    plan.positions.reserve(valid);
+    for (int64_t oy = 0; oy < plan.out_h; ++oy) {
+      for (int64_t ox = 0; ox < plan.out_w; ++ox) plan.positions.push_back(oy * plan.padded_w + ox);
+    }
+  }
   return plan;
 }
 
-std::vector<float> pack_direct_conv_weight(const float* weight, int64_t out_channels, int64_t ckk,
-                                           int64_t row_stride) {
+std::vector<float> pack_direct_conv_weight(const DirectConvPlan& plan, const float* weight, int64_t row_stride) {
+  const int64_t out_channels = plan.out_channels, ckk = static_cast<int64_t>(plan.offsets.size());
   // Block b (rows o0 .. o0 + rows - 1) starts at o0 * ckk and holds
   // packed[o0 * ckk + k * rows + i] = weight[o0 + i][k].
+  const int64_t block_rows = plan.forward_by_channel ? kChannelBlock : kForwardRows;
   std::vector<float> packed(out_channels * ckk);
-  for (int64_t o0 = 0; o0 < out_channels; o0 += kForwardRows) {
-    const int64_t rows = std::min(kForwardRows, out_channels - o0);
+  for (int64_t o0 = 0; o0 < out_channels; o0 += block_rows) {
+    const int64_t rows = std::min(block_rows, out_channels - o0);
     float* block = packed.data() + o0 * ckk;
     for (int64_t k = 0; k < ckk; ++k) {
       for (int64_t i = 0; i < rows; ++i) block[k * rows + i] = weight[(o0 + i) * row_stride + k];

@@ -40,6 +40,20 @@
 // The scratch planes (padded image, wide output or gradient) belong to one
 // thread during one call and are zeroed once; each image then writes only
 // the valid positions, so the borders and gaps stay zero.
+//
+// Note [Direct convolution with channels in the vector]
+// The wide output wastes (wp - ow) / wp of the forward's work, and more on
+// small planes: LeNet's second layer computes 144 wide positions for 100
+// valid ones. When the output channels come in multiples of 8 the forward
+// can turn the product around and put 8 output channels, not 8 positions,
+// in a vector: a register tile is 6 positions x 16 channels,
+//   acc[p][v] += broadcast(image[off(r) + q_p]) * W^T[r][8v .. 8v + 7],
+// so the positions need not be neighbours and only the valid ones (their
+// wide offsets q_p listed in the plan) are computed. The tile comes out
+// position-major, (P, OC), and the output pass transposes it into the
+// (OC, P) planes while it adds the bias. The plan picks this form when OC
+// is a multiple of 8 and the wide form would waste more than an eighth of
+// its work (P < 7/8 of wide_stride).
 #pragma once
 
 #include <cstddef>
@@ -62,17 +76,22 @@ struct DirectConvPlan {
   int64_t wide_stride = 0;             // Q rounded up to 16: the row stride of wide planes
   int64_t image_floats = 0;            // C*hp*wp and a zero tail the last vector loads read
   std::vector<int64_t> offsets;        // (CKK): off(r)
+  int64_t out_channels = 0;            // OC
+  // The forward's form: Note [Direct convolution with channels in the
+  // vector] when true, with the wide offset q of each valid position.
+  bool forward_by_channel = false;
+  std::vector<int64_t> positions;  // (oh*ow) when forward_by_channel, else empty
 };
 
 // Whether the direct path serves this float32 geometry on this CPU.
 bool direct_conv_applies(const ConvGeometry& g);
-DirectConvPlan make_direct_conv_plan(const ConvGeometry& g);
+DirectConvPlan make_direct_conv_plan(const ConvGeometry& g, int64_t out_channels);
 
 // Weight (OC, CKK) (rows `row_stride` apart, unit column stride) repacked
-// for direct_conv_forward_image: blocks of 6 output channels, each block
-// (CKK, rows) k-major.
-std::vector<float> pack_direct_conv_weight(const float* weight, int64_t out_channels, int64_t ckk,
-                                           int64_t row_stride);
+// for direct_conv_forward_image. Over the wide output: blocks of 6 output
+// channels, each block (CKK, rows) k-major. With channels in the vector:
+// blocks of 16 channels (8 for a last odd eight), each (CKK, 16 or 8).
+std::vector<float> pack_direct_conv_weight(const DirectConvPlan& plan, const float* weight, int64_t row_stride);
 
 // std::vector's allocator for 64-byte aligned buffers: rows of the wide
 // planes start on a cache line (wide_stride is a multiple of 16 floats), so
@@ -114,8 +133,8 @@ void load_direct_conv_image(const DirectConvPlan& plan, const float* x, int64_t 
 // out (OC, oh, ow), channel planes `out_channel_stride` apart and rows
 // contiguous, = conv(image in scratch, weight) + bias (nullable, unit
 // stride). `packed` is pack_direct_conv_weight's result.
-void direct_conv_forward_image(const DirectConvPlan& plan, const std::vector<float>& packed, int64_t out_channels,
-                               const float* bias, float* out, int64_t out_channel_stride, DirectConvScratch& scratch);
+void direct_conv_forward_image(const DirectConvPlan& plan, const std::vector<float>& packed, const float* bias,
+                               float* out, int64_t out_channel_stride, DirectConvScratch& scratch);
 
 // Copies one image's grad_out (OC, oh, ow), channel planes
 // `go_channel_stride` apart and rows contiguous, into scratch.wide.

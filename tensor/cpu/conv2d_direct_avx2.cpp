@@ -127,11 +127,72 @@ void with_rows(int64_t rows, const Body& body) {
   KILN_FAIL("direct conv: row block of ", rows, " (expected 1..6)");
 }
 
+// ---- forward with channels in the vector (Note [Direct convolution with
+// channels in the vector]): tile (ROWS positions, VEC*8 channels) ----
+
+// Positions q[0 .. ROWS) x channels of one packed block (CKK, VEC*8): for
+// each tap k, VEC weight vectors and ROWS broadcast image values. The tile
+// is stored position-major at out, rows out_stride apart.
+template <int ROWS, int VEC>
+void forward_by_channel_tile(const float* image, const int64_t* off, int64_t ckk, const float* packed, const int64_t* q,
+                             float* out, int64_t out_stride) {
+  __m256 acc[ROWS][VEC];
+  for (int r = 0; r < ROWS; ++r) {
+    for (int v = 0; v < VEC; ++v) acc[r][v] = _mm256_setzero_ps();
+  }
+  const float* at[ROWS];
+  for (int r = 0; r < ROWS; ++r) at[r] = image + q[r];
+  for (int64_t k = 0; k < ckk; ++k) {
+    __m256 w[VEC];
+    for (int v = 0; v < VEC; ++v) w[v] = _mm256_loadu_ps(packed + k * VEC * 8 + v * 8);
+    const int64_t o = off[k];
+    for (int r = 0; r < ROWS; ++r) {
+      const __m256 x = _mm256_broadcast_ss(at[r] + o);
+      for (int v = 0; v < VEC; ++v) acc[r][v] = _mm256_fmadd_ps(x, w[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < ROWS; ++r) {
+    for (int v = 0; v < VEC; ++v) _mm256_storeu_ps(out + r * out_stride + v * 8, acc[r][v]);
+  }
+}
+
+void forward_image_by_channel(const DirectConvPlan& plan, const std::vector<float>& packed, const float* bias,
+                              float* out, int64_t out_channel_stride, DirectConvScratch& scratch) {
+  const int64_t ckk = static_cast<int64_t>(plan.offsets.size()), out_channels = plan.out_channels;
+  const int64_t valid = static_cast<int64_t>(plan.positions.size());
+  const float* image = scratch.image.data();
+  float* tile = scratch.wide.data();  // (P, OC): fits, P * OC <= wide_stride * OC
+  for (int64_t o0 = 0; o0 < out_channels; o0 += 16) {
+    const int vec = out_channels - o0 >= 16 ? 2 : 1;
+    const float* block = packed.data() + o0 * ckk;
+    for (int64_t p0 = 0; p0 < valid; p0 += 6) {
+      const int64_t rows = std::min<int64_t>(6, valid - p0);
+      with_rows(rows, [&]<int ROWS>() {
+        float* dst = tile + p0 * out_channels + o0;
+        if (vec == 2) {
+          forward_by_channel_tile<ROWS, 2>(image, plan.offsets.data(), ckk, block, plan.positions.data() + p0, dst,
+                                           out_channels);
+        } else {
+          forward_by_channel_tile<ROWS, 1>(image, plan.offsets.data(), ckk, block, plan.positions.data() + p0, dst,
+                                           out_channels);
+        }
+      });
+    }
+  }
+  // out[o][p] = tile[p][o] + bias[o].
+  for (int64_t o = 0; o < out_channels; ++o) {
+    const float b = bias ? bias[o] : 0.f;
+    float* dst = out + o * out_channel_stride;
+    for (int64_t p = 0; p < valid; ++p) dst[p] = tile[p * out_channels + o] + b;
+  }
+}
+
 }  // namespace
 
-void direct_conv_forward_image(const DirectConvPlan& plan, const std::vector<float>& packed, int64_t out_channels,
-                               const float* bias, float* out, int64_t out_channel_stride, DirectConvScratch& scratch) {
-  const int64_t ckk = static_cast<int64_t>(plan.offsets.size());
+void direct_conv_forward_image(const DirectConvPlan& plan, const std::vector<float>& packed, const float* bias,
+                               float* out, int64_t out_channel_stride, DirectConvScratch& scratch) {
+  if (plan.forward_by_channel) return forward_image_by_channel(plan, packed, bias, out, out_channel_stride, scratch);
+  const int64_t ckk = static_cast<int64_t>(plan.offsets.size()), out_channels = plan.out_channels;
   const float* image = scratch.image.data();
   float* wide = scratch.wide.data();  // (OC, wide_stride)
   for (int64_t o0 = 0; o0 < out_channels; o0 += 6) {

@@ -193,7 +193,11 @@ TEST(Conv2d, LeNetShapesOnOneAndTwoThreads) {
 // convolution over a wide output]) on AVX2 machines: every output-channel
 // count up to 13 reaches each register block of 1..6 rows, paddings of 0..2,
 // odd widths leave the last vectors partly past the wide row, and a batch of
-// 5 on 2 threads sums grad_weight from uneven ranges.
+// 5 on 2 threads sums grad_weight from uneven ranges. 8, 16 and 24 output
+// channels take the forward with channels in the vector (Note [Direct
+// convolution with channels in the vector]): blocks of 16 and 8 channels,
+// and position tiles of 1..6 as the plane's 9*(8 + 2*pad) positions
+// divide by 6.
 TEST(Conv2d, DirectPathForEveryRowBlockAndPadding) {
   const ConvGeometry lenet1{3, 32, 32, 5, 5}, strided = [] {
     ConvGeometry g{3, 32, 32, 5, 5};
@@ -207,7 +211,10 @@ TEST(Conv2d, DirectPathForEveryRowBlockAndPadding) {
     EXPECT_FALSE(cpu::direct_conv_applies(lenet1)) << "the direct path needs AVX2";
   }
   uint64_t seed = 300;
-  for (int64_t oc = 1; oc <= 13; ++oc) {
+  for (int64_t oc : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 16, 24}) {
+    if (oc % 8 == 0) {
+      EXPECT_TRUE(cpu::make_direct_conv_plan(ConvGeometry{2, 9, 11, 3, 4}, oc).forward_by_channel) << oc;
+    }
     for (int64_t pad = 0; pad <= 2; ++pad) {
       Case k{{5, 2, 9, 11}, oc, 3, 4, params(1, 1, pad, pad), oc % 2 == 0};
       check_case(k, random_tensor(k.x_shape, DType::Float32, seed), seed, {1, 2});
