@@ -265,6 +265,40 @@ TEST(MaxPool2d, NaNWinsAndInfinitiesCompare) {
   EXPECT_EQ(indices_of(r.indices), want_idx) << describe(c);
 }
 
+// Float32 2x2 pooling without indices runs an AVX2 kernel when rows are
+// exactly two windows wide (tensor/cpu/pool_avx2.cpp): widths from 2 to 40
+// reach its vector loops with every tail length and rows narrower than a
+// vector, odd heights leave a last row unread, and the values (coarse, so
+// ties are common, with NaNs, infinities and zeros of both signs) must
+// equal the reference's, the sign of each zero included. An odd width takes
+// the general path and must agree as well.
+TEST(MaxPool2d, TwoByTwoValuesOnlyForEveryRowWidth) {
+  uint64_t seed = 40;
+  for (int64_t w = 2; w <= 41; ++w) {
+    for (int64_t h : {2, 3, 6}) {
+      Case c{{2, 3, h, w}, 2, 2};
+      std::vector<double> xv = pseudo_random(shape_numel(c.shape), -3, 3, seed++);
+      for (size_t i = 0; i < xv.size(); ++i) {
+        double v = std::round(xv[i]);
+        xv[i] = i % 13 == 0 ? kNaN : i % 17 == 0 ? -kInf : v == 0 && i % 2 ? -0.0 : v;
+      }
+      std::vector<double> want;
+      std::vector<int64_t> want_idx;
+      ref_max_pool(xv, c, want, want_idx);
+      std::vector<double> got = values_of(max_pool2d(make(xv, c.shape, DType::Float32), max_options(c)));
+      ASSERT_EQ(got.size(), want.size()) << describe(c);
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (std::isnan(want[i])) {
+          EXPECT_TRUE(std::isnan(got[i])) << describe(c) << " at " << i;
+        } else {
+          EXPECT_EQ(got[i], want[i]) << describe(c) << " at " << i;
+          EXPECT_EQ(std::signbit(got[i]), std::signbit(want[i])) << describe(c) << " at " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(MaxPool2d, WindowWithNoTapInsideGivesMinusInfAndIndexMinusOne) {
   // H = W = 1, kernel 2 with dilation 2 and padding 1: the taps are at -1 and 1.
   Tensor x = make({5.0}, {1, 1, 1, 1});
