@@ -3,7 +3,8 @@
 # (bench/lenet_torch.py) on the same workload in the same invocation: one
 # epoch of training (SGD lr 0.01 momentum 0.9, batch 64) and one pass over
 # the test set (batches of 1000, no grad), data already in memory as float32,
-# no augmentation. Each side runs on 1 and 2 threads and keeps its best; the
+# no augmentation. Each side runs on 1 and 2 threads and keeps its best (the
+# evaluation's figure for a thread count is the median of 5 passes); the
 # lines are
 #   lenet_train kiln_img_s=.. pytorch_img_s=.. ratio=..
 #   lenet_eval kiln_img_s=.. pytorch_img_s=.. ratio=..
