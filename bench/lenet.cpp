@@ -16,12 +16,20 @@
 //   lenet_train threads=1 kiln_img_s=..
 //   lenet_eval threads=1 kiln_img_s=..
 //
+// --device cuda trains instead on a GPU, one pass over the images at each
+// batch size of --batch (default 64 and 512), the images already resident on
+// the device, as the CUDA benchmark of bench/lenet_vs_pytorch.sh asks:
+//   lenet_train_cuda batch=64 kiln_img_s=..
+// The clock stops when the last step's loss has reached the host, so the
+// queued GPU work is all inside the timing.
+//
 // --profile adds a second, instrumented training pass that prints the mean
 // time of each phase of a step. The forward runs the model's submodules one
 // by one (the ops of LeNet::forward); the backward is split by gradient hooks
 // on the activations between layers (Note [Timing backward by hooks]).
 //
 // Usage: build/bench/lenet [--threads T] [--train-images N] [--eval-images M] [--cifar DIR] [--profile]
+//                          [--device cuda [--batch B]...]
 //        (default: threads 1 and 2, N = M = 10000, synthetic data; --cifar DIR reads CIFAR-10's
 //        binary format from DIR, as bench/lenet_vs_pytorch.sh passes it)
 #include <algorithm>
@@ -57,10 +65,13 @@ struct Options {
   int64_t eval_images = 10000;
   bool profile = false;
   std::string cifar;  // a CIFAR-10 binary folder, or empty for synthetic data
+  std::string device = "cpu";
+  std::vector<int64_t> cuda_batches{64, 512};  // --device cuda only
 };
 
 Options parse(int argc, char** argv) {
   Options options;
+  bool batch_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -74,8 +85,16 @@ Options parse(int argc, char** argv) {
       options.profile = true;
     } else if (arg == "--cifar" && has_value) {
       options.cifar = argv[++i];
+    } else if (arg == "--device" && has_value) {
+      options.device = argv[++i];
+    } else if (arg == "--batch" && has_value) {
+      if (!batch_given) options.cuda_batches.clear();
+      batch_given = true;
+      options.cuda_batches.push_back(std::atoll(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: lenet [--threads T] [--train-images N] [--eval-images M] [--cifar DIR] [--profile]\n");
+      std::fprintf(stderr,
+                   "usage: lenet [--threads T] [--train-images N] [--eval-images M] [--cifar DIR] [--profile]\n"
+                   "             [--device cpu|cuda] [--batch B]...\n");
       std::exit(2);
     }
   }
@@ -84,6 +103,12 @@ Options parse(int argc, char** argv) {
              options.train_images);
   KILN_CHECK(options.eval_images >= kEvalBatch, "lenet: --eval-images must be >= ", kEvalBatch, ", got ",
              options.eval_images);
+  KILN_CHECK(options.device == "cpu" || options.device == "cuda", "lenet: --device must be cpu or cuda, got '",
+             options.device, "'");
+  for (int64_t batch : options.cuda_batches) {
+    KILN_CHECK(batch >= 1 && batch <= options.train_images, "lenet: --batch must be in [1, --train-images = ",
+               options.train_images, "], got ", batch);
+  }
   return options;
 }
 
@@ -115,20 +140,22 @@ struct Trainer {
   std::shared_ptr<kiln::nn::LeNet> model;
   std::unique_ptr<kiln::optim::SGD> optimizer;
 
-  Trainer() {
+  explicit Trainer(kiln::Device device = kiln::kCPU) {
     kiln::manual_seed(0);
     model = std::make_shared<kiln::nn::LeNet>();
+    model->to(device);
     kiln::optim::SGDOptions options;
     options.lr = 0.01;
     options.momentum = 0.9;
     optimizer = std::make_unique<kiln::optim::SGD>(model->parameters(), options);
   }
 
-  void step(const Tensor& x, const Tensor& y) {
+  Tensor step(const Tensor& x, const Tensor& y) {
     optimizer->zero_grad();
     Tensor loss = F::cross_entropy((*model)(x), y);
     loss.backward();
     optimizer->step();
+    return loss;
   }
 };
 
@@ -143,6 +170,26 @@ double time_training(Trainer& trainer, const Data& data, int64_t steps) {
     trainer.step(data.images.narrow(0, s * kTrainBatch, kTrainBatch), data.labels.narrow(0, s * kTrainBatch, kTrainBatch));
   }
   return static_cast<double>(steps * kTrainBatch) / seconds_between(start, Clock::now());
+}
+
+// Images per second of one training pass over `data` (resident on the GPU)
+// in batches of `batch`, after kWarmupSteps steps. Reading a loss back to
+// the host waits for all the work queued before it.
+double time_training_cuda(Trainer& trainer, const Data& data, int64_t batch) {
+  trainer.model->train();
+  const int64_t steps = data.images.size(0) / batch;
+  Tensor loss;
+  for (int64_t s = 0; s < kWarmupSteps; ++s) {
+    const int64_t at = (s % steps) * batch;
+    loss = trainer.step(data.images.narrow(0, at, batch), data.labels.narrow(0, at, batch));
+  }
+  (void)loss.item<double>();
+  const auto start = Clock::now();
+  for (int64_t s = 0; s < steps; ++s) {
+    loss = trainer.step(data.images.narrow(0, s * batch, batch), data.labels.narrow(0, s * batch, batch));
+  }
+  (void)loss.item<double>();
+  return static_cast<double>(steps * batch) / seconds_between(start, Clock::now());
 }
 
 // Images per second of an evaluation pass over `batches` batches of 1000: the
@@ -282,6 +329,18 @@ int main(int argc, char** argv) try {
   const Data eval = options.cifar.empty() ? make_data(options.eval_images, 2)
                                           : load_data(options.cifar, false, options.eval_images);
 
+  if (options.device == "cuda") {
+    const kiln::Device gpu = kiln::cuda_device(0);
+    const Data resident{train.images.narrow(0, 0, options.train_images).to(gpu),
+                        train.labels.narrow(0, 0, options.train_images).to(gpu)};
+    for (int64_t batch : options.cuda_batches) {
+      Trainer trainer(gpu);
+      std::printf("lenet_train_cuda batch=%lld kiln_img_s=%.0f\n", static_cast<long long>(batch),
+                  time_training_cuda(trainer, resident, batch));
+      std::fflush(stdout);
+    }
+    return 0;
+  }
   for (int threads : options.threads) {
     kiln::set_num_threads(threads);
     Trainer trainer;

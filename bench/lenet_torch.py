@@ -12,8 +12,13 @@ times and reports the median, as bench/lenet.cpp does. One line per (pass, threa
     lenet_train pytorch_threads=1 pytorch_img_s=..
     lenet_eval pytorch_threads=1 pytorch_img_s=..
 
+With --device cuda it trains instead on the GPU, one pass over the N images
+(resident on the device) per batch size of --batch, and prints
+    lenet_train_cuda batch=64 pytorch_img_s=..
+
 Usage: /usr/bin/python3 bench/lenet_torch.py [--threads T] [--train-images N] [--eval-images M]
-       (default: threads 1 and 2, N = M = 10000)
+                                             [--device cpu|cuda] [--batch B ...]
+       (default: threads 1 and 2, N = M = 10000; batches 64 and 512)
 """
 
 import argparse
@@ -69,6 +74,30 @@ def time_evaluation(model, images, batches):
         return sorted(rates)[EVAL_PASSES // 2]
 
 
+def time_training_cuda(model, optimizer, images, labels, batch):
+    """One pass over `images` (resident on the GPU) in batches of `batch`, synchronized at both ends."""
+    model.train()
+    steps = images.shape[0] // batch
+
+    def step(s):
+        x = images[s * batch:(s + 1) * batch]
+        y = labels[s * batch:(s + 1) * batch]
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    for s in range(WARMUP_STEPS):
+        step(s % steps)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for s in range(steps):
+        loss = step(s)
+    loss.item()
+    return steps * batch / (time.perf_counter() - start)
+
+
 def load_cifar(root, train, n):
     """CIFAR-10's binary format (records of 1 label byte + 3072 pixel bytes), normalized."""
     import numpy as np
@@ -94,6 +123,8 @@ def main():
     parser.add_argument("--train-images", type=int, default=10000)
     parser.add_argument("--eval-images", type=int, default=10000)
     parser.add_argument("--cifar", help="a CIFAR-10 binary folder (default: synthetic data)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--batch", type=int, nargs="*", default=[64, 512], help="batch sizes for --device cuda")
     args = parser.parse_args()
     if args.train_images < TRAIN_BATCH or args.eval_images < EVAL_BATCH:
         parser.error(f"--train-images must be >= {TRAIN_BATCH} and --eval-images >= {EVAL_BATCH}")
@@ -105,6 +136,16 @@ def main():
     else:
         train_images, train_labels = make_data(train_n, 1)
         eval_images, _ = make_data(args.eval_images, 2)
+    if args.device == "cuda":
+        images = train_images[:args.train_images].cuda()
+        labels = train_labels[:args.train_images].cuda()
+        for batch in args.batch:
+            torch.manual_seed(0)
+            model = LeNet().cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+            img_s = time_training_cuda(model, optimizer, images, labels, batch)
+            print(f"lenet_train_cuda batch={batch} pytorch_img_s={img_s:.0f}", flush=True)
+        return
     for threads in args.threads:
         torch.set_num_threads(threads)
         torch.manual_seed(0)

@@ -18,7 +18,13 @@
 # per pass. Extra arguments go to both programs (--train-images N,
 # --eval-images M).
 # PyTorch comes from /usr/bin/python3; without it only Kiln's figures print.
-# Usage: bash bench/lenet_vs_pytorch.sh [build-dir] [--train-images N] [--eval-images M]
+#
+# --device cuda measures the GPU instead: one epoch of training with the
+# images resident on the device, at batch 64 and 512, on both sides:
+#   lenet_train_cuda batch=64 kiln_img_s=.. pytorch_img_s=.. ratio=..
+# PyTorch then comes from the first of $KILN_TORCH_PYTHON, python3 and
+# /usr/bin/python3 that has torch with CUDA.
+# Usage: bash bench/lenet_vs_pytorch.sh [build-dir] [--device cuda] [--train-images N] [--eval-images M]
 set -euo pipefail
 build="${1:-build}"
 shift || true
@@ -60,6 +66,47 @@ if source="$(KILN_CIFAR10_URL=file:///nonexistent bash "$repo/scripts/get-cifar1
   echo "data: CIFAR-10 from $source"
 else
   echo "data: synthetic (no CIFAR-10 found through KILN_DATA or data/)"
+fi
+
+device=cpu
+args=()
+for arg in "$@"; do
+  if [[ "${prev:-}" == "--device" ]]; then device="$arg"; prev=""; continue; fi
+  prev="$arg"
+  [[ "$arg" == "--device" ]] || args+=("$arg")
+done
+set -- "${args[@]+"${args[@]}"}"
+
+if [[ "$device" == "cuda" ]]; then
+  python=""
+  for candidate in ${KILN_TORCH_PYTHON:-} python3 /usr/bin/python3; do
+    if "$candidate" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
+      python="$candidate"
+      break
+    fi
+  done
+  echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+  kiln_out="$("$build/bench/lenet" --device cuda "${data_args[@]}" "$@")"
+  echo "$kiln_out"
+  torch_out=""
+  if [[ -n "$python" ]]; then
+    torch_out="$("$python" "$here/lenet_torch.py" --device cuda "${data_args[@]}" "$@")"
+    echo "$torch_out"
+  else
+    echo "lenet_vs_pytorch: no python with torch and CUDA found; skipping the anchor" >&2
+  fi
+  for batch in $(awk '$1 == "lenet_train_cuda" { split($2, kv, "="); print kv[2] }' <<<"$kiln_out"); do
+    kiln="$(awk -v b="batch=$batch" '$1 == "lenet_train_cuda" && $2 == b { split($3, kv, "="); print kv[2] }' <<<"$kiln_out")"
+    if [[ -n "$torch_out" ]]; then
+      torch="$(awk -v b="batch=$batch" '$1 == "lenet_train_cuda" && $2 == b { split($3, kv, "="); print kv[2] }' <<<"$torch_out")"
+      awk -v b="$batch" -v k="$kiln" -v t="$torch" \
+        'BEGIN { printf "lenet_train_cuda batch=%s kiln_img_s=%.0f pytorch_img_s=%.0f ratio=%.2f\n", b, k, t, k / t }'
+    else
+      echo "lenet_train_cuda batch=$batch kiln_img_s=$kiln"
+    fi
+  done
+  echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+  exit 0
 fi
 
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
