@@ -33,10 +33,11 @@
 // - Page-locked memory is scarce and slow to obtain (cudaHostAlloc maps and
 //   locks every page, milliseconds for a batch), so the CUDA allocator caches
 //   freed blocks by size, as the CPU allocator does (Note [CPU allocator]).
-//   Host<->device copies are synchronous today (tensor/cuda/copy.cu), so a
-//   freed block can be reused at once; asynchronous copies will have to
-//   record an event per block and wait for it before reuse, as PyTorch's
-//   CachingHostAllocator does.
+//   Host-to-device copies from pinned memory are asynchronous
+//   (tensor/cuda/copy.cu), so a block freed while its copy is queued records
+//   an event on the copy's stream and is reused only once the event has
+//   completed, as in PyTorch's CachingHostAllocator (Note [CUDA pinned
+//   allocator]).
 #pragma once
 
 #include <cstddef>

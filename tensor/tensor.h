@@ -178,6 +178,7 @@ class Tensor {
   Tensor to(Device device) const;
   Tensor to(DType dtype, Device device) const;
   Tensor cpu() const { return to(kCPU); }
+  Tensor cuda(int index = 0) const { return to(cuda_device(index)); }  // to CUDA device `index`
 
   // ---- pinned host memory (Note [Pinned memory] in tensor/allocator.h) ----
   // A contiguous copy of this CPU tensor in page-locked host memory (same

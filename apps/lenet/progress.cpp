@@ -33,6 +33,15 @@ std::string format_duration(double seconds) {
 
 bool stdout_is_terminal() { return isatty(STDOUT_FILENO) == 1; }
 
+std::string format_gpu_status(const cuda::GpuStatus& status) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "gpu %d%% %.1f/%.0f GiB", status.utilization_percent,
+                static_cast<double>(status.memory_used_bytes) / kGiB,
+                static_cast<double>(status.memory_total_bytes) / kGiB);
+  return buffer;
+}
+
 ProgressLine::ProgressLine(std::ostream& out, bool interactive, std::string label, int64_t total_steps,
                            int64_t first_step)
     : out_(out),
@@ -47,13 +56,15 @@ ProgressLine::ProgressLine(std::ostream& out, bool interactive, std::string labe
   next_plain_step_ = (first_step_ / every + 1) * every;
 }
 
-std::string ProgressLine::format(int64_t step, double running_loss, double images_per_second,
-                                 double eta_seconds) const {
+std::string ProgressLine::format(int64_t step, double running_loss, double images_per_second, double eta_seconds,
+                                 const std::optional<cuda::GpuStatus>& gpu) const {
   char buffer[256];
   std::snprintf(buffer, sizeof buffer, "%s  step %lld/%lld  loss %.4f  %.0f img/s  ETA %s", label_.c_str(),
                 static_cast<long long>(step), static_cast<long long>(total_steps_), running_loss, images_per_second,
                 format_duration(eta_seconds).c_str());
-  return buffer;
+  std::string text = buffer;
+  if (gpu) text += "  " + format_gpu_status(*gpu);
+  return text;
 }
 
 void ProgressLine::update(int64_t step, double running_loss, int64_t images) {
@@ -71,7 +82,12 @@ void ProgressLine::update(int64_t step, double running_loss, int64_t images) {
   const double images_per_second = seconds > 0 ? static_cast<double>(images) / seconds : 0.0;
   const int64_t done = step - first_step_;
   const double eta = done > 0 ? seconds / static_cast<double>(done) * static_cast<double>(total_steps_ - step) : NAN;
-  std::string text = format(step, running_loss, images_per_second, eta);
+  std::optional<cuda::GpuStatus> gpu;
+#ifdef KILN_WITH_CUDA
+  // NVML lives in the CUDA part of libkiln; without it there is no GPU to show.
+  if (gpu_) gpu = cuda::gpu_status(*gpu_);
+#endif
+  std::string text = format(step, running_loss, images_per_second, eta, gpu);
   if (interactive_) {
     // Spaces over the tail of a longer previous line.
     const size_t width = text.size();

@@ -3,7 +3,9 @@
 //
 // On a terminal the line is rewritten in place ("\r", at most ten times a
 // second); in a log file (stdout not a terminal) it becomes a plain line at
-// every quarter of the epoch, so that logs stay short and readable.
+// every quarter of the epoch, so that logs stay short and readable. When
+// training on a GPU, the line ends with its utilisation and memory from NVML
+// ("gpu 87% 1.2/80 GiB"), or without them where NVML cannot answer.
 //
 //   ProgressLine progress(std::cout, isatty(1), "epoch 3/30", loader.size());
 //   for (...) { ...; progress.update(step + 1, running_loss, images_seen); }
@@ -12,8 +14,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
+
+#include "tensor/cuda/nvml.h"
 
 namespace kiln::apps::lenet {
 
@@ -22,6 +27,9 @@ std::string format_duration(double seconds);
 
 // Whether stdout is a terminal (where the line updates in place).
 bool stdout_is_terminal();
+
+// "gpu 87% 1.2/80 GiB": utilisation, memory used of the total.
+std::string format_gpu_status(const cuda::GpuStatus& status);
 
 class ProgressLine {
  public:
@@ -35,9 +43,13 @@ class ProgressLine {
   void update(int64_t step, double running_loss, int64_t images);
   // Ends the in-place line (erases it) so that the epoch summary follows.
   void finish();
+  // Appends the status of CUDA device `device` to every update (nothing
+  // when NVML is absent, as in a build without CUDA).
+  void show_gpu(int device) { gpu_ = device; }
 
   // The text of one update, without "\r" or newline.
-  std::string format(int64_t step, double running_loss, double images_per_second, double eta_seconds) const;
+  std::string format(int64_t step, double running_loss, double images_per_second, double eta_seconds,
+                     const std::optional<cuda::GpuStatus>& gpu = std::nullopt) const;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -51,6 +63,7 @@ class ProgressLine {
   Clock::time_point last_draw_;
   size_t last_width_ = 0;      // characters of the last in-place line
   int64_t next_plain_step_;    // the next step a plain line is printed at
+  std::optional<int> gpu_;     // the CUDA device to report, if any
 };
 
 }  // namespace kiln::apps::lenet

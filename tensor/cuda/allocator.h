@@ -1,16 +1,65 @@
-// The CUDA device allocator behind every Storage on a CUDA device.
+// The CUDA device allocator behind every Storage on a CUDA device, and its
+// statistics (Note [CUDA allocator] in allocator.cpp).
+//
+//   cuda::MemoryStats s = cuda::memory_stats(cuda_device(0));
+//   std::cout << s.allocated_bytes << " of " << s.reserved_bytes << " bytes in use\n";
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
 #include "tensor/allocator.h"
+#include "tensor/cuda/stream.h"
+
+namespace kiln {
+class Storage;
+class Tensor;
+}  // namespace kiln
 
 namespace kiln::cuda {
 
-// The allocator for DeviceType::CUDA (see Note [CUDA allocator] in
-// allocator.cpp). Never null; the same object for every device ordinal.
+// The allocator for DeviceType::CUDA: one caching allocator per device.
+// Never null; the same object for every device ordinal.
 Allocator& cuda_allocator();
 
 // Installs cuda_allocator() for DeviceType::CUDA (set_allocator). Idempotent;
 // runs when libkiln is loaded and again when the CUDA backend is first used.
 void register_cuda_allocator();
+
+// What the allocator of one device holds. Block sizes are rounded up to 512
+// bytes; "reserved" is what came from cudaMalloc, in use or cached.
+struct MemoryStats {
+  size_t allocated_bytes = 0;       // tensor memory in use now (rounded)
+  size_t requested_bytes = 0;       // the same, as requested
+  size_t reserved_bytes = 0;        // held from cudaMalloc: in use plus cached
+  size_t peak_allocated_bytes = 0;  // since the start or reset_peak_memory_stats
+  size_t peak_reserved_bytes = 0;
+  int64_t active_blocks = 0;         // allocations not yet freed
+  int64_t segments = 0;              // cudaMalloc blocks held
+  int64_t pending_event_blocks = 0;  // freed, waiting for other streams (record_stream)
+  int64_t cuda_malloc_calls = 0;     // failed ones included
+  int64_t cuda_free_calls = 0;
+  int64_t alloc_retries = 0;  // allocations that emptied the cache and tried again
+  int64_t ooms = 0;           // allocations that failed even then
+};
+
+// Statistics of `device`'s allocator (all zero before its first allocation).
+// Throws kiln::Error when `device` is not a usable CUDA device.
+MemoryStats memory_stats(Device device);
+// Sets the peaks of `device` to the current values.
+void reset_peak_memory_stats(Device device);
+// Gives every cached, unused segment of every device back to the driver
+// (cudaFree), waiting first for blocks that other streams may still use.
+// Tensor memory in use is untouched.
+void empty_cache();
+
+// Says that `storage` (CUDA memory) is used by work queued on `stream`,
+// which is not the stream it was allocated on: when the storage is freed,
+// its memory is not reused until that work has finished. As PyTorch's
+// Tensor.record_stream:
+//   { cuda::StreamGuard g(side); y = x * 2; }  // x made on the default stream
+//   cuda::record_stream(x, side);                // before x may be freed
+void record_stream(const Storage& storage, const Stream& stream);
+void record_stream(const Tensor& tensor, const Stream& stream);
 
 }  // namespace kiln::cuda

@@ -18,17 +18,32 @@
 //   one dtype, otherwise one strided/converting kernel. Between two GPUs the
 //   source is packed on its own GPU, moved with cudaMemcpyPeer, and laid out
 //   on the destination GPU as in the host -> device case.
-// Everything runs on the legacy default stream, which orders it after and
-// before all other work on the device. Copies that touch host memory are
-// synchronous (cudaMemcpy returns when the host buffer may be reused or read),
-// so a caller may read a downloaded tensor at once; device-only copies are
-// only queued. Streams and pinned-memory asynchronous copies come with the
-// CUDA backend issue.
+// Everything is queued on the current stream of the device doing the work
+// (Note [Current stream] in stream.h), so a copy is ordered with the kernels
+// before and after it on that stream:
+// - Host -> device from pinned memory is asynchronous (cudaMemcpyAsync, no
+//   wait), as PyTorch's non_blocking copy: the call returns at once and the
+//   DMA engine reads the host block while the GPU computes. The block is
+//   registered with the pinned allocator (record_pinned_use), which keeps a
+//   freed block out of reuse until the copy is done (Note [CUDA pinned
+//   allocator]). Writing into the pinned source before the stream has
+//   reached the copy changes what is copied, as in PyTorch.
+// - Host -> device from pageable memory waits for the stream after queuing
+//   the copy: the driver may still be reading the host buffer otherwise, and
+//   that buffer is often a temporary (the packed source) freed on return.
+// - Device -> host waits for the stream before returning: the values must
+//   be in the host tensor when the caller reads it.
+// - Between two GPUs, the destination's stream first waits for the source's
+//   (which produced the data), and the source's stream then waits for the
+//   copy, so that source memory freed on return is not reused on the source
+//   stream while the copy still reads it.
 #include "tensor/cuda/check.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/device.h"
 #include "tensor/cuda/dtype.cuh"
 #include "tensor/cuda/launch.cuh"
+#include "tensor/cuda/pinned_allocator.h"
+#include "tensor/cuda/stream.h"
 #include "tensor/cuda/strided.cuh"
 
 namespace kiln::cuda {
@@ -56,14 +71,14 @@ void launch_copy(D* dst, const S* src, const StridedOffsets<2>& layout, int64_t 
   KILN_CUDA_CHECK_LAUNCH("copy_kernel");
 }
 
-// dst = src with both on dst's GPU, which is current. A copy without
-// conversion moves bits, so it is instantiated per element width.
-void copy_on_device(const Tensor& dst, const Tensor& src) {
+// dst = src with both on dst's GPU, which is current, queued on `stream`. A
+// copy without conversion moves bits, so it is instantiated per element width.
+void copy_on_device(const Tensor& dst, const Tensor& src, cudaStream_t stream) {
   if (dst.dtype() == src.dtype()) {
     visit_element_bits(dst.dtype(), [&]<class B>() {
-      for_each_strided_launch<2>({dst, src}, [](const std::array<Tensor, 2>& part, const StridedOffsets<2>& layout) {
+      for_each_strided_launch<2>({dst, src}, [&](const std::array<Tensor, 2>& part, const StridedOffsets<2>& layout) {
         launch_copy(static_cast<B*>(part[0].data_ptr()), static_cast<const B*>(part[1].data_ptr()), layout,
-                    part[0].numel(), /*stream=*/0);
+                    part[0].numel(), stream);
       });
     });
     return;
@@ -73,10 +88,10 @@ void copy_on_device(const Tensor& dst, const Tensor& src) {
       using D = DeviceType<DT>;
       using S = DeviceType<ST>;
       if constexpr (!std::is_same_v<D, S>) {  // equal dtypes took the branch above
-        for_each_strided_launch<2>({dst, src}, [](const std::array<Tensor, 2>& part,
-                                                  const StridedOffsets<2>& layout) {
+        for_each_strided_launch<2>({dst, src}, [&](const std::array<Tensor, 2>& part,
+                                                   const StridedOffsets<2>& layout) {
           launch_copy(static_cast<D*>(part[0].data_ptr()), static_cast<const S*>(part[1].data_ptr()), layout,
-                      part[0].numel(), /*stream=*/0);
+                      part[0].numel(), stream);
         });
       }
     });
@@ -97,53 +112,76 @@ bool moves_as_one_block(const Tensor& dst, const Tensor& src) {
   return dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous();
 }
 
+// Queues the upload of `packed` (a contiguous host tensor) into `device_ptr`
+// on `stream` (Note [CUDA copies]): asynchronous from pinned memory,
+// finished before returning from pageable memory.
+void upload(void* device_ptr, const Tensor& packed, Device device, cudaStream_t stream) {
+  KILN_CUDA_CHECK(
+      cudaMemcpyAsync(device_ptr, packed.data_ptr(), packed.nbytes(), cudaMemcpyHostToDevice, stream));
+  // A pinned storage from another allocator (a test's) is pageable memory.
+  const bool asynchronous = packed.is_pinned() && record_pinned_use(packed.storage()->data(), stream, device);
+  if (!asynchronous) KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
 void copy_host_to_device(const Tensor& dst, const Tensor& src) {
   DeviceGuard guard(dst.device(), "copy_");
+  cudaStream_t stream = current_raw_stream(dst.device());
   if (dst.dtype() == src.dtype() && dst.is_contiguous()) {
-    Tensor packed = src.contiguous();  // host; src itself when already contiguous
-    KILN_CUDA_CHECK(cudaMemcpy(dst.data_ptr(), packed.data_ptr(), dst.nbytes(), cudaMemcpyHostToDevice));
+    upload(dst.data_ptr(), src.contiguous(), dst.device(), stream);  // src itself when already contiguous
     return;
   }
   Tensor packed = without_broadcast(src).contiguous();  // host, src's dtype
   Tensor staged = Tensor::empty(packed.shape(), {packed.dtype(), dst.device()});
-  KILN_CUDA_CHECK(cudaMemcpy(staged.data_ptr(), packed.data_ptr(), packed.nbytes(), cudaMemcpyHostToDevice));
-  copy_on_device(dst, staged.expand(src.shape()));
+  upload(staged.data_ptr(), packed, dst.device(), stream);
+  copy_on_device(dst, staged.expand(src.shape()), stream);
 }
 
 void copy_device_to_host(const Tensor& dst, const Tensor& src) {
   DeviceGuard guard(src.device(), "copy_");
+  cudaStream_t stream = current_raw_stream(src.device());
   Tensor packed = src;  // on the device: contiguous, in dst's dtype
   if (!(src.dtype() == dst.dtype() && src.is_contiguous())) {
     packed = Tensor::empty(src.shape(), {dst.dtype(), src.device()});
-    copy_on_device(packed, src);
+    copy_on_device(packed, src, stream);
   }
-  if (dst.is_contiguous()) {
-    KILN_CUDA_CHECK(cudaMemcpy(dst.data_ptr(), packed.data_ptr(), dst.nbytes(), cudaMemcpyDeviceToHost));
-    return;
-  }
-  Tensor host = Tensor::empty(packed.shape(), packed.dtype());
-  KILN_CUDA_CHECK(cudaMemcpy(host.data_ptr(), packed.data_ptr(), host.nbytes(), cudaMemcpyDeviceToHost));
-  backend_for(kCPU).copy(dst, host);
+  // The host tensor that receives the block: dst, or a buffer to scatter from.
+  Tensor host = dst.is_contiguous() ? dst : Tensor::empty(packed.shape(), packed.dtype());
+  KILN_CUDA_CHECK(
+      cudaMemcpyAsync(host.data_ptr(), packed.data_ptr(), host.nbytes(), cudaMemcpyDeviceToHost, stream));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (!dst.is_contiguous()) backend_for(kCPU).copy(dst, host);
 }
 
 void copy_between_devices(const Tensor& dst, const Tensor& src) {
+  const Stream src_stream = current_stream(src.device());
+  const Stream dst_stream = current_stream(dst.device());
   Tensor packed = without_broadcast(src);
   if (!packed.is_contiguous()) {
     DeviceGuard guard(src.device(), "copy_");
     Tensor compact = Tensor::empty(packed.shape(), {packed.dtype(), src.device()});
-    copy_on_device(compact, packed);
+    copy_on_device(compact, packed, src_stream.handle());
     packed = compact;
   }
-  DeviceGuard guard(dst.device(), "copy_");
-  if (moves_as_one_block(dst, packed) && packed.numel() == dst.numel()) {
-    KILN_CUDA_CHECK(cudaMemcpyPeer(dst.data_ptr(), dst.device().index, packed.data_ptr(), src.device().index,
-                                   dst.nbytes()));
-    return;
+  Event produced;
+  produced.record(src_stream);
+  produced.block(dst_stream);
+  {
+    DeviceGuard guard(dst.device(), "copy_");
+    if (moves_as_one_block(dst, packed) && packed.numel() == dst.numel()) {
+      KILN_CUDA_CHECK(cudaMemcpyPeerAsync(dst.data_ptr(), dst.device().index, packed.data_ptr(),
+                                          src.device().index, dst.nbytes(), dst_stream.handle()));
+    } else {
+      // Freed on return into dst's cache for dst_stream, where the kernel
+      // that reads it is queued.
+      Tensor staged = Tensor::empty(packed.shape(), {packed.dtype(), dst.device()});
+      KILN_CUDA_CHECK(cudaMemcpyPeerAsync(staged.data_ptr(), dst.device().index, packed.data_ptr(),
+                                          src.device().index, packed.nbytes(), dst_stream.handle()));
+      copy_on_device(dst, staged.expand(src.shape()), dst_stream.handle());
+    }
   }
-  Tensor staged = Tensor::empty(packed.shape(), {packed.dtype(), dst.device()});
-  KILN_CUDA_CHECK(cudaMemcpyPeer(staged.data_ptr(), dst.device().index, packed.data_ptr(), src.device().index,
-                                 packed.nbytes()));
-  copy_on_device(dst, staged.expand(src.shape()));
+  Event copied;
+  copied.record(dst_stream);
+  copied.block(src_stream);
 }
 
 }  // namespace
@@ -161,9 +199,9 @@ void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
     if (moves_as_one_block(dst, src)) {
       if (dst.data_ptr() == src.data_ptr()) return;  // x.copy_(x)
       KILN_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDeviceToDevice,
-                                      /*stream=*/0));
+                                      current_raw_stream(dst.device())));
     } else {
-      copy_on_device(dst, src);
+      copy_on_device(dst, src, current_raw_stream(dst.device()));
     }
   } else {
     copy_between_devices(dst, src);

@@ -10,6 +10,7 @@
 #include "tensor/cuda/device.h"
 #include "tensor/cuda/dtype.cuh"
 #include "tensor/cuda/launch.cuh"
+#include "tensor/cuda/stream.h"
 #include "tensor/cuda/strided.cuh"
 
 namespace kiln::cuda {
@@ -37,13 +38,14 @@ void launch_fill(B* out, const StridedOffsets<1>& layout, int64_t n, B value, cu
 void CudaBackend::fill(const Tensor& out, Scalar value) {
   if (out.numel() == 0) return;
   DeviceGuard guard(out.device(), "fill");
+  cudaStream_t stream = current_raw_stream(out.device());
   visit_dtype(out.dtype(), [&]<class T>() {
     using B = BitsOf<T>;
     T typed = value.to<T>();
     B bits;
     std::memcpy(&bits, &typed, sizeof bits);
     for_each_strided_launch<1>({out}, [&](const std::array<Tensor, 1>& part, const StridedOffsets<1>& layout) {
-      launch_fill(static_cast<B*>(part[0].data_ptr()), layout, part[0].numel(), bits, /*stream=*/0);
+      launch_fill(static_cast<B*>(part[0].data_ptr()), layout, part[0].numel(), bits, stream);
     });
   });
 }

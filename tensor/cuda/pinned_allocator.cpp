@@ -12,6 +12,14 @@
 // When the driver runs out of page-lockable memory, the cache is returned to
 // it and the allocation retried once.
 //
+// Host-to-device copies from pinned memory are asynchronous (Note [CUDA
+// copies] in copy.cu): the copy may still be reading a block when its tensor
+// is freed. The copy says so with record_pinned_use, and the free then
+// records a CUDA event on each stream that used the block; the block waits
+// in `pending_` until every event has completed and only then joins the
+// cache, as in PyTorch's CachingHostAllocator. Pending blocks are looked at
+// on every allocation, so they return to use as soon as their copies end.
+//
 // Blocks are allocated with cudaHostAllocPortable, so they count as pinned
 // for every device's context, not only the one current in the calling thread
 // (a DataLoader worker has never chosen a device).
@@ -19,9 +27,12 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "tensor/cuda/check.h"
 #include "tensor/cuda/device.h"
@@ -47,32 +58,49 @@ class PinnedHostAllocator final : public Allocator {
     const size_t size = cached_size(nbytes);
     void* ptr = take_cached(size);
     if (ptr == nullptr) ptr = host_alloc(size, nbytes);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      uses_.emplace(ptr, std::vector<Use>{});
+    }
     allocated_bytes_.fetch_add(nbytes, std::memory_order_relaxed);
     return ptr;
+  }
+
+  bool record_use(const void* ptr, cudaStream_t stream, Device device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = uses_.find(const_cast<void*>(ptr));
+    if (it == uses_.end()) return false;
+    const Use use{stream, device.index};
+    if (std::find(it->second.begin(), it->second.end(), use) == it->second.end()) it->second.push_back(use);
+    return true;
   }
 
   void deallocate(void* ptr, size_t nbytes, Device) override {
     if (ptr == nullptr) return;
     allocated_bytes_.fetch_sub(nbytes, std::memory_order_relaxed);
     const size_t size = cached_size(nbytes);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (cached_bytes_ + size <= kMaxCachedBytes) {
-        cache_.emplace(size, ptr);
-        cached_bytes_ += size;
-        return;
-      }
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<Use> uses;
+    if (auto it = uses_.find(ptr); it != uses_.end()) {
+      uses = std::move(it->second);
+      uses_.erase(it);
     }
-    // Called from Storage's destructor, so it must not throw; cudaFreeHost
-    // fails only while the runtime unloads at exit (the driver then frees
-    // everything) or after a sticky fault that its op already reported.
-    if (cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();
+    std::vector<cudaEvent_t> events;
+    for (const Use& use : uses) {
+      if (cudaEvent_t event = record_event(use)) events.push_back(event);
+    }
+    if (events.empty()) {
+      cache_or_free(ptr, size);
+    } else {
+      pending_.push_back({ptr, size, std::move(events)});
+    }
   }
 
   void empty_cache() {
     std::unordered_multimap<size_t, void*> blocks;
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      process_pending(/*wait=*/true);
       blocks.swap(cache_);
       cached_bytes_ = 0;
     }
@@ -87,8 +115,76 @@ class PinnedHostAllocator final : public Allocator {
   size_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
 
  private:
+  // A stream that used a block, and its device (events belong to one).
+  struct Use {
+    cudaStream_t stream;
+    int device;
+    bool operator==(const Use&) const = default;
+  };
+  // A freed block waiting for the events recorded on the streams that used it.
+  struct PendingBlock {
+    void* ptr;
+    size_t size;
+    std::vector<cudaEvent_t> events;
+  };
+
+  // An event after the work queued so far on the use's stream, or nullptr
+  // when none can be made, after waiting for the device instead. Never
+  // throws: it runs in Storage's destructor.
+  static cudaEvent_t record_event(const Use& use) {
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+    const bool switched = previous != use.device && cudaSetDevice(use.device) == cudaSuccess;
+    cudaEvent_t event = nullptr;
+    if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventRecord(event, use.stream) != cudaSuccess) {
+      (void)cudaGetLastError();
+      if (event != nullptr) (void)cudaEventDestroy(event);
+      event = nullptr;
+      if (cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
+    }
+    if (switched && previous >= 0 && cudaSetDevice(previous) != cudaSuccess) (void)cudaGetLastError();
+    return event;
+  }
+
+  // With mutex_ held: keeps a block whose users are done, or gives it back.
+  void cache_or_free(void* ptr, size_t size) {
+    if (cached_bytes_ + size <= kMaxCachedBytes) {
+      cache_.emplace(size, ptr);
+      cached_bytes_ += size;
+      return;
+    }
+    // Must not throw (Storage's destructor); cudaFreeHost fails only while
+    // the runtime unloads at exit (the driver then frees everything) or
+    // after a sticky fault that its op already reported.
+    if (cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();
+  }
+
+  // With mutex_ held: moves pending blocks whose events have completed (all
+  // of them, waiting, when `wait`) into the cache.
+  void process_pending(bool wait) {
+    auto done = [&](PendingBlock& block) {
+      for (cudaEvent_t event : block.events) {
+        const cudaError_t status = wait ? cudaEventSynchronize(event) : cudaEventQuery(event);
+        if (status == cudaErrorNotReady) {
+          (void)cudaGetLastError();
+          return false;
+        }
+        // Any other failure is a fault after which the copy will not run.
+        if (status != cudaSuccess) (void)cudaGetLastError();
+      }
+      for (cudaEvent_t event : block.events) {
+        if (cudaEventDestroy(event) != cudaSuccess) (void)cudaGetLastError();
+      }
+      cache_or_free(block.ptr, block.size);
+      return true;
+    };
+    pending_.erase(std::remove_if(pending_.begin(), pending_.end(), done), pending_.end());
+  }
+
   void* take_cached(size_t size) {
     std::lock_guard<std::mutex> lock(mutex_);
+    process_pending(/*wait=*/false);
     auto it = cache_.find(size);
     if (it == cache_.end()) return nullptr;
     void* ptr = it->second;
@@ -118,6 +214,8 @@ class PinnedHostAllocator final : public Allocator {
   std::mutex mutex_;
   std::unordered_multimap<size_t, void*> cache_;  // rounded size -> free block
   size_t cached_bytes_ = 0;
+  std::unordered_map<void*, std::vector<Use>> uses_;  // blocks in use -> streams that used them
+  std::vector<PendingBlock> pending_;
 };
 
 PinnedHostAllocator& the_pinned_allocator() {
@@ -132,6 +230,10 @@ PinnedHostAllocator& the_pinned_allocator() {
 Allocator& pinned_host_allocator() { return the_pinned_allocator(); }
 
 Allocator* pinned_host_allocator_if_available() { return cuda_available() ? &the_pinned_allocator() : nullptr; }
+
+bool record_pinned_use(const void* ptr, cudaStream_t stream, Device device) {
+  return the_pinned_allocator().record_use(ptr, stream, device);
+}
 
 void pinned_empty_cache() { the_pinned_allocator().empty_cache(); }
 

@@ -8,6 +8,7 @@
 #include <cstddef>
 
 #include "tensor/allocator.h"
+#include "tensor/cuda/stream.h"
 
 namespace kiln::cuda {
 
@@ -21,7 +22,16 @@ Allocator& pinned_host_allocator();
 // tensor/allocator.cpp fills the pinned slot with it on first use.
 Allocator* pinned_host_allocator_if_available();
 
-// Returns the cached page-locked blocks to the driver (cudaFreeHost).
+// Says that work queued on `stream` of `device` (an asynchronous copy)
+// reads or writes the pinned block starting at `ptr`: once the block is
+// freed, it is not handed out again before that work has finished. Returns
+// false, recording nothing, when `ptr` is not the start of a block of
+// pinned_host_allocator() in use (the caller must then not rely on the copy
+// being asynchronous). Never throws.
+bool record_pinned_use(const void* ptr, cudaStream_t stream, Device device);
+
+// Returns the cached page-locked blocks to the driver (cudaFreeHost), after
+// waiting for the work recorded on freed blocks.
 void pinned_empty_cache();
 // Bytes held in the cache, and bytes of pinned tensors in use now.
 size_t pinned_cached_bytes();

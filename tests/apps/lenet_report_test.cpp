@@ -23,6 +23,29 @@ TEST(LenetProgress, DurationsAndLine) {
   EXPECT_EQ(line.format(100, 1.23456, 2345.4, 65), "epoch 1/3  step 100/782  loss 1.2346  2345 img/s  ETA 1:05");
 }
 
+TEST(LenetProgress, LineEndsWithTheGpuStatusWhenThereIsOne) {
+  std::ostringstream out;
+  ProgressLine line(out, false, "epoch 1/3", 782);
+  cuda::GpuStatus gpu;
+  gpu.utilization_percent = 87;
+  gpu.memory_used_bytes = uint64_t{1288490189};  // 1.2 GiB
+  gpu.memory_total_bytes = uint64_t{85899345920};  // 80 GiB
+  EXPECT_EQ(format_gpu_status(gpu), "gpu 87% 1.2/80 GiB");
+  EXPECT_EQ(line.format(100, 1.23456, 2345.4, 65, gpu),
+            "epoch 1/3  step 100/782  loss 1.2346  2345 img/s  ETA 1:05  gpu 87% 1.2/80 GiB");
+  // The trainer's line shows cuda:0 exactly when NVML answers for it; without
+  // CUDA in the build, a GPU or a driver, the line is printed without it.
+#ifdef KILN_WITH_CUDA
+  const bool nvml_answers = cuda::gpu_status(0).has_value();
+#else
+  const bool nvml_answers = false;
+#endif
+  line.show_gpu(0);
+  line.update(782, 1.0, 100);
+  EXPECT_NE(out.str().find("step 782/782"), std::string::npos) << out.str();
+  EXPECT_EQ(out.str().find("  gpu ") != std::string::npos, nvml_answers) << out.str();
+}
+
 TEST(LenetProgress, PlainLinesAtQuartersOfTheEpoch) {
   std::ostringstream out;
   ProgressLine line(out, false, "e", 10);
