@@ -9,6 +9,7 @@
 #include <string>
 
 #include "autograd/grad_mode.h"
+#include "tensor/fused_optim.h"
 #include "tensor/ops.h"
 
 namespace kiln::optim {
@@ -108,6 +109,47 @@ void adam_update(Tensor param, const Tensor& grad, TensorDict& state, const Adam
   ops::add_(param, update);
 }
 
+// One fused step (ops::adam_step_) over the parameters of a group that have
+// a gradient, when their tensors allow it; returns false, having changed
+// nothing, otherwise (also for the cases that adam_update rejects, so that
+// it reports them). `state_of` gives a parameter's mutable state.
+bool adam_fused_update(const std::vector<Tensor>& group_params, const AdamHyperparameters& h,
+                       const std::function<TensorDict&(const Tensor&)>& state_of) {
+  std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs;
+  std::vector<double> steps;
+  std::vector<bool> fresh;  // no state yet: it is inserted only once the step is sure to be fused
+  for (const Tensor& param : group_params) {
+    Tensor grad = param.grad();
+    if (!grad.defined()) continue;
+    const TensorDict& state = state_of(param);
+    const bool first = state.empty();
+    if (!first && h.amsgrad && !state.contains("max_exp_avg_sq")) return false;
+    params.push_back(param);
+    grads.push_back(grad);
+    fresh.push_back(first);
+    exp_avgs.push_back(first ? zeros_like(param) : state.at("exp_avg"));
+    exp_avg_sqs.push_back(first ? zeros_like(param) : state.at("exp_avg_sq"));
+    if (h.amsgrad) max_exp_avg_sqs.push_back(first ? zeros_like(param) : state.at("max_exp_avg_sq"));
+    steps.push_back((first ? 0.0 : state.at("step").item<double>()) + 1.0);
+  }
+  if (!ops::adam_step_fusable(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs)) return false;
+  for (size_t i = 0; i < params.size(); ++i) {
+    TensorDict& state = state_of(params[i]);
+    if (fresh[i]) {
+      state.insert("step", scalar_tensor(0.0, DType::Float64));
+      state.insert("exp_avg", exp_avgs[i]);
+      state.insert("exp_avg_sq", exp_avg_sqs[i]);
+      if (h.amsgrad) state.insert("max_exp_avg_sq", max_exp_avg_sqs[i]);
+    }
+    Tensor step_t = state.at("step");
+    ops::add_(step_t, 1);
+  }
+  ops::adam_step_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps,
+                  {.lr = h.lr, .beta1 = h.beta1, .beta2 = h.beta2, .eps = h.eps, .weight_decay = h.weight_decay,
+                   .amsgrad = h.amsgrad, .maximize = h.maximize, .decoupled = h.decoupled_weight_decay});
+  return true;
+}
+
 }  // namespace
 
 std::vector<OptionField<AdamOptions>> AdamOptions::fields() { return adam_fields<AdamOptions>(); }
@@ -128,6 +170,10 @@ void Adam::step() {
   NoGradGuard no_grad;
   for (size_t g = 0; g < num_param_groups(); ++g) {
     const AdamHyperparameters h = hyperparameters_of(options(g), /*decoupled=*/false);
+    if (options(g).fused &&
+        adam_fused_update(params(g), h, [&](const Tensor& param) -> TensorDict& { return mutable_state(param); })) {
+      continue;
+    }
     for (size_t j = 0; j < params(g).size(); ++j) {
       const Tensor& param = params(g)[j];
       Tensor grad = param.grad();
@@ -150,6 +196,10 @@ void AdamW::step() {
   NoGradGuard no_grad;
   for (size_t g = 0; g < num_param_groups(); ++g) {
     const AdamHyperparameters h = hyperparameters_of(options(g), /*decoupled=*/true);
+    if (options(g).fused &&
+        adam_fused_update(params(g), h, [&](const Tensor& param) -> TensorDict& { return mutable_state(param); })) {
+      continue;
+    }
     for (size_t j = 0; j < params(g).size(); ++j) {
       const Tensor& param = params(g)[j];
       Tensor grad = param.grad();

@@ -35,6 +35,11 @@ struct AdamOptions {
   double weight_decay = 0.0;
   bool amsgrad = false;
   bool maximize = false;
+  // Update all of a group's parameters with one fused step
+  // (ops::adam_step_, Note [Fused optimizer steps] in tensor/fused_optim.h)
+  // where their tensors allow it; the results are bitwise those of the
+  // unfused ops. Not part of state dicts.
+  bool fused = true;
 
   static std::vector<OptionField<AdamOptions>> fields();
   // Throws naming `op` for a negative lr, eps or weight decay, or a beta
@@ -53,6 +58,7 @@ struct AdamWOptions {
   double weight_decay = 1e-2;
   bool amsgrad = false;
   bool maximize = false;
+  bool fused = true;  // as AdamOptions::fused
 
   static std::vector<OptionField<AdamWOptions>> fields();
   void validate(std::string_view op) const;

@@ -60,6 +60,14 @@ struct SgdStep {
   bool nesterov = false, maximize = false;
 };
 
+// The scalars of one fused Adam or AdamW step (Note [Fused optimizer steps]):
+// optim::AdamOptions' fields, and which of the two weight decays applies.
+struct AdamStep {
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  bool amsgrad = false, maximize = false;
+  bool decoupled = false;  // AdamW: decay the parameter, not the gradient
+};
+
 // Geometry of a 2-d convolution's unfold (im2col) and fold (col2im).
 struct ConvGeometry {
   int64_t channels, height, width;    // input C, H, W
@@ -181,6 +189,13 @@ class Backend {
   virtual void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                         const std::vector<Tensor>& momentum_buffers, const std::vector<bool>& first_step,
                         const SgdStep& step) = 0;
+  // Adam/AdamW (optim/adam.h) on each parameter i, whose step count t is
+  // steps[i] (already incremented, >= 1): updates params[i], exp_avgs[i],
+  // exp_avg_sqs[i] and, with step.amsgrad, max_exp_avg_sqs[i] (else empty).
+  virtual void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                         const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                         const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<double>& steps,
+                         const AdamStep& step) = 0;
 
   // ---- normalization (tensor/cpu/norm.cpp, layer_norm.cpp) ----
   // Front-end: tensor/norm.cpp (Note [Normalization statistics] in

@@ -2,21 +2,27 @@
 // checks the lists and dispatches (Note [Device dispatch]).
 #include "tensor/fused_optim.h"
 
+#include <initializer_list>
+#include <string>
+
 namespace kiln::ops {
 
 namespace {
 
-// Why tensor i cannot be fused, or "" when it can.
-std::string unfusable(const Tensor& param, const Tensor& grad, const Tensor* buf) {
+// Why one parameter cannot be fused, or "" when it can; `state` lists its
+// gradient and the optimizer's per-element buffers (null entries skipped),
+// each of which must match the parameter.
+std::string unfusable(const Tensor& param, const Tensor& grad, std::initializer_list<const Tensor*> state) {
   if (!param.defined() || !grad.defined()) return "a parameter or gradient is undefined";
   if (param.dtype() != DType::Float32 && param.dtype() != DType::Float64) {
     return detail::str("the parameter is ", param.dtype(), " (float32 or float64 only)");
   }
-  // The CUDA kernel comes with the CUDA backend (issue 5).
-  if (!param.device().is_cpu()) return detail::str("the parameter is on ", param.device(), " (CPU only so far)");
-  for (const Tensor* t : {&grad, buf}) {
+  if (!param.device().is_cpu() && !param.device().is_cuda()) {
+    return detail::str("the parameter is on ", param.device(), " (CPU and CUDA only)");
+  }
+  for (const Tensor* t : state) {
     if (t == nullptr) continue;
-    if (!t->defined()) return "a momentum buffer is undefined";
+    if (!t->defined()) return "a state tensor is undefined";
     if (t->dtype() != param.dtype() || t->device() != param.device() || t->shape() != param.shape()) {
       return detail::str("a gradient or buffer is ", t->dtype(), " ", t->shape(), " on ", t->device(),
                          ", the parameter ", param.dtype(), " ", param.shape(), " on ", param.device());
@@ -27,6 +33,14 @@ std::string unfusable(const Tensor& param, const Tensor& grad, const Tensor* buf
   return "";
 }
 
+// Why parameter i's Adam tensors cannot be fused, or "" when they can.
+std::string adam_unfusable(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                           const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                           const std::vector<Tensor>& max_exp_avg_sqs, size_t i) {
+  return unfusable(params[i], grads[i],
+                   {&grads[i], &exp_avgs[i], &exp_avg_sqs[i], max_exp_avg_sqs.empty() ? nullptr : &max_exp_avg_sqs[i]});
+}
+
 }  // namespace
 
 bool sgd_step_fusable(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
@@ -34,7 +48,8 @@ bool sgd_step_fusable(const std::vector<Tensor>& params, const std::vector<Tenso
   if (params.size() != grads.size()) return false;
   if (!momentum_buffers.empty() && momentum_buffers.size() != params.size()) return false;
   for (size_t i = 0; i < params.size(); ++i) {
-    if (!unfusable(params[i], grads[i], momentum_buffers.empty() ? nullptr : &momentum_buffers[i]).empty()) {
+    if (!unfusable(params[i], grads[i], {&grads[i], momentum_buffers.empty() ? nullptr : &momentum_buffers[i]})
+             .empty()) {
       return false;
     }
   }
@@ -51,13 +66,48 @@ void sgd_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& gra
              "sgd_step_: ", params.size(), " parameters, ", momentum_buffers.size(), " momentum buffers and ",
              first_step.size(), " first-step flags with momentum ", step.momentum);
   for (size_t i = 0; i < params.size(); ++i) {
-    const std::string why = unfusable(params[i], grads[i], momentum ? &momentum_buffers[i] : nullptr);
+    const std::string why = unfusable(params[i], grads[i], {&grads[i], momentum ? &momentum_buffers[i] : nullptr});
     KILN_CHECK(why.empty(), "sgd_step_: cannot fuse parameter ", i, ": ", why);
   }
   if (params.empty()) return;
   backend_for(params[0].device()).sgd_step(params, grads, momentum_buffers, first_step, step);
   for (const Tensor& t : params) t.bump_version();
   for (const Tensor& t : momentum_buffers) t.bump_version();
+}
+
+bool adam_step_fusable(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                       const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                       const std::vector<Tensor>& max_exp_avg_sqs) {
+  const size_t n = params.size();
+  if (grads.size() != n || exp_avgs.size() != n || exp_avg_sqs.size() != n) return false;
+  if (!max_exp_avg_sqs.empty() && max_exp_avg_sqs.size() != n) return false;
+  for (size_t i = 0; i < n; ++i) {
+    if (!adam_unfusable(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, i).empty()) return false;
+  }
+  return true;
+}
+
+void adam_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<double>& steps, const AdamStep& step) {
+  const size_t n = params.size();
+  KILN_CHECK(grads.size() == n && exp_avgs.size() == n && exp_avg_sqs.size() == n && steps.size() == n &&
+                 max_exp_avg_sqs.size() == (step.amsgrad ? n : 0),
+             "adam_step_: ", n, " parameters, ", grads.size(), " gradients, ", exp_avgs.size(), " exp_avgs, ",
+             exp_avg_sqs.size(), " exp_avg_sqs, ", max_exp_avg_sqs.size(), " max_exp_avg_sqs and ", steps.size(),
+             " step counts with amsgrad ", step.amsgrad);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string why = adam_unfusable(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, i);
+    KILN_CHECK(why.empty(), "adam_step_: cannot fuse parameter ", i, ": ", why);
+    KILN_CHECK(steps[i] >= 1.0, "adam_step_: parameter ", i, " has step count ", steps[i],
+               " (the count including this step, >= 1)");
+  }
+  if (params.empty()) return;
+  backend_for(params[0].device())
+      .adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, step);
+  for (const std::vector<Tensor>* list : {&params, &exp_avgs, &exp_avg_sqs, &max_exp_avg_sqs}) {
+    for (const Tensor& t : *list) t.bump_version();
+  }
 }
 
 }  // namespace kiln::ops

@@ -10,8 +10,10 @@
 // fused kernel reads each element once and performs the same float
 // operations in the same order, each rounded to the parameter's dtype, so
 // its results are bitwise those of the unfused ops (tests/optim checks it
-// for every option). The per-element recipe is SGD's own (optim/sgd.h); the
-// CUDA backend implements the same contract (issue 5).
+// for every option). The per-element recipes are the optimizers' own
+// (optim/sgd.h, optim/adam.h). The CUDA backend implements the same contract
+// and, as PyTorch's multi_tensor_apply, updates all parameters in one or a
+// few kernel launches (tensor/cuda/optim_step.cu).
 #pragma once
 
 #include <vector>
@@ -21,7 +23,8 @@
 
 namespace kiln::ops {
 
-using kiln::SgdStep;  // the step's scalars (tensor/backend.h)
+using kiln::AdamStep;  // the steps' scalars (tensor/backend.h)
+using kiln::SgdStep;
 
 // Whether sgd_step_ takes these tensors: params[i], grads[i] and (with
 // momentum) momentum_buffers[i] contiguous, of one shape, one float32 or
@@ -36,5 +39,21 @@ bool sgd_step_fusable(const std::vector<Tensor>& params, const std::vector<Tenso
 // sgd_step_fusable is false or the lists' lengths differ.
 void sgd_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                const std::vector<Tensor>& momentum_buffers, const std::vector<bool>& first_step, const SgdStep& step);
+
+// Whether adam_step_ takes these tensors: as sgd_step_fusable, for
+// exp_avgs, exp_avg_sqs and (with amsgrad, else empty) max_exp_avg_sqs.
+bool adam_step_fusable(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                       const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                       const std::vector<Tensor>& max_exp_avg_sqs);
+
+// For each i, in place: the Adam (step.decoupled: AdamW) update of
+// optim/adam.h applied to params[i] and its state, with steps[i] the
+// parameter's step count t including this step (>= 1). Throws kiln::Error
+// naming adam_step_ when adam_step_fusable is false or the lists' lengths
+// differ.
+//   ops::adam_step_({w}, {w.grad()}, {m}, {v}, {}, {1.0}, {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999});
+void adam_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<double>& steps, const AdamStep& step);
 
 }  // namespace kiln::ops

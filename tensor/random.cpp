@@ -7,17 +7,11 @@
 
 #include "tensor/backend.h"
 #include "tensor/factory.h"
+#include "tensor/philox.h"
 
 namespace kiln {
 
 namespace {
-
-// The round multipliers and the Weyl key increments (golden ratio and
-// sqrt(3) - 1, in 32-bit fixed point) from Salmon et al., Table 2.
-constexpr uint32_t kPhiloxM0 = 0xD2511F53u;
-constexpr uint32_t kPhiloxM1 = 0xCD9E8D57u;
-constexpr uint32_t kPhiloxW0 = 0x9E3779B9u;
-constexpr uint32_t kPhiloxW1 = 0xBB67AE85u;
 
 // torch's default CPU seed, so that an unseeded program is still repeatable.
 constexpr uint64_t kDefaultSeed = 67280421310721ull;
@@ -25,24 +19,8 @@ constexpr uint64_t kDefaultSeed = 67280421310721ull;
 }  // namespace
 
 std::array<uint32_t, 4> Philox4x32::block(uint64_t counter_lo, uint64_t counter_hi, uint64_t key) {
-  uint32_t c0 = static_cast<uint32_t>(counter_lo), c1 = static_cast<uint32_t>(counter_lo >> 32);
-  uint32_t c2 = static_cast<uint32_t>(counter_hi), c3 = static_cast<uint32_t>(counter_hi >> 32);
-  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
-  for (int round = 0; round < 10; ++round) {
-    if (round > 0) {  // the key schedule bumps the key before every round but the first
-      k0 += kPhiloxW0;
-      k1 += kPhiloxW1;
-    }
-    uint64_t p0 = static_cast<uint64_t>(kPhiloxM0) * c0;
-    uint64_t p1 = static_cast<uint64_t>(kPhiloxM1) * c2;
-    uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
-    uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
-    c0 = hi1 ^ c1 ^ k0;
-    c1 = lo1;
-    c2 = hi0 ^ c3 ^ k1;
-    c3 = lo0;
-  }
-  return {c0, c1, c2, c3};
+  philox::Block b = philox::philox4x32_10(counter_lo, counter_hi, key);
+  return {b.w[0], b.w[1], b.w[2], b.w[3]};
 }
 
 void Generator::manual_seed(uint64_t seed) {

@@ -17,7 +17,8 @@
 namespace kiln {
 
 // One Philox4x32-10 block: 4 random 32-bit words for a 128-bit counter and a
-// 64-bit key. Pure function, usable in kernels (host and device).
+// 64-bit key: philox::philox4x32_10 (tensor/philox.h), which kernels call
+// directly.
 struct Philox4x32 {
   static std::array<uint32_t, 4> block(uint64_t counter_lo, uint64_t counter_hi, uint64_t key);
 };

@@ -49,6 +49,10 @@ class CpuBackend final : public Backend {
   void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& momentum_buffers, const std::vector<bool>& first_step,
                 const SgdStep& step) override;
+  void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                 const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<double>& steps,
+                 const AdamStep& step) override;
 
   void batch_norm_stats(const Tensor& mean, const Tensor& var, const Tensor& x) override;
   void batch_norm_apply(const Tensor& out, const Tensor& x, const Tensor& mean, const Tensor& scale,

@@ -6,17 +6,20 @@
 // - Uniform:   float32 and 16-bit floats use the top 24 bits of w0, float64
 //              the top 53 bits of (w1:w0), as u in [0, 1); value a + (b-a)*u.
 // - Normal:    Box-Muller, u1 in (0, 1] from (w1:w0) so log(u1) is finite,
-//              u2 in [0, 1) from (w3:w2); mean a, std b; computed in double.
+//              u2 in [0, 1) from (w3:w2); mean a, std b; computed in double
+//              by philox::normal_value, whose log and cos round as on CUDA
+//              (Note [Bitwise random streams] in tensor/philox.h). This file
+//              is compiled for baseline x86-64 (no FMA) so that no product
+//              and sum are contracted into one rounding.
 // - Bernoulli: 1 when the 53-bit uniform from (w1:w0) is below p = a.
 // - RandInt:   a + floor(x * (b - a) / 2^64) with x = (w1:w0), Lemire's
 //              multiply-shift. Like the modulo it replaces it has no
 //              rejection loop and is biased by at most (b - a) / 2^64 per
 //              value, about 5e-11 for a range of a billion.
-#include <cmath>
-#include <numbers>
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/philox.h"
 #include "tensor/random.h"
 
 namespace kiln::cpu {
@@ -26,21 +29,15 @@ namespace {
 // One Philox block costs ~20 ns; 8192 of them easily pay for a thread start.
 constexpr int64_t kRandomGrain = 1 << 13;
 
-constexpr double kTwoPow24Inv = 1.0 / 16777216.0;         // 2^-24
-constexpr double kTwoPow53Inv = 1.0 / 9007199254740992.0;  // 2^-53
+using philox::join64;
+using philox::uniform24;
+using philox::uniform53;
 
-// The block for element i: the counter is the 128-bit number offset + i.
+// The block for element i (tensor/philox.h), inlined into the loops below.
 std::array<uint32_t, 4> element_block(uint64_t seed, uint64_t offset, int64_t i) {
-  uint64_t lo = offset + static_cast<uint64_t>(i);
-  uint64_t hi = lo < offset ? 1 : 0;  // carry into the counter's upper half
-  return Philox4x32::block(lo, hi, seed);
+  philox::Block b = philox::element_block(seed, offset, static_cast<uint64_t>(i));
+  return {b.w[0], b.w[1], b.w[2], b.w[3]};
 }
-
-uint64_t join64(uint32_t lo, uint32_t hi) { return (static_cast<uint64_t>(hi) << 32) | lo; }
-
-// Uniform in [0, 1) with 24 or 53 random bits; both are exact in a double.
-double uniform24(uint32_t w) { return static_cast<double>(w >> 8) * kTwoPow24Inv; }
-double uniform53(uint32_t lo, uint32_t hi) { return static_cast<double>(join64(lo, hi) >> 11) * kTwoPow53Inv; }
 
 template <class T>
 T cast_to(double v) {
@@ -61,17 +58,13 @@ T uniform_value(const std::array<uint32_t, 4>& w, double a, double b) {
 }
 
 double normal_value(const std::array<uint32_t, 4>& w, double mean, double std) {
-  double u1 = 1.0 - uniform53(w[0], w[1]);  // (0, 1]
-  double u2 = uniform53(w[2], w[3]);        // [0, 1)
-  double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-  return mean + std * z;
+  return philox::normal_value({{w[0], w[1], w[2], w[3]}}, mean, std);
 }
 
 // b - a is at most 2^54 (the front-end keeps both bounds within +-2^53), so
 // it fits a uint64 exactly and the 128-bit product cannot overflow.
 int64_t randint_value(const std::array<uint32_t, 4>& w, int64_t low, uint64_t range) {
-  unsigned __int128 product = static_cast<unsigned __int128>(join64(w[0], w[1])) * range;
-  return low + static_cast<int64_t>(static_cast<uint64_t>(product >> 64));
+  return low + static_cast<int64_t>(philox::multiply_shift(join64(w[0], w[1]), range));
 }
 
 template <class T>

@@ -1,11 +1,11 @@
 // The CUDA backend: kernels for tensors on NVIDIA GPUs.
 //
-// Each group of methods is defined in its own file under tensor/cuda/, named
-// as in tensor/backend.h (copy.cu, fill.cu, ...). All work is queued on the
-// legacy default stream of the tensor's device, with that device made current
-// (cuda::DeviceGuard) around it. The groups not yet written for CUDA throw
-// kiln::Error naming the op (cuda_backend.cpp), so a model that reaches one
-// learns which op is missing instead of crashing.
+// Each group of methods is defined in its own file under tensor/cuda/
+// (copy.cu, fill.cu, elementwise.cu, where_clamp.cu, reduce.cu, softmax.cu,
+// gemm.cpp, im2col.cu, conv.cpp, pool.cu, index.cu, optim_step.cu, norm.cu,
+// layer_norm.cu, random.cu). All work is queued on the calling thread's
+// current stream for the tensor's device (Note [Current stream] in
+// stream.h), with that device made current (cuda::DeviceGuard) around it.
 //
 // This header does not include the CUDA runtime; tensor/backend.cpp includes
 // it from plain C++.
@@ -60,6 +60,10 @@ class CudaBackend final : public Backend {
   void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& momentum_buffers, const std::vector<bool>& first_step,
                 const SgdStep& step) override;
+  void adam_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                 const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<double>& steps,
+                 const AdamStep& step) override;
 
   void batch_norm_stats(const Tensor& mean, const Tensor& var, const Tensor& x) override;
   void batch_norm_apply(const Tensor& out, const Tensor& x, const Tensor& mean, const Tensor& scale,

@@ -1,0 +1,330 @@
+// CUDA 2-d convolution through cuDNN: one group per call, as the front-end
+// (tensor/conv.cpp) makes them, float32 or float64.
+//
+// Note [cuDNN convolution algorithms]
+// cuDNN has several algorithms per direction (implicit GEMM, FFT, Winograd,
+// ...) whose speed depends on the shape. cudnnGet*Algorithm_v7 ranks them
+// by cuDNN's heuristics without running anything; the choice is cached per
+// key (direction, dtype, TF32 setting, device, every size and stride of the
+// three tensors, and the geometry), so the heuristics run once per layer
+// shape, not once per step. From the ranking Kiln takes the first algorithm
+// that
+// - is deterministic (cuDNN's data and filter gradients have variants that
+//   sum with atomics; Kiln's results do not depend on scheduling, as its own
+//   kernels' do not), falling back to a non-deterministic one only when
+//   nothing else is offered;
+// - does not use tensor-core math on float32 unless cuda::allow_tf32()
+//   (tensor/cuda/settings.h): cuDNN's default math would silently round
+//   float32 to TF32 on Ampere and later; CUDNN_FMA_MATH keeps float32 exact;
+// - needs at most kMaxWorkspaceBytes of workspace (FFT variants can ask for
+//   gigabytes). The workspace is a device tensor from Kiln's CUDA allocator.
+// Tensors reach cuDNN with their strides when every (H, W) plane is
+// contiguous, which covers a group's channel slice of a contiguous batch;
+// other layouts are copied to contiguous memory first (inputs) or computed
+// in a contiguous buffer and copied back (outputs). cuDNN's legacy API takes
+// int sizes, so each tensor must have fewer than 2^31 elements.
+#include <climits>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/cudnn.h"
+#include "tensor/cuda/device.h"
+#include "tensor/cuda/settings.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+constexpr size_t kMaxWorkspaceBytes = size_t{1} << 30;
+
+enum class Direction : int64_t { Forward, BackwardData, BackwardFilter };
+
+// True when cuDNN can take t (N, C, H, W) with its strides (Note [cuDNN
+// convolution algorithms]).
+bool planes_contiguous(const Tensor& t) {
+  const int64_t c = t.size(1), h = t.size(2), w = t.size(3);
+  return (w == 1 || t.stride(3) == 1) && (h == 1 || t.stride(2) == w) && (c == 1 || t.stride(1) >= h * w) &&
+         (t.size(0) == 1 || t.stride(0) >= c * t.stride(1)) && t.stride(1) > 0 && t.stride(0) > 0;
+}
+
+int to_int(int64_t value, const char* op, const char* what) {
+  KILN_CHECK(value <= INT_MAX, op, ": ", what, " ", value, " exceeds cuDNN's int limit (", INT_MAX, ")");
+  return static_cast<int>(value);
+}
+
+// Describes t (N, C, H, W), planes contiguous; a size-1 dim's stride is
+// replaced by the packed one, which cuDNN always accepts.
+void describe_tensor(const TensorDescriptor& desc, const Tensor& t, const char* op) {
+  to_int(t.numel(), op, "tensor size");
+  const int64_t hw = t.size(2) * t.size(3);
+  const int64_t s1 = t.size(1) == 1 ? hw : t.stride(1);
+  const int64_t s0 = t.size(0) == 1 ? t.size(1) * s1 : t.stride(0);
+  KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptorEx(
+      desc.get(), cudnn_data_type(t.dtype()), to_int(t.size(0), op, "batch"), to_int(t.size(1), op, "channels"),
+      to_int(t.size(2), op, "height"), to_int(t.size(3), op, "width"), to_int(s0, op, "batch stride"),
+      to_int(s1, op, "channel stride"), to_int(t.size(3), op, "row stride"), 1));
+}
+
+// The one group's weight (OC, C*kh*kw), contiguous, as (OC, C, kh, kw).
+void describe_filter(const FilterDescriptor& desc, const Tensor& weight, const ConvGeometry& g, const char* op) {
+  to_int(weight.numel(), op, "weight size");
+  KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(desc.get(), cudnn_data_type(weight.dtype()), CUDNN_TENSOR_NCHW,
+                                              to_int(weight.size(0), op, "output channels"),
+                                              to_int(g.channels, op, "channels"), to_int(g.kernel_h, op, "kernel"),
+                                              to_int(g.kernel_w, op, "kernel")));
+}
+
+void describe_convolution(const ConvolutionDescriptor& desc, const ConvGeometry& g, DType dtype,
+                          cudnnMathType_t math, const char* op) {
+  KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+      desc.get(), to_int(g.pad_h, op, "padding"), to_int(g.pad_w, op, "padding"), to_int(g.stride_h, op, "stride"),
+      to_int(g.stride_w, op, "stride"), to_int(g.dilation_h, op, "dilation"), to_int(g.dilation_w, op, "dilation"),
+      CUDNN_CROSS_CORRELATION, cudnn_data_type(dtype)));
+  KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(desc.get(), math));
+}
+
+// Tensor-core math for float32 only when TF32 is allowed (Note [cuDNN
+// convolution algorithms]); float64 has no tensor-core path to avoid.
+cudnnMathType_t math_type(DType dtype) {
+  if (dtype == DType::Float32 && !allow_tf32()) return CUDNN_FMA_MATH;
+  return CUDNN_DEFAULT_MATH;
+}
+
+// Everything the best algorithm depends on.
+std::vector<int64_t> algorithm_key(Direction direction, const Tensor& x, const Tensor& weight, const Tensor& y,
+                                   const ConvGeometry& g, cudnnMathType_t math) {
+  std::vector<int64_t> key{static_cast<int64_t>(direction), static_cast<int64_t>(x.dtype()), math,
+                           x.device().index,                weight.size(0),
+                           g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.dilation_h,
+                           g.dilation_w};
+  for (const Tensor* t : {&x, &y}) {
+    key.insert(key.end(), t->shape().begin(), t->shape().end());
+    key.insert(key.end(), t->strides().begin(), t->strides().end());
+  }
+  return key;
+}
+
+// A chosen algorithm: one of the three enums, stored as int.
+struct Choice {
+  int algorithm;
+  cudnnMathType_t math;
+};
+
+// Chosen algorithms by key, shared by all threads (Note [cuDNN convolution
+// algorithms]).
+class AlgorithmCache {
+ public:
+  template <class Choose>
+  Choice get(const std::vector<int64_t>& key, const Choose& choose) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto found = choices_.find(key);
+      if (found != choices_.end()) return found->second;
+    }
+    // Chosen outside the lock: two threads that race here choose the same.
+    Choice choice = choose();
+    std::lock_guard<std::mutex> lock(mutex_);
+    choices_.emplace(key, choice);
+    return choice;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::vector<int64_t>, Choice> choices_;
+};
+
+AlgorithmCache& algorithm_cache() {
+  static AlgorithmCache cache;
+  return cache;
+}
+
+// The first acceptable entry of cuDNN's ranking (Note [cuDNN convolution
+// algorithms]); Perf is one of the three cudnnConvolution*AlgoPerf_t.
+template <class Perf>
+Choice pick(const Perf* ranked, int count, cudnnMathType_t math, const char* op) {
+  for (bool need_deterministic : {true, false}) {
+    for (int i = 0; i < count; ++i) {
+      const Perf& p = ranked[i];
+      if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxWorkspaceBytes) continue;
+      if (need_deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
+      if (math == CUDNN_FMA_MATH && p.mathType != CUDNN_FMA_MATH && p.mathType != CUDNN_DEFAULT_MATH) continue;
+      return {static_cast<int>(p.algo), math == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : p.mathType};
+    }
+  }
+  KILN_FAIL(op, ": cuDNN offers no algorithm for this convolution (", count,
+            " ranked, none usable within a workspace of ", kMaxWorkspaceBytes >> 20, " MiB)");
+}
+
+// A device buffer of `bytes` for cuDNN's scratch, or an undefined tensor for 0.
+Tensor workspace(size_t bytes, Device device) {
+  if (bytes == 0) return Tensor();
+  return Tensor::empty({static_cast<int64_t>(bytes)}, {DType::UInt8, device});
+}
+
+void* data_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+// 1 and 0 in the type cuDNN wants for alpha and beta: double for float64
+// data, float otherwise.
+struct Scaling {
+  double one64 = 1, zero64 = 0;
+  float one32 = 1, zero32 = 0;
+  bool wide;
+  explicit Scaling(DType dtype) : wide(dtype == DType::Float64) {}
+  const void* one() const { return wide ? static_cast<const void*>(&one64) : &one32; }
+  const void* zero() const { return wide ? static_cast<const void*>(&zero64) : &zero32; }
+};
+
+// The descriptors shared by the three directions.
+struct ConvDescriptors {
+  TensorDescriptor x, y;
+  FilterDescriptor w;
+  ConvolutionDescriptor conv;
+  cudnnMathType_t math;
+
+  ConvDescriptors(const Tensor& x_t, const Tensor& weight, const Tensor& y_t, const ConvGeometry& g, const char* op)
+      : math(math_type(x_t.dtype())) {
+    describe_tensor(x, x_t, op);
+    describe_tensor(y, y_t, op);
+    describe_filter(w, weight, g, op);
+    describe_convolution(conv, g, x_t.dtype(), math, op);
+  }
+};
+
+// t itself when cuDNN can read it in place, else a contiguous copy.
+Tensor readable(const Tensor& t) { return planes_contiguous(t) ? t : t.contiguous(); }
+
+void forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvGeometry& g) {
+  const char* op = "conv2d";
+  const Device device = out.device();
+  ConvDescriptors d(x, weight, out, g, op);
+  cudnnHandle_t handle = cudnn_handle(device);
+  const Choice choice = algorithm_cache().get(algorithm_key(Direction::Forward, x, weight, out, g, d.math), [&] {
+    cudnnConvolutionFwdAlgoPerf_t ranked[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int count = 0;
+    KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
+                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, ranked));
+    return pick(ranked, count, d.math, op);
+  });
+  KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), choice.math));
+  const auto algorithm = static_cast<cudnnConvolutionFwdAlgo_t>(choice.algorithm);
+  size_t bytes = 0;
+  KILN_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(handle, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
+                                                           algorithm, &bytes));
+  Tensor scratch = workspace(bytes, device);
+  const Scaling scaling(x.dtype());
+  KILN_CUDNN_CHECK(cudnnConvolutionForward(handle, scaling.one(), d.x.get(), x.data_ptr(), d.w.get(),
+                                           weight.data_ptr(), d.conv.get(), algorithm, data_or_null(scratch),
+                                           bytes, scaling.zero(), d.y.get(), out.data_ptr()));
+  if (bias.defined()) {
+    // bias: (OC) seen as (1, OC, 1, 1), added to every position of out.
+    Tensor b = bias.contiguous();
+    TensorDescriptor bias_desc;
+    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(bias_desc.get(), CUDNN_TENSOR_NCHW, cudnn_data_type(b.dtype()), 1,
+                                                to_int(b.numel(), op, "bias size"), 1, 1));
+    KILN_CUDNN_CHECK(
+        cudnnAddTensor(handle, scaling.one(), bias_desc.get(), b.data_ptr(), scaling.one(), d.y.get(), out.data_ptr()));
+  }
+}
+
+void backward_data(const Tensor& grad_input, const Tensor& grad_out, const Tensor& weight, const ConvGeometry& g) {
+  const char* op = "conv2d_backward";
+  const Device device = grad_input.device();
+  ConvDescriptors d(grad_input, weight, grad_out, g, op);
+  cudnnHandle_t handle = cudnn_handle(device);
+  const Choice choice = algorithm_cache().get(
+      algorithm_key(Direction::BackwardData, grad_input, weight, grad_out, g, d.math), [&] {
+        cudnnConvolutionBwdDataAlgoPerf_t ranked[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        int count = 0;
+        KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w.get(), d.y.get(), d.conv.get(),
+                                                                     d.x.get(), CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                                                     &count, ranked));
+        return pick(ranked, count, d.math, op);
+      });
+  KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), choice.math));
+  const auto algorithm = static_cast<cudnnConvolutionBwdDataAlgo_t>(choice.algorithm);
+  size_t bytes = 0;
+  KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d.w.get(), d.y.get(), d.conv.get(),
+                                                                d.x.get(), algorithm, &bytes));
+  Tensor scratch = workspace(bytes, device);
+  const Scaling scaling(grad_input.dtype());
+  KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(handle, scaling.one(), d.w.get(), weight.data_ptr(), d.y.get(),
+                                                grad_out.data_ptr(), d.conv.get(), algorithm, data_or_null(scratch),
+                                                bytes, scaling.zero(), d.x.get(), grad_input.data_ptr()));
+}
+
+void backward_filter(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x, const ConvGeometry& g) {
+  const char* op = "conv2d_backward";
+  const Device device = grad_weight.device();
+  ConvDescriptors d(x, grad_weight, grad_out, g, op);
+  cudnnHandle_t handle = cudnn_handle(device);
+  const Choice choice = algorithm_cache().get(
+      algorithm_key(Direction::BackwardFilter, x, grad_weight, grad_out, g, d.math), [&] {
+        cudnnConvolutionBwdFilterAlgoPerf_t ranked[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        int count = 0;
+        KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            handle, d.x.get(), d.y.get(), d.conv.get(), d.w.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
+            ranked));
+        return pick(ranked, count, d.math, op);
+      });
+  KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), choice.math));
+  const auto algorithm = static_cast<cudnnConvolutionBwdFilterAlgo_t>(choice.algorithm);
+  size_t bytes = 0;
+  KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, d.x.get(), d.y.get(), d.conv.get(),
+                                                                  d.w.get(), algorithm, &bytes));
+  Tensor scratch = workspace(bytes, device);
+  const Scaling scaling(x.dtype());
+  KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, scaling.one(), d.x.get(), x.data_ptr(), d.y.get(),
+                                                  grad_out.data_ptr(), d.conv.get(), algorithm, data_or_null(scratch),
+                                                  bytes, scaling.zero(), d.w.get(), grad_weight.data_ptr()));
+}
+
+void check_dtype(DType dtype, const char* op) {
+  KILN_CHECK(dtype == DType::Float32 || dtype == DType::Float64, op,
+             ": the CUDA kernel takes float32 or float64, got ", dtype_name(dtype));
+}
+
+}  // namespace
+
+void CudaBackend::conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         const ConvGeometry& g) {
+  check_dtype(x.dtype(), "conv2d");
+  if (out.numel() == 0) return;
+  DeviceGuard guard(out.device(), "conv2d");
+  // out: (N, OC, oh, ow); a layout cuDNN cannot write is computed in a
+  // contiguous buffer and copied back.
+  Tensor result = planes_contiguous(out) ? out : Tensor::empty(out.shape(), {out.dtype(), out.device()});
+  forward(result, readable(x), weight.contiguous(), bias, g);
+  if (!result.is_same(out)) copy(out, result);
+}
+
+void CudaBackend::conv2d_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_out,
+                                  const Tensor& x, const Tensor& weight, const ConvGeometry& g) {
+  check_dtype(x.dtype(), "conv2d_backward");
+  if (!grad_input.defined() && !grad_weight.defined()) return;
+  DeviceGuard guard(x.device(), "conv2d_backward");
+  if (x.size(0) == 0) {
+    // An empty batch contributes nothing: grad_weight is a sum of no terms.
+    if (grad_weight.defined()) fill(grad_weight, Scalar(0));
+    return;
+  }
+  Tensor dy = readable(grad_out);  // (N, OC, oh, ow)
+  if (grad_input.defined()) {
+    Tensor result = planes_contiguous(grad_input)
+                        ? grad_input
+                        : Tensor::empty(grad_input.shape(), {grad_input.dtype(), grad_input.device()});
+    backward_data(result, dy, weight.contiguous(), g);
+    if (!result.is_same(grad_input)) copy(grad_input, result);
+  }
+  if (grad_weight.defined()) {
+    // grad_weight: (OC, C*kh*kw), written packed.
+    Tensor result = grad_weight.is_contiguous()
+                        ? grad_weight
+                        : Tensor::empty(grad_weight.shape(), {grad_weight.dtype(), grad_weight.device()});
+    backward_filter(result, dy, readable(x), g);
+    if (!result.is_same(grad_weight)) copy(grad_weight, result);
+  }
+}
+
+}  // namespace kiln::cuda

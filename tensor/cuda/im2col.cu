@@ -1,0 +1,125 @@
+// CUDA im2col / col2im (the contract is in tensor/backend.h; the CPU kernels
+// in tensor/cpu/im2col.cpp).
+//
+// cols[n, (c*kh + ki)*kw + kj, oy*ow + ox] = x[n, c, iy, ix] with
+//   iy = oy*stride_h - pad_h + ki*dilation_h,  ix = ox*stride_w - pad_w + kj*dilation_w,
+// and 0 where (iy, ix) falls in the padding.
+// im2col runs one thread per element of cols, the output position fastest,
+// so neighbouring threads write neighbouring columns. col2im is written as a
+// gather: one thread per element of x sums the taps that read it, in (ki, kj)
+// order, as the CPU kernel adds them. Two threads never write one element,
+// so there are no atomics and the sums do not depend on scheduling.
+#include "tensor/cuda/check.h"
+#include "tensor/cuda/cuda_backend.h"
+#include "tensor/cuda/device.h"
+#include "tensor/cuda/dtype.cuh"
+#include "tensor/cuda/launch.cuh"
+#include "tensor/cuda/stream.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+// ConvGeometry with its output size resolved, as kernels take it.
+struct DeviceGeometry {
+  int64_t channels, height, width, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
+  int64_t out_h, out_w;
+};
+
+DeviceGeometry device_geometry(const ConvGeometry& g) {
+  return {g.channels, g.height,   g.width,      g.kernel_h,   g.kernel_w,  g.stride_h, g.stride_w,
+          g.pad_h,    g.pad_w,    g.dilation_h, g.dilation_w, g.out_h(),   g.out_w()};
+}
+
+// Element strides of a 4-d x and a 3-d cols.
+struct Strides4 {
+  int64_t s0, s1, s2, s3;
+};
+struct Strides3 {
+  int64_t s0, s1, s2;
+};
+
+// cols: (N, C*kh*kw, oh*ow), x: (N, C, H, W), any strides; B moves the bits
+// of one element (zero bits are the value 0 in every dtype).
+template <class B>
+__global__ void im2col_kernel(B* cols, const B* x, Strides3 cs, Strides4 xs, DeviceGeometry g, int64_t total) {
+  const int64_t positions = g.out_h * g.out_w, taps = g.kernel_h * g.kernel_w;
+  for (int64_t index = global_thread_index(); index < total; index += grid_stride()) {
+    const int64_t pos = index % positions;
+    const int64_t row = (index / positions) % (g.channels * taps);
+    const int64_t n = index / (positions * g.channels * taps);
+    const int64_t c = row / taps, tap = row % taps;
+    const int64_t iy = (pos / g.out_w) * g.stride_h - g.pad_h + (tap / g.kernel_w) * g.dilation_h;
+    const int64_t ix = (pos % g.out_w) * g.stride_w - g.pad_w + (tap % g.kernel_w) * g.dilation_w;
+    const bool inside = iy >= 0 && iy < g.height && ix >= 0 && ix < g.width;
+    cols[n * cs.s0 + row * cs.s1 + pos * cs.s2] = inside ? x[n * xs.s0 + c * xs.s1 + iy * xs.s2 + ix * xs.s3] : B{};
+  }
+}
+
+template <class B>
+void launch_im2col(B* cols, const B* x, Strides3 cs, Strides4 xs, const DeviceGeometry& g, int64_t total,
+                   cudaStream_t stream) {
+  im2col_kernel<B><<<grid_for(total), kThreadsPerBlock, 0, stream>>>(cols, x, cs, xs, g, total);
+  KILN_CUDA_CHECK_LAUNCH("im2col_kernel");
+}
+
+// x: (N, C, H, W), cols: (N, C*kh*kw, oh*ow), any strides; T a device type.
+// The taps that read input row iy are those ki with
+// (iy + pad_h - ki*dilation_h) a multiple of stride_h and the quotient a
+// valid oy; likewise for columns.
+template <class T>
+__global__ void col2im_kernel(T* x, const T* cols, Strides4 xs, Strides3 cs, DeviceGeometry g, int64_t total) {
+  using C = decltype(to_compute(T{}));
+  const int64_t taps = g.kernel_h * g.kernel_w;
+  for (int64_t index = global_thread_index(); index < total; index += grid_stride()) {
+    const int64_t ix = index % g.width, iy = (index / g.width) % g.height;
+    const int64_t c = (index / (g.width * g.height)) % g.channels, n = index / (g.width * g.height * g.channels);
+    const T* image = cols + n * cs.s0 + c * taps * cs.s1;  // this channel's kh*kw rows
+    C sum = 0;
+    for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
+      const int64_t y = iy + g.pad_h - ki * g.dilation_h;
+      if (y < 0 || y % g.stride_h != 0 || y / g.stride_h >= g.out_h) continue;
+      const int64_t oy = y / g.stride_h;
+      for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
+        const int64_t xw = ix + g.pad_w - kj * g.dilation_w;
+        if (xw < 0 || xw % g.stride_w != 0 || xw / g.stride_w >= g.out_w) continue;
+        const int64_t ox = xw / g.stride_w;
+        sum += to_compute(image[(ki * g.kernel_w + kj) * cs.s1 + (oy * g.out_w + ox) * cs.s2]);
+      }
+    }
+    x[n * xs.s0 + c * xs.s1 + iy * xs.s2 + ix * xs.s3] = from_compute<T>(sum);
+  }
+}
+
+template <class T>
+void launch_col2im(T* x, const T* cols, Strides4 xs, Strides3 cs, const DeviceGeometry& g, int64_t total,
+                   cudaStream_t stream) {
+  col2im_kernel<T><<<grid_for(total), kThreadsPerBlock, 0, stream>>>(x, cols, xs, cs, g, total);
+  KILN_CUDA_CHECK_LAUNCH("col2im_kernel");
+}
+
+Strides4 strides4(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2), t.stride(3)}; }
+Strides3 strides3(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
+
+}  // namespace
+
+void CudaBackend::im2col(const Tensor& cols, const Tensor& x, const ConvGeometry& g) {
+  if (cols.numel() == 0) return;
+  DeviceGuard guard(cols.device(), "im2col");
+  visit_element_bits(x.dtype(), [&]<class B>() {
+    launch_im2col(static_cast<B*>(cols.data_ptr()), static_cast<const B*>(x.data_ptr()), strides3(cols),
+                  strides4(x), device_geometry(g), cols.numel(), current_raw_stream(cols.device()));
+  });
+}
+
+void CudaBackend::col2im(const Tensor& x, const Tensor& cols, const ConvGeometry& g) {
+  if (x.numel() == 0) return;
+  DeviceGuard guard(x.device(), "col2im");
+  visit_dtype(x.dtype(), [&]<class KT>() {
+    using T = DeviceType<KT>;
+    launch_col2im(static_cast<T*>(x.data_ptr()), static_cast<const T*>(cols.data_ptr()), strides4(x),
+                  strides3(cols), device_geometry(g), x.numel(), current_raw_stream(x.device()));
+  });
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,18 @@
+// Process-wide numeric settings of the CUDA backend.
+//
+// TF32: on Ampere and later GPUs a float32 GEMM can round its inputs to
+// TF32 (10 mantissa bits) inside the tensor cores, several times faster and
+// with about 1e-3 relative error instead of 1e-6. Kiln keeps it off by
+// default so that CUDA float32 results agree with the CPU backend's to
+// float32 precision; a training run that wants the speed turns it on:
+//   kiln::cuda::set_allow_tf32(true);
+// It applies to float32 GEMMs (cuBLAS) and convolutions (cuDNN) started
+// after the call, from any thread. This header needs no CUDA headers.
+#pragma once
+
+namespace kiln::cuda {
+
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
+}  // namespace kiln::cuda

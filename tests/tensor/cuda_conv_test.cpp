@@ -1,0 +1,154 @@
+// CUDA conv2d (cuDNN), its backward, and im2col / col2im against the CPU
+// backend: stride, padding, dilation, groups, bias, dtypes, layouts, empty
+// batches, TF32.
+#include <gtest/gtest.h>
+
+#ifdef KILN_WITH_CUDA
+
+#include <string>
+
+#include "tensor/conv.h"
+#include "tensor/cuda/settings.h"
+#include "tests/tensor/cuda_compare.h"
+
+namespace kiln {
+namespace {
+
+using namespace kiln::ops;
+using namespace kiln::cuda_compare;
+
+struct ConvCase {
+  int64_t n, c, h, w, oc, kh, kw;
+  Conv2dParams p;
+  bool bias;
+};
+
+const ConvCase kCases[] = {
+    {2, 3, 8, 8, 4, 3, 3, {}, true},
+    {3, 1, 28, 28, 6, 5, 5, {.pad_h = 2, .pad_w = 2}, true},  // LeNet's conv1
+    {2, 4, 9, 7, 6, 3, 2, {.stride_h = 2, .stride_w = 3, .pad_h = 1, .pad_w = 0}, false},
+    {1, 3, 11, 12, 2, 3, 3, {.pad_h = 2, .pad_w = 1, .dilation_h = 2, .dilation_w = 3}, true},
+    {2, 6, 7, 7, 4, 3, 3, {.pad_h = 1, .pad_w = 1, .groups = 2}, true},
+    {2, 4, 6, 6, 4, 3, 3, {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1, .groups = 4}, false},  // depthwise
+    {4, 2, 5, 5, 3, 1, 1, {}, true},
+};
+
+std::string name_of(const ConvCase& k, DType dtype) {
+  return std::string(dtype_name(dtype)) + " x(" + std::to_string(k.n) + "," + std::to_string(k.c) + "," +
+         std::to_string(k.h) + "," + std::to_string(k.w) + ") k" + std::to_string(k.kh) + "x" +
+         std::to_string(k.kw) + " groups " + std::to_string(k.p.groups);
+}
+
+// Tolerances for a sum of C*kh*kw products of values in [-1, 1].
+double rtol_for(DType dtype) { return dtype == DType::Float32 ? 1e-5 : tolerance_for(dtype); }
+
+TEST(CudaConv2d, ForwardMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = 1;
+  for (DType dtype : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
+    for (const ConvCase& k : kCases) {
+      Tensor x = random_tensor({k.n, k.c, k.h, k.w}, dtype, seed++);
+      Tensor w = random_tensor({k.oc, k.c / k.p.groups, k.kh, k.kw}, dtype, seed++);
+      Tensor b = k.bias ? random_tensor({k.oc}, dtype, seed++) : Tensor();
+      Tensor expected = conv2d(x, w, b, k.p);
+      Tensor actual = conv2d(x.to(cuda_device(0)), w.to(cuda_device(0)), b.defined() ? b.to(cuda_device(0)) : b, k.p);
+      const double terms = static_cast<double>(k.c / k.p.groups * k.kh * k.kw + 1);
+      expect_close(expected, actual, rtol_for(dtype), rtol_for(dtype) * terms, name_of(k, dtype));
+    }
+  }
+}
+
+TEST(CudaConv2d, BackwardMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = 100;
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    for (const ConvCase& k : kCases) {
+      Tensor x = random_tensor({k.n, k.c, k.h, k.w}, dtype, seed++);
+      Tensor w = random_tensor({k.oc, k.c / k.p.groups, k.kh, k.kw}, dtype, seed++);
+      Tensor y = conv2d(x, w, Tensor(), k.p);
+      Tensor dy = random_tensor(y.shape(), dtype, seed++);
+      Conv2dGrads expected = conv2d_backward(dy, x, w, k.p, {true, true, false});
+      Conv2dGrads actual = conv2d_backward(dy.to(cuda_device(0)), x.to(cuda_device(0)), w.to(cuda_device(0)), k.p,
+                                           {true, true, false});
+      const double rtol = rtol_for(dtype);
+      // grad_weight sums over N*oh*ow products, grad_input over OC*kh*kw.
+      expect_close(expected.grad_input, actual.grad_input, rtol, rtol * double(k.oc * k.kh * k.kw),
+                   name_of(k, dtype) + " grad_input");
+      expect_close(expected.grad_weight, actual.grad_weight, rtol, rtol * double(y.numel() / k.oc),
+                   name_of(k, dtype) + " grad_weight");
+      // Only one of the two asked for.
+      Conv2dGrads only_weight = conv2d_backward(dy.to(cuda_device(0)), x.to(cuda_device(0)), w.to(cuda_device(0)),
+                                                k.p, {false, true, false});
+      EXPECT_FALSE(only_weight.grad_input.defined());
+      expect_close(expected.grad_weight, only_weight.grad_weight, rtol, rtol * double(y.numel() / k.oc),
+                   name_of(k, dtype) + " grad_weight alone");
+    }
+  }
+}
+
+TEST(CudaConv2d, NonContiguousInputs) {
+  SKIP_WITHOUT_GPU();
+  // x as an NHWC buffer seen as NCHW, and a weight with swapped kernel dims.
+  Tensor x = random_tensor({2, 9, 8, 3}, DType::Float32, 200).permute({0, 3, 1, 2});  // (2, 3, 9, 8)
+  Tensor w = random_tensor({4, 3, 3, 3}, DType::Float32, 201).transpose(2, 3);
+  Conv2dParams p{.stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 1};
+  expect_close(conv2d(x, w, Tensor(), p), conv2d(x.to(cuda_device(0)), w.to(cuda_device(0)), Tensor(), p), 1e-5,
+               3e-4, "permuted x");
+  Tensor xs = random_tensor({2, 3, 18, 8}, DType::Float32, 202).slice(2, 0, 18, 2);  // rows 2 apart
+  expect_close(conv2d(xs, w, Tensor(), p), conv2d(xs.to(cuda_device(0)), w.to(cuda_device(0)), Tensor(), p), 1e-5,
+               3e-4, "row-strided x");
+}
+
+TEST(CudaConv2d, EmptyBatch) {
+  SKIP_WITHOUT_GPU();
+  Tensor x = Tensor::empty({0, 3, 8, 8}, {DType::Float32, cuda_device(0)});
+  Tensor w = random_tensor({4, 3, 3, 3}, DType::Float32, 300).to(cuda_device(0));
+  Tensor y = conv2d(x, w);
+  EXPECT_EQ(y.shape(), (Shape{0, 4, 6, 6}));
+  Conv2dGrads grads = conv2d_backward(Tensor::empty({0, 4, 6, 6}, {DType::Float32, cuda_device(0)}), x, w, {},
+                                      {true, true, false});
+  EXPECT_EQ(grads.grad_input.shape(), x.shape());
+  expect_close(zeros({4, 3, 3, 3}), grads.grad_weight, 0, 0, "grad_weight of an empty batch");
+}
+
+TEST(CudaConv2d, Tf32AllowedStaysClose) {
+  SKIP_WITHOUT_GPU();
+  Tensor x = random_tensor({4, 16, 12, 12}, DType::Float32, 400);
+  Tensor w = random_tensor({32, 16, 3, 3}, DType::Float32, 401);
+  Tensor expected = conv2d(x, w);
+  cuda::set_allow_tf32(true);
+  Tensor actual = conv2d(x.to(cuda_device(0)), w.to(cuda_device(0)));
+  cuda::set_allow_tf32(false);
+  // 144 products rounded to TF32 (about 5e-4 relative each).
+  expect_close(expected, actual, 2e-3, 2e-3 * 145, "tf32 conv");
+  expect_close(expected, conv2d(x.to(cuda_device(0)), w.to(cuda_device(0))), 1e-5, 1e-5 * 145, "tf32 off again");
+}
+
+TEST(CudaIm2col, Im2colAndCol2imMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const ConvGeometry geometries[] = {
+      {3, 7, 6, 3, 3},
+      {2, 9, 8, 3, 2, 2, 3, 1, 2, 1, 1},
+      {2, 10, 11, 3, 3, 1, 2, 2, 1, 2, 3},
+  };
+  uint64_t seed = 500;
+  for (DType dtype : {DType::Float32, DType::Float64, DType::Float16, DType::Int64}) {
+    for (const ConvGeometry& g : geometries) {
+      Tensor x = random_tensor({2, g.channels, g.height, g.width}, DType::Float64, seed++, -4, 4).to(dtype);
+      Tensor cols = im2col(x, g);
+      expect_close(cols, im2col(x.to(cuda_device(0)), g), 0, 0, "im2col " + std::string(dtype_name(dtype)));
+      // A transposed view of x reads through its strides.
+      Tensor xt = x.transpose(2, 3).contiguous().transpose(2, 3);
+      expect_close(cols, im2col(xt.to(cuda_device(0)), g), 0, 0, "im2col of a strided x");
+      // col2im sums overlapping taps; integers exactly, floats to rounding.
+      Tensor back = col2im(cols, g);
+      const double tol = dtype == DType::Int64 ? 0 : tolerance_for(dtype);
+      expect_close(back, col2im(cols.to(cuda_device(0)), g), tol, tol * 10, "col2im " + std::string(dtype_name(dtype)));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln
+
+#endif  // KILN_WITH_CUDA
