@@ -7,7 +7,19 @@
 #include "tensor/safetensors.h"
 #include "tensor/tensor_dict.h"
 
+// tensor/cuda/: devices, streams and events, the caching allocator's
+// statistics and GPU monitoring (kiln::cuda::), in builds with CUDA. None of
+// these headers needs the CUDA toolkit's.
+#ifdef KILN_WITH_CUDA
+#include "tensor/cuda/allocator.h"
+#include "tensor/cuda/device.h"
+#include "tensor/cuda/nvml.h"
+#include "tensor/cuda/settings.h"
+#include "tensor/cuda/stream.h"
+#endif
+
 // autograd/: the differentiable kiln:: functions and the backward engine.
+#include "autograd/autocast.h"
 #include "autograd/checkpoint.h"
 #include "autograd/custom_function.h"
 #include "autograd/engine.h"
@@ -35,6 +47,7 @@
 // optim/: optimizers, learning-rate schedules, gradient clipping, checkpoints.
 #include "optim/adam.h"
 #include "optim/clip_grad.h"
+#include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/one_cycle_lr.h"
 #include "optim/optimizer.h"

@@ -43,6 +43,7 @@ void save_training_checkpoint(const std::string& path, const TrainingState& stat
   add_prefixed(all, "model.", state.model.state_dict());
   add_prefixed(all, "optimizer.", state.optimizer.state_dict());
   if (state.scheduler != nullptr) add_prefixed(all, "scheduler.", state.scheduler->state_dict());
+  if (state.grad_scaler != nullptr) add_prefixed(all, "grad_scaler.", state.grad_scaler->state_dict());
   Generator& gen = default_generator();
   std::map<std::string, std::string> meta = {
       {"format", kFormat},
@@ -88,6 +89,7 @@ LoadedCheckpoint load_training_checkpoint(const std::string& path, const Trainin
     state.model.load_state_dict(model_state, /*strict=*/true);
     state.optimizer.load_state_dict(take_prefixed(all, "optimizer."));
     if (state.scheduler != nullptr) state.scheduler->load_state_dict(take_prefixed(all, "scheduler."));
+    if (state.grad_scaler != nullptr) state.grad_scaler->load_state_dict(take_prefixed(all, "grad_scaler."));
   } catch (const Error& e) {
     KILN_FAIL("load_training_checkpoint: ", path, ": ", e.message());
   }

@@ -2,9 +2,10 @@
 //
 // One safetensors file (atomic write, validated load: tensor/safetensors.h)
 // holds the model's state dict under "model.", the optimizer's under
-// "optimizer.", the scheduler's under "scheduler." (when there is one), and
-// in its metadata the step count and the default random generator's state,
-// so dropout masks and random augmentation continue the same stream.
+// "optimizer.", the scheduler's under "scheduler." and the GradScaler's under
+// "grad_scaler." (each when there is one), and in its metadata the step count
+// and the default random generator's state, so dropout masks and random
+// augmentation continue the same stream.
 //
 //   save_training_checkpoint("run.ckpt", {model, optimizer, &scheduler, step});
 //   ...
@@ -19,6 +20,7 @@
 #include <string>
 
 #include "nn/module.h"
+#include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 
@@ -31,6 +33,7 @@ struct TrainingState {
   int64_t step = 0;
   // Free-form strings saved with the checkpoint (epoch, data order seed...).
   std::map<std::string, std::string> extra = {};
+  GradScaler* grad_scaler = nullptr;  // optional; a disabled one saves and loads nothing
 };
 
 void save_training_checkpoint(const std::string& path, const TrainingState& state);

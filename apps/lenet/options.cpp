@@ -99,6 +99,9 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
                "--no-augment or --augment=off turns it off)");
   app.add_option("--threads", o.threads, "threads of the CPU kernels (0: all cores)")->capture_default_str();
   app.add_option("--device", o.device, "cpu or cuda (cuda:N)")->capture_default_str();
+  app.add_flag("--amp", o.amp,
+               "mixed precision: convolutions and linear layers in bfloat16 on the CPU, in float16 with dynamic "
+               "loss scaling on CUDA; parameters and updates stay float32");
   app.add_option("--seed", o.seed, "seeds the initial weights, the shuffling and the augmentation")
       ->capture_default_str();
   app.add_option("--workers", o.workers, "DataLoader worker threads (0: load on the training thread)")

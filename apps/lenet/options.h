@@ -46,6 +46,10 @@ struct TrainerOptions {
   bool augment = true;
   int threads = 0;  // CPU kernel threads; 0: all cores
   std::string device = "cpu";
+  // Mixed precision: the forward under autocast (Note [Autocast]), bfloat16
+  // on the CPU, float16 on CUDA with dynamic loss scaling (Note [Dynamic loss
+  // scaling]); parameters, gradients and updates stay float32.
+  bool amp = false;
   uint64_t seed = 0;
   // DataLoader worker threads. 0 by default: LeNet's per-batch crops and
   // flips take ~3% of a step, while a worker waking for each batch preempts

@@ -13,7 +13,9 @@
 #include "apps/lenet/data_source.h"
 #include "apps/lenet/plot.h"
 #include "apps/lenet/progress.h"
+#include "autograd/autocast.h"
 #include "kiln.h"
+#include "optim/grad_scaler.h"
 
 namespace kiln::apps::lenet {
 
@@ -42,7 +44,7 @@ std::string recipe(const TrainerOptions& o) {
   return "epochs " + std::to_string(o.epochs) + ", batch size " + std::to_string(o.batch_size) + ", " +
          to_string(o.optimizer) + " lr " + exact(o.lr) + " momentum " + exact(o.momentum) + " weight decay " +
          exact(o.weight_decay) + ", schedule " + to_string(o.schedule) + ", augment " + (o.augment ? "on" : "off") +
-         ", seed " + std::to_string(o.seed);
+         ", seed " + std::to_string(o.seed) + (o.amp ? ", amp" : "");
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerOptions& o, const std::vector<Tensor>& params) {
@@ -206,13 +208,18 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
   const int64_t steps_per_epoch = train_loader.size();
   std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(o, model.parameters());
   std::unique_ptr<optim::LRScheduler> scheduler = make_scheduler(o, *optimizer, o.epochs * steps_per_epoch);
+  // --amp: bfloat16 has float32's exponent range and needs no loss scaling;
+  // float16 does (Note [Dynamic loss scaling]). A disabled scaler passes
+  // the loss and the step through unchanged.
+  const DType amp_dtype = device.is_cuda() ? DType::Float16 : DType::BFloat16;
+  optim::GradScaler scaler({.enabled = o.amp && device.is_cuda()});
 
   Position pos;
   int64_t global_step = 0;
   double elapsed_before = 0;  // the wall time of the run a resume continues
   if (!o.resume.empty()) {
     optim::LoadedCheckpoint loaded =
-        optim::load_training_checkpoint(o.resume, {model, *optimizer, scheduler.get()});
+        optim::load_training_checkpoint(o.resume, {model, *optimizer, scheduler.get(), 0, {}, &scaler});
     pos = from_extra(loaded.extra, o);
     global_step = loaded.step;
     // The interrupted epoch's training time after the last finished epoch
@@ -224,7 +231,8 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
     start_jsonl(o.log);
   }
   auto save = [&]() {
-    optim::save_training_checkpoint(o.save, {model, *optimizer, scheduler.get(), global_step, to_extra(pos, o)});
+    optim::save_training_checkpoint(o.save,
+                                    {model, *optimizer, scheduler.get(), global_step, to_extra(pos, o), &scaler});
   };
 
   // Stops the run at `pos` (its checkpoint, if any, already written).
@@ -245,7 +253,7 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
   out << "LeNet (" << parameters << " parameters) on " << data.description << ": " << data.train->size()
       << " training, " << data.test->size() << " test images\n"
       << recipe(o) << ", " << o.workers << " loader workers, " << get_num_threads() << " threads, device "
-      << device.str() << "\n";
+      << device.str() << (o.amp ? ", mixed precision " + std::string(dtype_name(amp_dtype)) : std::string()) << "\n";
 
   model.train();
   for (; pos.epoch < o.epochs; ++pos.epoch) {
@@ -257,6 +265,7 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
     }
     const std::string label = "epoch " + std::to_string(pos.epoch + 1) + "/" + std::to_string(o.epochs);
     ProgressLine progress(out, hooks.interactive, label, steps_per_epoch, pos.step_in_epoch);
+    if (device.is_cuda()) progress.show_gpu(device.index);
     const Clock::time_point start = Clock::now();
     const double seconds_before = pos.seconds;
     int64_t images_this_run = 0;
@@ -264,9 +273,14 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
       Tensor images = normalize_batch(batch->data).to(device);  // (B, 3, 32, 32) float32
       Tensor labels = batch->target.to(device);                  // (B) int64
       optimizer->zero_grad();
-      Tensor loss = F::cross_entropy(model(images), labels);
-      loss.backward();
-      optimizer->step();
+      Tensor loss;
+      {
+        AutocastGuard autocast(device.type, amp_dtype, o.amp);
+        loss = F::cross_entropy(model(images), labels);
+      }
+      scaler.scale(loss).backward();
+      scaler.step(*optimizer);
+      scaler.update();
       if (scheduler) scheduler->step();
       ++global_step;
       ++pos.step_in_epoch;

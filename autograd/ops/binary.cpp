@@ -1,6 +1,7 @@
 // Differentiable arithmetic: forward on the tensor layer, backward right
 // under it (Note [Two levels of ops] in autograd/function.h). Gradients of
 // broadcast inputs are summed back to the input's shape with sum_to.
+#include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "autograd/ops.h"
 
@@ -98,6 +99,7 @@ Tensor div(const Tensor& a, Scalar b) {
 }
 
 Tensor pow(const Tensor& a, Scalar exponent) {
+  if (auto cast = autograd::autocast_float32(a)) return pow((*cast)[0], exponent);
   Tensor out = untracked([&] { return ops::pow(a, exponent); });
   if (autograd::needs_grad({a})) {
     record("pow", {a}, {out}, [saved_a = SavedTensor(a), exponent](const TensorList& g) -> TensorList {
@@ -113,6 +115,7 @@ Tensor pow(const Tensor& a, Scalar exponent) {
 }
 
 Tensor pow(const Tensor& a, const Tensor& b) {
+  if (auto cast = autograd::autocast_float32(a, b)) return pow((*cast)[0], (*cast)[1]);
   Tensor out = untracked([&] { return ops::pow(a, b); });
   if (autograd::needs_grad({a, b})) {
     bool need_a = a.requires_grad(), need_b = b.requires_grad();

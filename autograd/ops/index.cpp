@@ -2,6 +2,7 @@
 // gradient back with a scatter-add into zeros, so indices that repeat sum
 // their gradients; scatter_add's gradient for its source is a gather. Each
 // is written with the other, so second derivatives come for free.
+#include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "autograd/ops.h"
 
@@ -60,6 +61,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  if (auto cast = autograd::autocast_promote(x, src)) return scatter_add((*cast)[0], dim, index, (*cast)[1]);
   Tensor out = untracked([&] { return ops::scatter_add(x, dim, index, src); });
   if (autograd::needs_grad({x, src})) {
     bool need_src = src.requires_grad();

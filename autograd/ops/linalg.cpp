@@ -2,6 +2,7 @@
 // dA = dC @ B^T and dB = A^T @ dC; the transposes are views, which the GEMM
 // reads through their strides, so no operand is copied. Broadcast batch dims
 // of matmul are summed away (sum_to), as for any broadcast.
+#include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "autograd/ops.h"
 
@@ -14,6 +15,7 @@ using autograd::TensorList;
 using autograd::untracked;
 
 Tensor mm(const Tensor& a, const Tensor& b) {
+  if (auto cast = autograd::autocast_lower_precision(a, b)) return mm((*cast)[0], (*cast)[1]);
   Tensor out = untracked([&] { return ops::mm(a, b); });
   if (autograd::needs_grad({a, b})) {
     bool need_a = a.requires_grad(), need_b = b.requires_grad();
@@ -29,6 +31,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  if (auto cast = autograd::autocast_lower_precision(a, b)) return bmm((*cast)[0], (*cast)[1]);
   Tensor out = untracked([&] { return ops::bmm(a, b); });
   if (autograd::needs_grad({a, b})) {
     bool need_a = a.requires_grad(), need_b = b.requires_grad();
@@ -86,6 +89,7 @@ TensorList matmul_backward(const Tensor& g, const Tensor& a, const Shape& a_shap
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (auto cast = autograd::autocast_lower_precision(a, b)) return matmul((*cast)[0], (*cast)[1]);
   Tensor out = untracked([&] { return ops::matmul(a, b); });
   if (autograd::needs_grad({a, b})) {
     bool need_a = a.requires_grad(), need_b = b.requires_grad();
@@ -101,6 +105,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (auto c = autograd::autocast_lower_precision(x, weight, bias)) return linear((*c)[0], (*c)[1], (*c)[2]);
   Tensor out = untracked([&] { return ops::linear(x, weight, bias); });
   if (autograd::needs_grad({x, weight, bias})) {
     bool need_x = x.requires_grad(), need_w = weight.requires_grad();

@@ -4,6 +4,7 @@
 // (record_with_outputs).
 #include <algorithm>
 
+#include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "autograd/ops.h"
 
@@ -92,6 +93,7 @@ Tensor var_backward(const Tensor& g, const Tensor& x, const Shape& dims, int64_t
 }  // namespace
 
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+  if (auto cast = autograd::autocast_float32(x)) return sum((*cast)[0], dims, keepdim);
   Tensor out = untracked([&] { return ops::sum(x, dims, keepdim); });
   if (autograd::needs_grad({x})) {
     record("sum", {x}, {out}, [shape = x.shape(), dims, keepdim](const TensorList& g) -> TensorList {
@@ -123,6 +125,7 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
 }
 
 Tensor prod(const Tensor& x, const Shape& dims, bool keepdim) {
+  if (auto cast = autograd::autocast_float32(x)) return prod((*cast)[0], dims, keepdim);
   Tensor out = untracked([&] { return ops::prod(x, dims, keepdim); });
   if (!autograd::needs_grad({x})) return out;
   auto backward = [saved_x = SavedTensor(x), dims, keepdim](const TensorList& g,
@@ -246,6 +249,7 @@ Tensor std(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim)
 }
 
 Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim) {
+  if (auto cast = autograd::autocast_float32(x)) return logsumexp((*cast)[0], dims, keepdim);
   Tensor out = untracked([&] { return ops::logsumexp(x, dims, keepdim); });
   if (autograd::needs_grad({x})) {
     // d logsumexp / dx = exp(x - logsumexp), the softmax over the dims.
@@ -260,6 +264,7 @@ Tensor logsumexp(const Tensor& x, const Shape& dims, bool keepdim) {
 }
 
 Tensor softmax(const Tensor& x, int64_t dim) {
+  if (auto cast = autograd::autocast_float32(x)) return softmax((*cast)[0], dim);
   Tensor out = untracked([&] { return ops::softmax(x, dim); });
   if (autograd::needs_grad({x})) {
     // y = softmax(x): dx = y * (g - sum(g * y)) over the dim.
@@ -273,6 +278,7 @@ Tensor softmax(const Tensor& x, int64_t dim) {
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
+  if (auto cast = autograd::autocast_float32(x)) return log_softmax((*cast)[0], dim);
   Tensor out = untracked([&] { return ops::log_softmax(x, dim); });
   if (autograd::needs_grad({x})) {
     // y = log_softmax(x): dx = g - exp(y) * sum(g) over the dim.

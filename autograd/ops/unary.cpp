@@ -6,6 +6,7 @@
 // differentiated again.
 #include <cmath>
 
+#include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "autograd/ops.h"
 
@@ -75,6 +76,7 @@ Tensor abs(const Tensor& x) {
 }
 
 Tensor exp(const Tensor& x) {
+  if (auto cast = autograd::autocast_float32(x)) return exp((*cast)[0]);
   Tensor out = untracked([&] { return ops::exp(x); });
   if (autograd::needs_grad({x})) {
     record_with_outputs("exp", {x}, {out}, [](const TensorList& g, const TensorList& outs) -> TensorList {
@@ -85,6 +87,7 @@ Tensor exp(const Tensor& x) {
 }
 
 Tensor log(const Tensor& x) {
+  if (auto cast = autograd::autocast_float32(x)) return log((*cast)[0]);
   Tensor out = untracked([&] { return ops::log(x); });
   if (autograd::needs_grad({x})) {
     record("log", {x}, {out}, [saved_x = SavedTensor(x)](const TensorList& g) -> TensorList {
@@ -106,6 +109,7 @@ Tensor sqrt(const Tensor& x) {
 }
 
 Tensor rsqrt(const Tensor& x) {
+  if (auto cast = autograd::autocast_float32(x)) return rsqrt((*cast)[0]);
   Tensor out = untracked([&] { return ops::rsqrt(x); });
   if (autograd::needs_grad({x})) {
     // d x^(-1/2) = -1/2 x^(-3/2) = -1/2 out^3

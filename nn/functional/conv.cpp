@@ -2,6 +2,7 @@
 // order flow (Note [Backward kernels and double backward] in nn/functional.h).
 #include <array>
 
+#include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "nn/functional.h"
 
@@ -67,6 +68,8 @@ ops::Conv2dGrads differentiable_conv2d_backward(const Tensor& g, const Tensor& x
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding, Size2d dilation,
               int64_t groups) {
+  if (auto c = autograd::autocast_lower_precision(x, weight, bias))
+    return conv2d((*c)[0], (*c)[1], (*c)[2], stride, padding, dilation, groups);
   KILN_CHECK(x.dim() == 3 || x.dim() == 4, "conv2d: expected x of shape (N, C, H, W) or (C, H, W), got ", x.shape());
   // The nodes below always see a batch; an unbatched x is a view of one.
   if (x.dim() == 3) return conv2d(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups).squeeze(0);

@@ -11,6 +11,7 @@
 //   a_n = (1 - s) * w_t + s/C * W
 // which is p - onehot(t) when unweighted and unsmoothed. The backward builds
 // exactly that from p, a scatter at t and (when smoothing) one broadcast.
+#include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"
 #include "nn/functional.h"
@@ -99,6 +100,11 @@ Tensor cross_entropy_backward(const Tensor& grad_out, const CrossEntropySaved& s
 }  // namespace
 
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyOptions& options) {
+  if (auto c = autograd::autocast_float32(input, target, options.weight)) {
+    CrossEntropyOptions cast = options;
+    cast.weight = (*c)[2];
+    return cross_entropy((*c)[0], (*c)[1], cast);
+  }
   const double s = options.label_smoothing;
   KILN_CHECK(s >= 0.0 && s <= 1.0, "cross_entropy: label_smoothing must be in [0, 1], got ", s);
   KILN_CHECK(input.defined() && target.defined(), "cross_entropy: input or target is undefined");

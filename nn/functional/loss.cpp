@@ -3,6 +3,7 @@
 // handling they share with cross_entropy.
 #include <string>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "nn/functional.h"
 #include "nn/functional/class_targets.h"
@@ -78,6 +79,11 @@ Tensor reduce_loss(const Tensor& losses, Reduction reduction) {
 }  // namespace detail
 
 Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossOptions& options) {
+  if (auto c = autograd::autocast_float32(input, options.weight)) {
+    NLLLossOptions cast = options;
+    cast.weight = (*c)[1];
+    return nll_loss((*c)[0], target, cast);
+  }
   detail::ClassTargets t =
       detail::flatten_class_targets("nll_loss", input, target, options.weight, options.ignore_index);
   // picked: (M), input[m, target[m]]
@@ -104,18 +110,26 @@ static void check_same_shape(std::string_view op, const Tensor& input, const Ten
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (auto c = autograd::autocast_float32(input, target)) return mse_loss((*c)[0], (*c)[1], reduction);
   check_same_shape("mse_loss", input, target);
   Tensor diff = kiln::sub(input, target);
   return detail::reduce_loss(kiln::mul(diff, diff), reduction);
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (auto c = autograd::autocast_float32(input, target)) return l1_loss((*c)[0], (*c)[1], reduction);
   check_same_shape("l1_loss", input, target);
   return detail::reduce_loss(kiln::abs(kiln::sub(input, target)), reduction);
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
                                         const BCEWithLogitsOptions& options) {
+  if (auto c = autograd::autocast_float32(input, target, options.weight, options.pos_weight)) {
+    BCEWithLogitsOptions cast = options;
+    cast.weight = (*c)[2];
+    cast.pos_weight = (*c)[3];
+    return binary_cross_entropy_with_logits((*c)[0], (*c)[1], cast);
+  }
   check_same_shape("binary_cross_entropy_with_logits", input, target);
   // softplus(-x) = log(1 + exp(-x)) as m + log(exp(-m) + exp(-x - m)) with
   // m = max(-x, 0): both exponents are <= 0, so nothing overflows, and the

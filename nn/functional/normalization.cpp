@@ -9,6 +9,7 @@
 // over the other dims.
 #include <array>
 
+#include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"
 #include "nn/functional.h"
@@ -88,6 +89,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) {
+  if (auto c = autograd::autocast_float32(x, weight, bias))
+    return layer_norm((*c)[0], normalized_shape, (*c)[1], (*c)[2], eps);
   ops::LayerNormResult r = ops::layer_norm(x, normalized_shape, weight, bias, eps);
   if (!autograd::needs_grad({x, weight, bias})) return r.output;
 

@@ -51,7 +51,9 @@ TEST(LenetTrainer, TwoEpochsLogPlotCheckpointAndLearn) {
     EXPECT_GT(rec.seconds, 0);
     // The run's wall clock: at least the training time of the epochs so far.
     EXPECT_GE(rec.elapsed_seconds, r.history[0].seconds + (i > 0 ? r.history[1].seconds : 0.0));
-    if (i > 0) EXPECT_GT(rec.elapsed_seconds, epoch_record_from_json(lines[0]).elapsed_seconds);
+    if (i > 0) {
+      EXPECT_GT(rec.elapsed_seconds, epoch_record_from_json(lines[0]).elapsed_seconds);
+    }
   }
   EXPECT_NE(lines[0].find("\"images_per_second\""), std::string::npos);
 
