@@ -15,6 +15,7 @@
 namespace kiln {
 
 using namespace kiln::ops;
+using namespace kiln::backend_compare;
 namespace {
 
 // An Int64 CPU tensor of `shape` with values in [0, limit) from `seed`.

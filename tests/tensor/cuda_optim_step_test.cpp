@@ -15,6 +15,7 @@
 namespace kiln {
 
 using namespace kiln::ops;
+using namespace kiln::backend_compare;
 namespace {
 
 // 40 tensors (more than one launch holds), from 1 element to several

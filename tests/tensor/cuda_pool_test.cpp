@@ -17,6 +17,7 @@
 namespace kiln {
 
 using namespace kiln::ops;
+using namespace kiln::backend_compare;
 namespace {
 
 struct MaxCase {

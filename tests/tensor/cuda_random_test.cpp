@@ -14,6 +14,7 @@
 namespace kiln {
 
 using namespace kiln::ops;
+using namespace kiln::backend_compare;
 namespace {
 
 // Both the same shape and dtype, and the same bytes element by element.

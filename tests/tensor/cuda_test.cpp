@@ -305,13 +305,6 @@ TEST(Cuda, OutOfMemoryNamesTheSizeAndDeviceAndLeavesTheDeviceUsable) {
   expect_same_elements(full({3}, 4, DType::Int32), full({3}, 4, {DType::Int32, cuda_device(0)}).cpu());
 }
 
-TEST(Cuda, UnwrittenKernelOnARealCudaTensorThrows) {
-  SKIP_WITHOUT_GPU();
-  Tensor x = ones({2, 2}, cuda_device(0));
-  expect_error([&] { backend_for(x.device()).unary(UnaryOp::Exp, x, x); },
-               "unary: not implemented for CUDA tensors yet (issue 5: CUDA backend)");
-}
-
 TEST(Cuda, CopiesBetweenTwoGpus) {
   SKIP_WITHOUT_GPU();
   if (cuda::device_count() < 2) GTEST_SKIP() << "needs two CUDA devices, this machine has 1";
