@@ -17,6 +17,7 @@
 #include "tensor/cuda/device.h"
 #include "tensor/cuda/dtype.cuh"
 #include "tensor/cuda/launch.cuh"
+#include "tensor/cuda/norm_types.cuh"
 #include "tensor/cuda/stream.h"
 
 namespace kiln::cuda {
@@ -149,25 +150,6 @@ void launch_layer_norm_params(C* grad_weight, C* grad_bias, const T* dy, const T
   layer_norm_param_finish_kernel<C><<<grid_for(k), kThreadsPerBlock, 0, stream>>>(grad_weight, grad_bias,
                                                                                   part_data, num_parts, k);
   KILN_CUDA_CHECK_LAUNCH("layer_norm_param_finish_kernel");
-}
-
-// As visit_norm_types in norm.cu: T the device type, C the stats type.
-template <class Fn>
-void visit_norm_types(DType dtype, const char* op, Fn&& fn) {
-  visit_floating_dtype(dtype, op, [&]<class KT>() {
-    using T = DeviceType<KT>;
-    fn.template operator()<T, decltype(to_compute(T{}))>();
-  });
-}
-
-template <class T>
-const T* data_of(const Tensor& t) {
-  return static_cast<const T*>(t.data_ptr());
-}
-
-template <class T>
-T* data_or_null(const Tensor& t) {
-  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
 }
 
 }  // namespace

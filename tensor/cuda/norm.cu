@@ -23,6 +23,7 @@
 #include "tensor/cuda/device.h"
 #include "tensor/cuda/dtype.cuh"
 #include "tensor/cuda/launch.cuh"
+#include "tensor/cuda/norm_types.cuh"
 #include "tensor/cuda/stream.h"
 
 namespace kiln::cuda {
@@ -139,33 +140,13 @@ void launch_channel_affine(T* out, const T* x, const T* dy, const C* mean, const
   KILN_CUDA_CHECK_LAUNCH("channel_affine_kernel");
 }
 
-// Calls fn.template operator()<T, C>() with T the device type of x's
-// floating dtype and C its compute (stats) type.
-template <class Fn>
-void visit_norm_types(DType dtype, const char* op, Fn&& fn) {
-  visit_floating_dtype(dtype, op, [&]<class KT>() {
-    using T = DeviceType<KT>;
-    fn.template operator()<T, decltype(to_compute(T{}))>();
-  });
-}
-
-template <class T>
-const T* data_of(const Tensor& t) {
-  return static_cast<const T*>(t.data_ptr());
-}
-
-template <class T>
-T* mutable_data_of(const Tensor& t) {
-  return static_cast<T*>(t.data_ptr());
-}
-
 }  // namespace
 
 void CudaBackend::batch_norm_stats(const Tensor& mean, const Tensor& var, const Tensor& x) {
   if (x.numel() == 0) return;
   DeviceGuard guard(x.device(), "batch_norm");
   visit_norm_types(x.dtype(), "batch_norm", [&]<class T, class C>() {
-    launch_channel_sums<Sums::Moments, T, C>(mutable_data_of<C>(mean), mutable_data_of<C>(var), data_of<T>(x),
+    launch_channel_sums<Sums::Moments, T, C>(data_or_null<C>(mean), data_or_null<C>(var), data_of<T>(x),
                                              nullptr, nullptr, batch_shape(x), x.device());
   });
 }
@@ -175,7 +156,7 @@ void CudaBackend::batch_norm_apply(const Tensor& out, const Tensor& x, const Ten
   if (x.numel() == 0) return;
   DeviceGuard guard(x.device(), "batch_norm");
   visit_norm_types(x.dtype(), "batch_norm", [&]<class T, class C>() {
-    launch_channel_affine<T, C>(mutable_data_of<T>(out), data_of<T>(x), nullptr, data_of<C>(mean),
+    launch_channel_affine<T, C>(data_or_null<T>(out), data_of<T>(x), nullptr, data_of<C>(mean),
                                 data_of<C>(scale), data_of<C>(shift), nullptr, batch_shape(x), x.device());
   });
 }
@@ -190,7 +171,7 @@ void CudaBackend::batch_norm_backward_reduce(const Tensor& sum_dy, const Tensor&
     return;
   }
   visit_norm_types(x.dtype(), "batch_norm_backward", [&]<class T, class C>() {
-    launch_channel_sums<Sums::Gradient, T, C>(mutable_data_of<C>(sum_dy), mutable_data_of<C>(sum_dy_xmu),
+    launch_channel_sums<Sums::Gradient, T, C>(data_or_null<C>(sum_dy), data_or_null<C>(sum_dy_xmu),
                                               data_of<T>(x), data_of<T>(grad_out), data_of<C>(mean), batch_shape(x),
                                               x.device());
   });
@@ -202,7 +183,7 @@ void CudaBackend::batch_norm_backward_apply(const Tensor& grad_input, const Tens
   if (x.numel() == 0) return;
   DeviceGuard guard(x.device(), "batch_norm_backward");
   visit_norm_types(x.dtype(), "batch_norm_backward", [&]<class T, class C>() {
-    launch_channel_affine<T, C>(mutable_data_of<T>(grad_input), data_of<T>(x), data_of<T>(grad_out),
+    launch_channel_affine<T, C>(data_or_null<T>(grad_input), data_of<T>(x), data_of<T>(grad_out),
                                 data_of<C>(mean), data_of<C>(xmu_scale), data_of<C>(shift), data_of<C>(dy_scale),
                                 batch_shape(x), x.device());
   });
