@@ -16,32 +16,16 @@ namespace {
 // equal. Opt is Adam or AdamW, Options its options.
 template <class Opt, class Options>
 void check_fused_equals_unfused(Options options, DType dtype, int steps = 4) {
-  std::vector<Tensor> fused_params, plain_params;
-  const std::vector<Shape> shapes = {{2, 3}, {70000}, {1}};  // the middle one spans threads
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    std::vector<double> v = pseudo_random(shape_numel(shapes[i]), -1, 1, 40 + i);
-    fused_params.push_back(make_param(v, shapes[i], dtype));
-    plain_params.push_back(make_param(v, shapes[i], dtype));
-  }
-  options.fused = true;
-  Opt fused(fused_params, options);
-  options.fused = false;
-  Opt plain(plain_params, options);
+  FusedAndUnfused<Opt> pair(options, dtype);
   for (int s = 0; s < steps; ++s) {
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      std::vector<double> g = pseudo_random(shape_numel(shapes[i]), -2, 2, 100 * s + i);
-      set_grad_values(fused_params[i], g);
-      set_grad_values(plain_params[i], g);
-    }
-    fused.step();
-    plain.step();
-    for (size_t i = 0; i < shapes.size(); ++i) {
+    pair.step(s);
+    for (size_t i = 0; i < pair.shapes.size(); ++i) {
       const std::string what = detail::str(Options::kOptimizerName, " step ", s, " param ", i, " ", dtype,
                                            " weight_decay ", options.weight_decay, " amsgrad ", options.amsgrad,
                                            " maximize ", options.maximize);
-      ASSERT_TRUE(same_values(fused_params[i], plain_params[i])) << what;
-      const TensorDict& fused_state = fused.state(fused_params[i]);
-      const TensorDict& plain_state = plain.state(plain_params[i]);
+      ASSERT_TRUE(same_values(pair.fused_params[i], pair.plain_params[i])) << what;
+      const TensorDict& fused_state = pair.fused->state(pair.fused_params[i]);
+      const TensorDict& plain_state = pair.plain->state(pair.plain_params[i]);
       std::vector<std::string> names = {"step", "exp_avg", "exp_avg_sq"};
       if (options.amsgrad) names.push_back("max_exp_avg_sq");
       ASSERT_EQ(fused_state.size(), plain_state.size()) << what;
@@ -53,14 +37,14 @@ void check_fused_equals_unfused(Options options, DType dtype, int steps = 4) {
   // The fused optimizer's tensors did take the fused kernel, and it really
   // changed the parameters: otherwise the comparison above proves nothing.
   std::vector<Tensor> grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs;
-  for (const Tensor& p : fused_params) {
+  for (const Tensor& p : pair.fused_params) {
     grads.push_back(p.grad());
-    exp_avgs.push_back(fused.state(p).at("exp_avg"));
-    exp_avg_sqs.push_back(fused.state(p).at("exp_avg_sq"));
-    if (options.amsgrad) max_exp_avg_sqs.push_back(fused.state(p).at("max_exp_avg_sq"));
+    exp_avgs.push_back(pair.fused->state(p).at("exp_avg"));
+    exp_avg_sqs.push_back(pair.fused->state(p).at("exp_avg_sq"));
+    if (options.amsgrad) max_exp_avg_sqs.push_back(pair.fused->state(p).at("max_exp_avg_sq"));
   }
-  EXPECT_TRUE(ops::adam_step_fusable(fused_params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs));
-  EXPECT_FALSE(same_values(fused_params[0], make_param(pseudo_random(6, -1, 1, 40), shapes[0], dtype)));
+  EXPECT_TRUE(ops::adam_step_fusable(pair.fused_params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs));
+  EXPECT_TRUE(pair.fused_changed(dtype));
 }
 
 template <class Opt, class Options>

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -122,5 +123,48 @@ inline std::string python_list(const std::vector<double>& values) {
   os << ']';
   return os.str();
 }
+
+// Two copies of the same three parameters (the middle one spans threads),
+// one stepped by a fused optimizer and the other by the same optimizer with
+// fused = false, for tests that the two stay bitwise equal.
+//   FusedAndUnfused<SGD> pair(options, DType::Float32);
+//   pair.step(0);  // same gradients to both copies, then a step of each
+template <class Opt>
+struct FusedAndUnfused {
+  const std::vector<Shape> shapes = {{2, 3}, {70000}, {1}};
+  std::vector<Tensor> fused_params, plain_params;
+  std::unique_ptr<Opt> fused, plain;
+
+  template <class Options>
+  FusedAndUnfused(Options options, DType dtype) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      std::vector<double> v = pseudo_random(shape_numel(shapes[i]), -1, 1, 40 + i);
+      fused_params.push_back(make_param(v, shapes[i], dtype));
+      plain_params.push_back(make_param(v, shapes[i], dtype));
+    }
+    options.fused = true;
+    fused = std::make_unique<Opt>(fused_params, options);
+    options.fused = false;
+    plain = std::make_unique<Opt>(plain_params, options);
+  }
+
+  // Step s: the same pseudo-random gradients for both copies, then one step
+  // of each optimizer.
+  void step(int s) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      std::vector<double> g = pseudo_random(shape_numel(shapes[i]), -2, 2, 100 * s + i);
+      set_grad_values(fused_params[i], g);
+      set_grad_values(plain_params[i], g);
+    }
+    fused->step();
+    plain->step();
+  }
+
+  // Whether the fused copy moved away from the starting values: otherwise
+  // equality with the unfused copy proves nothing.
+  bool fused_changed(DType dtype) const {
+    return !same_values(fused_params[0], make_param(pseudo_random(6, -1, 1, 40), shapes[0], dtype));
+  }
+};
 
 }  // namespace kiln

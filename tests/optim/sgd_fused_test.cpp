@@ -13,37 +13,22 @@ namespace {
 // Two copies of three parameters, one optimizer fused and one not, the same
 // gradients for `steps` steps: every parameter and buffer must stay equal.
 void check_fused_equals_unfused(SGDOptions options, DType dtype, int steps = 4) {
-  std::vector<Tensor> fused_params, plain_params;
-  const std::vector<Shape> shapes = {{2, 3}, {70000}, {1}};  // the middle one spans threads
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    std::vector<double> v = pseudo_random(shape_numel(shapes[i]), -1, 1, 40 + i);
-    fused_params.push_back(make_param(v, shapes[i], dtype));
-    plain_params.push_back(make_param(v, shapes[i], dtype));
-  }
-  options.fused = true;
-  SGD fused(fused_params, options);
-  options.fused = false;
-  SGD plain(plain_params, options);
+  FusedAndUnfused<SGD> pair(options, dtype);
   for (int s = 0; s < steps; ++s) {
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      std::vector<double> g = pseudo_random(shape_numel(shapes[i]), -2, 2, 100 * s + i);
-      set_grad_values(fused_params[i], g);
-      set_grad_values(plain_params[i], g);
-    }
-    fused.step();
-    plain.step();
-    for (size_t i = 0; i < shapes.size(); ++i) {
+    pair.step(s);
+    for (size_t i = 0; i < pair.shapes.size(); ++i) {
       const std::string what = detail::str("step ", s, " param ", i, " ", dtype, " momentum ", options.momentum,
                                            " dampening ", options.dampening, " weight_decay ", options.weight_decay,
                                            " nesterov ", options.nesterov, " maximize ", options.maximize);
-      ASSERT_TRUE(same_values(fused_params[i], plain_params[i])) << what;
+      ASSERT_TRUE(same_values(pair.fused_params[i], pair.plain_params[i])) << what;
       if (options.momentum != 0.0) {
-        ASSERT_TRUE(same_values(fused.state(fused_params[i]).at("momentum_buffer"),
-                                plain.state(plain_params[i]).at("momentum_buffer")))
+        ASSERT_TRUE(same_values(pair.fused->state(pair.fused_params[i]).at("momentum_buffer"),
+                                pair.plain->state(pair.plain_params[i]).at("momentum_buffer")))
             << what;
       }
     }
   }
+  EXPECT_TRUE(pair.fused_changed(dtype));
 }
 
 TEST(SGDFused, BitwiseEqualToTheUnfusedOpsForEveryOption) {
