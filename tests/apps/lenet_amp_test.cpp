@@ -14,14 +14,7 @@ namespace {
 
 using testing::TempDir;
 
-TrainerOptions small_run(const TempDir& dir) {
-  TrainerOptions o;
-  o.data = dir.path().string();
-  o.epochs = 2;
-  o.batch_size = 20;
-  o.threads = 1;
-  return o;
-}
+using testing::small_run;
 
 TEST(LenetAmp, FlagParsesAndIsDocumented) {
   EXPECT_FALSE(parse_command_line(std::vector<std::string>{"kiln-lenet"}).options->amp);

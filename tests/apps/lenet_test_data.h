@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/lenet/options.h"
 #include "data/cifar10.h"
 #include "kiln.h"
 
@@ -36,6 +37,18 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// Two epochs of 10 steps on the synthetic set in `dir`: fast, and enough to
+// learn. One thread, so that sums go in one order and runs compare bitwise.
+inline TrainerOptions small_run(const TempDir& dir, int workers = 0) {
+  TrainerOptions o;
+  o.data = dir.path().string();
+  o.epochs = 2;
+  o.batch_size = 20;
+  o.threads = 1;
+  o.workers = workers;
+  return o;
+}
 
 // `count` images of class label % 4: a brightness level per class (40, 100,
 // 160, 220) plus noise, so the four classes are easy to tell apart, and the

@@ -15,21 +15,13 @@ namespace {
 
 using testing::TempDir;
 
-// Two epochs of 10 steps on the synthetic set: fast, and enough to learn.
-TrainerOptions small_run(const TempDir& dir) {
-  TrainerOptions o;
-  o.data = dir.path().string();
-  o.epochs = 2;
-  o.batch_size = 20;
-  o.threads = 1;  // sums in one order: bitwise comparisons between runs
-  o.workers = 2;
-  return o;
-}
+// The trainer's runs load their batches on two worker threads.
+constexpr int kWorkers = 2;
 
 TEST(LenetTrainer, TwoEpochsLogPlotCheckpointAndLearn) {
   TempDir dir("kiln-lenet-two-epochs");
   testing::write_synthetic_cifar(dir.path());
-  TrainerOptions o = small_run(dir);
+  TrainerOptions o = small_run(dir, kWorkers);
   o.log = dir / "run.jsonl";
   o.plot = dir / "run.svg";
   o.save = dir / "run.ckpt";
@@ -97,7 +89,7 @@ void expect_same_parameters(nn::Module& a, nn::Module& b) {
 void check_resume(int64_t stop_at, bool augment, OptimizerKind optimizer) {
   TempDir dir("kiln-lenet-resume-" + std::to_string(stop_at));
   testing::write_synthetic_cifar(dir.path());
-  TrainerOptions o = small_run(dir);
+  TrainerOptions o = small_run(dir, kWorkers);
   o.augment = augment;
   o.optimizer = optimizer;
   if (optimizer != OptimizerKind::SGD) o.lr = 1e-3;
@@ -133,7 +125,7 @@ TEST(LenetTrainer, ResumeAtEpochEndWithAdamW) { check_resume(10, true, Optimizer
 TEST(LenetTrainer, EvalOnlyFromCheckpointAndWeights) {
   TempDir dir("kiln-lenet-eval");
   testing::write_synthetic_cifar(dir.path());
-  TrainerOptions o = small_run(dir);
+  TrainerOptions o = small_run(dir, kWorkers);
   o.save = dir / "run.ckpt";
   std::ostringstream sink;
   TrainingResult trained = run_training(o, {.out = &sink});
@@ -164,7 +156,7 @@ TEST(LenetTrainer, EvalOnlyFromCheckpointAndWeights) {
 TEST(LenetTrainer, ResumeWithAnotherRecipeIsRefused) {
   TempDir dir("kiln-lenet-recipe");
   testing::write_synthetic_cifar(dir.path());
-  TrainerOptions o = small_run(dir);
+  TrainerOptions o = small_run(dir, kWorkers);
   o.epochs = 1;
   o.save = dir / "run.ckpt";
   std::ostringstream sink;
@@ -215,7 +207,7 @@ TEST(LenetTrainer, CudaDeviceWithoutAGpuFailsSayingSo) {
   if (gpu_present()) GTEST_SKIP() << "this machine has a GPU; the no-GPU message cannot be seen";
   TempDir dir("kiln-lenet-cuda");
   testing::write_synthetic_cifar(dir.path());
-  TrainerOptions o = small_run(dir);
+  TrainerOptions o = small_run(dir, kWorkers);
   o.device = "cuda";
   o.epochs = 1;
   std::ostringstream sink;
@@ -238,7 +230,7 @@ TEST(LenetTrainer, CudaDeviceTrainsAsTheCpuDoes) {
   if (!gpu_present()) GTEST_SKIP() << "no CUDA device on this machine";
   TempDir dir("kiln-lenet-cuda");
   testing::write_synthetic_cifar(dir.path());
-  TrainerOptions o = small_run(dir);
+  TrainerOptions o = small_run(dir, kWorkers);
   std::ostringstream sink;
   const TrainingResult cpu = run_training(o, {.out = &sink});
   o.device = "cuda";
