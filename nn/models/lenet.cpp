@@ -19,8 +19,14 @@ Tensor LeNet::forward(const Tensor& x) {
   namespace F = functional;
   KILN_CHECK(x.dim() == 4 && x.size(1) == 3 && x.size(2) == 32 && x.size(3) == 32,
              "LeNet: expected images of shape (N, 3, 32, 32), got ", x.shape());
-  Tensor h = (*pool)(F::relu((*conv1)(x)));  // (N, 6, 14, 14)
-  h = (*pool)(F::relu((*conv2)(h)));         // (N, 16, 5, 5)
+  // The classic model is pool(relu(conv(x))); relu(pool(conv(x))) is the
+  // same function with the same gradients, because relu is monotonic and so
+  // commutes with taking a maximum: a window's largest value stays largest
+  // after relu, and a window with no positive value ends at 0 either way
+  // (with a zero gradient). Pooling first makes relu and its backward run
+  // on a quarter of the elements.
+  Tensor h = F::relu((*pool)((*conv1)(x)));  // (N, 6, 14, 14)
+  h = F::relu((*pool)((*conv2)(h)));         // (N, 16, 5, 5)
   h = F::flatten(h, 1);                      // (N, 400)
   h = F::relu((*fc1)(h));                    // (N, 120)
   h = F::relu((*fc2)(h));                    // (N, 84)

@@ -20,6 +20,10 @@
 //           x = F.relu(self.fc1(x))
 //           x = F.relu(self.fc2(x))
 //           return self.fc3(x)                     # (N, 10) logits
+//
+// forward() computes the same function with relu after pooling, which is
+// cheaper (see lenet.cpp); the test PoolingBeforeReluIsTheClassicModelExactly
+// holds it to the classic order, values and gradients.
 #pragma once
 
 #include <memory>

@@ -71,6 +71,39 @@ TEST(LeNet, BackwardReachesEveryParameter) {
   }
 }
 
+// forward() pools before relu (see nn/models/lenet.cpp); this is the classic
+// order, written out with the same modules, and both must agree exactly in
+// values and in every parameter's gradient.
+TEST(LeNet, PoolingBeforeReluIsTheClassicModelExactly) {
+  auto net = std::make_shared<LeNet>();
+  Tensor x = kiln::randn({4, 3, 32, 32});
+  Tensor target = from_vector<int64_t>({3, 7, 0, 9}, {4});
+  auto classic = [&] {
+    Tensor h = (*net->pool)(F::relu((*net->conv1)(x)));
+    h = (*net->pool)(F::relu((*net->conv2)(h)));
+    h = F::relu((*net->fc1)(F::flatten(h, 1)));
+    h = F::relu((*net->fc2)(h));
+    return (*net->fc3)(h);
+  };
+  auto grads = [&] {
+    std::vector<std::vector<double>> result;
+    for (const auto& [name, p] : net->named_parameters()) {
+      result.push_back(testing::values_of(p.grad()));
+      p.set_grad(Tensor());
+    }
+    return result;
+  };
+  Tensor expected = classic();
+  F::cross_entropy(expected, target).backward();
+  auto expected_grads = grads();
+  Tensor actual = (*net)(x);
+  F::cross_entropy(actual, target).backward();
+  auto actual_grads = grads();
+  EXPECT_EQ(testing::values_of(actual), testing::values_of(expected));
+  ASSERT_EQ(actual_grads.size(), expected_grads.size());
+  for (size_t i = 0; i < actual_grads.size(); ++i) EXPECT_EQ(actual_grads[i], expected_grads[i]) << i;
+}
+
 TEST(LeNet, GradientDescentLowersTheLossEveryStep) {
   // Small steps along the negative gradient must lower the loss each time,
   // which wrong gradients anywhere in the network would break.
