@@ -1,0 +1,396 @@
+#include "distributed/backends/gloo/process_group_gloo.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/gather.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/scatter.h>
+#include <gloo/transport/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <algorithm>
+#include <exception>
+#include <limits>
+
+#include "distributed/backends/gloo/gloo_device.h"
+#include "distributed/backends/gloo/gloo_reduce.h"
+#include "distributed/backends/gloo/gloo_store.h"
+#include "distributed/backends/gloo/operation_threads.h"
+#include "distributed/backends/gloo/ring_reduce_scatter.h"
+#include "tensor/error.h"
+#include "tensor/shape.h"
+
+#ifdef KILN_WITH_CUDA
+#include "tensor/cuda/stream.h"
+#endif
+
+namespace kiln::distributed {
+
+using gloo_backend::OperationThreads;
+
+namespace {
+
+// ---- Note [Gloo and CUDA tensors] ------------------------------------------------
+
+// Host memory Gloo can work on for `t`: `t` itself on the CPU, else pinned
+// host memory of t's shape, holding t's values when `with_values`.
+Tensor host_buffer(const Tensor& t, bool with_values) {
+  if (!t.defined() || t.device().is_cpu()) return t;
+  Tensor host(std::make_shared<TensorImpl>(Storage::allocate_pinned(t.nbytes(), "gloo"), t.dtype(), t.shape(),
+                                           contiguous_strides(t.shape()), 0));
+  if (with_values) host.copy_(t);
+  return host;
+}
+
+// Puts Gloo's result back into `target` when it worked on a host copy.
+void copy_to_device(Tensor target, const Tensor& host) {
+  if (!target.defined() || target.is_same(host)) return;
+  target.copy_(host);
+#ifdef KILN_WITH_CUDA
+  // A copy from pinned memory is only queued (Note [CUDA copies]).
+  cuda::current_stream(target.device()).synchronize();
+#endif
+}
+
+// ---- calling gloo --------------------------------------------------------------------
+
+// Calls fn(p) with p `t`'s data as an unsigned integer type of t's element
+// size. Gloo's options take the element size from the pointer type, and
+// they only move bytes (the reduction is ours), so this is all they need.
+template <class Fn>
+void with_words(const Tensor& t, Fn&& fn) {
+  void* data = t.data_ptr();
+  switch (t.element_size()) {
+    case 1:
+      fn(static_cast<uint8_t*>(data));
+      return;
+    case 2:
+      fn(static_cast<uint16_t*>(data));
+      return;
+    case 4:
+      fn(static_cast<uint32_t*>(data));
+      return;
+    case 8:
+      fn(static_cast<uint64_t*>(data));
+      return;
+  }
+  KILN_FAIL("gloo: no element type of ", t.element_size(), " bytes (", dtype_name(t.dtype()), ")");
+}
+
+template <class T>
+T* same_words(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
+
+size_t elements(const Tensor& t) { return static_cast<size_t>(t.numel()); }
+
+// Posts a send or recv. Gloo throws at once when the pair is already
+// broken (the peer died); its message gets the operation's name, as the
+// errors that surface later on the waiting thread do.
+void post(const std::string& name, const std::function<void()>& post_message) {
+  try {
+    post_message();
+  } catch (const std::exception& e) {
+    KILN_FAIL("gloo ", name, ": ", e.what());
+  }
+}
+
+uint64_t point_to_point_slot(int tag) {
+  return (uint64_t{gloo_backend::kPointToPointSlotPrefix} << 56) | static_cast<uint32_t>(tag);
+}
+
+// The rendezvous of Note [Gloo rendezvous keys].
+std::shared_ptr<::gloo::Context> connect(const std::shared_ptr<Store>& store, int rank, int size,
+                                         const ProcessGroupOptions& options,
+                                         std::shared_ptr<::gloo::transport::Device>& device) {
+  KILN_CHECK(store != nullptr, "gloo: group '", options.name,
+             "' needs a store for its ranks to find each other, and none was given");
+  auto context = std::make_shared<::gloo::rendezvous::Context>(rank, size);
+  context->setTimeout(options.timeout);
+  try {
+    const int64_t generation = (store->add("gloo/groups", 1) - 1) / size;
+    auto keys = std::make_shared<PrefixStore>("gloo/" + std::to_string(generation), store);
+    gloo_backend::GlooStore gloo_store(keys);
+    context->connectFullMesh(gloo_store, device);
+    // A rank's connectFullMesh can return while a peer is still finishing
+    // the handshake on their pair; a rank that then closed the group at once
+    // would fail the peer's rendezvous with "Connection closed by peer". So
+    // construction returns only once every rank is connected (PyTorch's
+    // store-based barrier after creating a group).
+    keys->set("connected/" + std::to_string(rank), std::string("1"));
+    std::vector<std::string> connected;
+    for (int r = 0; r < size; ++r) connected.push_back("connected/" + std::to_string(r));
+    keys->wait(connected, options.timeout);
+  } catch (const std::exception& e) {
+    KILN_FAIL("gloo: rank ", rank, " of group '", options.name, "' (size ", size,
+              ") could not connect to the other ranks through ", store->describe(), " within ", options.timeout.count(),
+              " ms, listening on ", device->str(), ": ", e.what());
+  }
+  return context;
+}
+
+}  // namespace
+
+// ---- construction ---------------------------------------------------------------------
+
+ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options)
+    : ProcessGroupGloo(std::move(store), rank, size, std::move(options), gloo_backend::make_tcp_device()) {}
+
+ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options,
+                                   std::shared_ptr<::gloo::transport::Device> device)
+    : ProcessGroup(store, rank, size, options),
+      device_(std::move(device)),
+      context_(connect(store, rank, size, options, device_)),
+      collectives_(std::make_unique<OperationThreads>(1)),
+      point_to_point_(std::make_unique<OperationThreads>(std::numeric_limits<size_t>::max())) {}
+
+ProcessGroupGloo::~ProcessGroupGloo() {
+  collectives_.reset();
+  {
+    std::lock_guard lock(pending_mutex_);
+    for (const auto& [buffer, is_recv] : pending_) {
+      if (is_recv) {
+        buffer->abortWaitRecv();
+      } else {
+        buffer->abortWaitSend();
+      }
+    }
+  }
+  point_to_point_.reset();
+  context_.reset();
+}
+
+void ProcessGroupGloo::check_device(const Device& device, const char* op) const {
+  if (device.is_cpu()) return;
+#ifdef KILN_WITH_CUDA
+  if (device.is_cuda()) return;
+#endif
+  KILN_FAIL(op, ": the gloo backend got a tensor on ", device,
+            ", but this build of Kiln has no CUDA support; gloo works on CPU tensors");
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroupGloo::run_new_subgroup(const std::vector<int>& ranks,
+                                                                 std::shared_ptr<Store> store,
+                                                                 ProcessGroupOptions options) {
+  const auto member = std::find(ranks.begin(), ranks.end(), rank());
+  if (member == ranks.end()) return nullptr;
+  const int sub_rank = static_cast<int>(member - ranks.begin());
+  return std::shared_ptr<ProcessGroup>(
+      new ProcessGroupGloo(std::move(store), sub_rank, static_cast<int>(ranks.size()), std::move(options), device_));
+}
+
+// ---- queues ------------------------------------------------------------------------------
+
+WorkPtr ProcessGroupGloo::enqueue_collective(const char* name, std::function<void(uint32_t tag)> body) {
+  std::lock_guard lock(issue_mutex_);
+  const uint32_t tag = next_tag_++;
+  return collectives_->enqueue(name, [body = std::move(body), tag] { body(tag); });
+}
+
+WorkPtr ProcessGroupGloo::enqueue_point_to_point_wait(std::string name,
+                                                      std::shared_ptr<::gloo::transport::UnboundBuffer> buffer,
+                                                      bool is_recv, Tensor target, Tensor host) {
+  {
+    std::lock_guard lock(pending_mutex_);
+    pending_.insert({buffer.get(), is_recv});
+  }
+  const auto timeout = this->timeout();
+  return point_to_point_->enqueue(name, [this, name, buffer, is_recv, target, host, timeout] {
+    bool completed = false;
+    try {
+      completed = is_recv ? buffer->waitRecv(timeout) : buffer->waitSend(timeout);
+    } catch (...) {
+      std::lock_guard lock(pending_mutex_);
+      pending_.erase({buffer.get(), is_recv});
+      throw;
+    }
+    {
+      std::lock_guard lock(pending_mutex_);
+      pending_.erase({buffer.get(), is_recv});
+    }
+    KILN_CHECK(completed, "gloo ", name, ": aborted because the group was destroyed before it completed");
+    if (is_recv) copy_to_device(target, host);
+  });
+}
+
+// ---- collectives -----------------------------------------------------------------------------
+
+WorkPtr ProcessGroupGloo::run_all_reduce(const Tensor& tensor, ReduceOp op) {
+  auto reduce = gloo_backend::reduce_function(tensor.dtype(), op);
+  Tensor host = host_buffer(tensor, true);
+  return enqueue_collective("all_reduce", [context = context_, tensor, host, reduce](uint32_t tag) {
+    if (host.numel() == 0) return;
+    ::gloo::AllreduceOptions options(context);
+    with_words(host, [&](auto* data) { options.setOutput(data, elements(host)); });
+    options.setReduceFunction(reduce);
+    options.setTag(tag);
+    ::gloo::allreduce(options);
+    copy_to_device(tensor, host);
+  });
+}
+
+WorkPtr ProcessGroupGloo::run_broadcast(const Tensor& tensor, int root) {
+  Tensor host = host_buffer(tensor, rank() == root);
+  return enqueue_collective("broadcast", [context = context_, tensor, host, root](uint32_t tag) {
+    if (host.numel() == 0) return;
+    ::gloo::BroadcastOptions options(context);
+    with_words(host, [&](auto* data) { options.setOutput(data, elements(host)); });
+    options.setRoot(root);
+    options.setTag(tag);
+    ::gloo::broadcast(options);
+    copy_to_device(tensor, host);
+  });
+}
+
+WorkPtr ProcessGroupGloo::run_reduce(const Tensor& tensor, int root, ReduceOp op) {
+  auto reduce = gloo_backend::reduce_function(tensor.dtype(), op);
+  Tensor host = host_buffer(tensor, true);
+  const bool is_root = rank() == root;
+  return enqueue_collective("reduce", [context = context_, tensor, host, root, is_root, reduce](uint32_t tag) {
+    if (host.numel() == 0) return;
+    // gloo::reduce leaves partial sums in every rank's output; the other
+    // ranks' tensors must stay unchanged, so they reduce into scratch.
+    Tensor output = is_root ? host : Tensor::empty(host.shape(), host.dtype());
+    ::gloo::ReduceOptions options(context);
+    with_words(host, [&](auto* data) {
+      using Word = std::remove_pointer_t<decltype(data)>;
+      options.setInput(data, elements(host));
+      options.setOutput(same_words<Word>(output), elements(host));
+    });
+    options.setRoot(root);
+    options.setReduceFunction(reduce);
+    options.setTag(tag);
+    ::gloo::reduce(options);
+    if (is_root) copy_to_device(tensor, host);
+  });
+}
+
+WorkPtr ProcessGroupGloo::run_all_gather(const Tensor& output, const Tensor& input) {
+  Tensor host_input = host_buffer(input, true);
+  Tensor host_output = host_buffer(output, false);
+  return enqueue_collective("all_gather", [context = context_, output, host_input, host_output](uint32_t tag) {
+    if (host_input.numel() == 0) return;
+    ::gloo::AllgatherOptions options(context);
+    with_words(host_output, [&](auto* data) {
+      using Word = std::remove_pointer_t<decltype(data)>;
+      options.setInput(same_words<Word>(host_input), elements(host_input));
+      options.setOutput(data, elements(host_output));
+    });
+    options.setTag(tag);
+    ::gloo::allgather(options);
+    copy_to_device(output, host_output);
+  });
+}
+
+WorkPtr ProcessGroupGloo::run_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
+  auto reduce = gloo_backend::reduce_function(output.dtype(), op);
+  Tensor host_input = host_buffer(input, true);
+  Tensor host_output = host_buffer(output, false);
+  return enqueue_collective("reduce_scatter", [context = context_, output, host_input, host_output, reduce,
+                                               timeout = timeout()](uint32_t tag) {
+    if (host_output.numel() == 0) return;
+    gloo_backend::ring_reduce_scatter(context, host_input.data_ptr(), host_output.data_ptr(), elements(host_output),
+                                      host_output.element_size(), reduce, tag, timeout);
+    copy_to_device(output, host_output);
+  });
+}
+
+WorkPtr ProcessGroupGloo::run_gather(const Tensor& output, const Tensor& input, int root) {
+  Tensor host_input = host_buffer(input, true);
+  Tensor host_output = host_buffer(output, false);  // undefined off the root
+  const bool is_root = rank() == root;
+  return enqueue_collective("gather",
+                            [context = context_, output, host_input, host_output, root, is_root](uint32_t tag) {
+                              if (host_input.numel() == 0) return;
+                              ::gloo::GatherOptions options(context);
+                              with_words(host_input, [&](auto* data) {
+                                using Word = std::remove_pointer_t<decltype(data)>;
+                                options.setInput(data, elements(host_input));
+                                if (is_root) options.setOutput(same_words<Word>(host_output), elements(host_output));
+                              });
+                              options.setRoot(root);
+                              options.setTag(tag);
+                              ::gloo::gather(options);
+                              if (is_root) copy_to_device(output, host_output);
+                            });
+}
+
+WorkPtr ProcessGroupGloo::run_scatter(const Tensor& output, const Tensor& input, int root) {
+  Tensor host_input = host_buffer(input, true);  // undefined off the root
+  Tensor host_output = host_buffer(output, false);
+  const bool is_root = rank() == root;
+  const int size = this->size();
+  return enqueue_collective("scatter",
+                            [context = context_, output, host_input, host_output, root, is_root, size](uint32_t tag) {
+                              if (host_output.numel() == 0) return;
+                              ::gloo::ScatterOptions options(context);
+                              const size_t n = elements(host_output);
+                              with_words(host_output, [&](auto* data) {
+                                using Word = std::remove_pointer_t<decltype(data)>;
+                                if (is_root) {
+                                  // host_input: (size, n); chunk r goes to rank r.
+                                  std::vector<Word*> chunks;
+                                  for (int r = 0; r < size; ++r) chunks.push_back(same_words<Word>(host_input) + r * n);
+                                  options.setInputs(chunks, n);
+                                }
+                                options.setOutput(data, n);
+                              });
+                              options.setRoot(root);
+                              options.setTag(tag);
+                              ::gloo::scatter(options);
+                              copy_to_device(output, host_output);
+                            });
+}
+
+WorkPtr ProcessGroupGloo::run_all_to_all(const Tensor& output, const Tensor& input) {
+  Tensor host_input = host_buffer(input, true);
+  Tensor host_output = host_buffer(output, false);
+  return enqueue_collective("all_to_all", [context = context_, output, host_input, host_output](uint32_t tag) {
+    if (host_output.numel() == 0) return;
+    ::gloo::AlltoallOptions options(context);
+    with_words(host_output, [&](auto* data) {
+      using Word = std::remove_pointer_t<decltype(data)>;
+      options.setInput(same_words<Word>(host_input), elements(host_input));
+      options.setOutput(data, elements(host_output));
+    });
+    options.setTag(tag);
+    ::gloo::alltoall(options);
+    copy_to_device(output, host_output);
+  });
+}
+
+WorkPtr ProcessGroupGloo::run_barrier() {
+  return enqueue_collective("barrier", [context = context_](uint32_t tag) {
+    ::gloo::BarrierOptions options(context);
+    options.setTag(tag);
+    ::gloo::barrier(options);
+  });
+}
+
+// ---- point to point (Note [Gloo threads]) ---------------------------------------------------
+
+WorkPtr ProcessGroupGloo::run_send(const Tensor& tensor, int dst, int tag) {
+  const std::string name = detail::str("send to rank ", dst, " tag ", tag);
+  if (tensor.numel() == 0) return point_to_point_->enqueue(name, [] {});
+  Tensor host = host_buffer(tensor, true);
+  std::shared_ptr<::gloo::transport::UnboundBuffer> buffer =
+      context_->createUnboundBuffer(host.data_ptr(), host.nbytes());
+  post(name, [&] { buffer->send(dst, point_to_point_slot(tag)); });
+  return enqueue_point_to_point_wait(name, std::move(buffer), false, tensor, host);
+}
+
+WorkPtr ProcessGroupGloo::run_recv(const Tensor& tensor, int src, int tag) {
+  const std::string name = detail::str("recv from rank ", src, " tag ", tag);
+  if (tensor.numel() == 0) return point_to_point_->enqueue(name, [] {});
+  Tensor host = host_buffer(tensor, false);
+  std::shared_ptr<::gloo::transport::UnboundBuffer> buffer =
+      context_->createUnboundBuffer(host.data_ptr(), host.nbytes());
+  post(name, [&] { buffer->recv(src, point_to_point_slot(tag)); });
+  return enqueue_point_to_point_wait(name, std::move(buffer), true, tensor, host);
+}
+
+}  // namespace kiln::distributed

@@ -1,0 +1,148 @@
+// ProcessGroupGloo: the collectives of process_group.h over Gloo's TCP
+// transport, for CPU tensors (and CUDA tensors staged through host memory).
+//
+//   auto store = std::make_shared<FileStore>("/shared/job1", /*world_size=*/2);
+//   auto group = std::make_shared<ProcessGroupGloo>(store, rank, 2, ProcessGroupOptions{});
+//   group->all_reduce(grad)->wait();
+//
+// or through init.h: init_process_group("gloo").
+//
+// Construction is the rendezvous: every rank listens on an address (Note
+// [Gloo interface] in gloo_device.h), publishes it in the store and connects
+// a TCP pair to every other rank (gloo::rendezvous::Context::connectFullMesh).
+// It returns once every rank has connected all its pairs (a store-based
+// barrier after gloo's rendezvous), or throws kiln::Error after
+// options.timeout naming the store and the group. The same timeout bounds
+// every operation: gloo then throws, and the Work fails with gloo's message.
+//
+// Note [Gloo rendezvous keys]
+// connectFullMesh stores rank r's addresses under the bare key "<r>", so two
+// groups on one store would read each other's. A sub-group's store is
+// already under the sub-group's name (new_subgroup); below that each group
+// takes a generation number g = (store.add("gloo/groups", 1) - 1) / size and
+// keeps its keys under "gloo/<g>/". The numbers agree across ranks without
+// talking: a rank finishes the rendezvous of generation g only after every
+// rank has added for g, so all adds for g come before any for g+1, and a
+// world group made twice on one store (destroy_process_group, then
+// init_process_group again) does not find the first one's stale addresses.
+//
+// Note [Gloo threads]
+// Collectives run on one communication thread per group, in the order they
+// were issued. Gloo matches messages by "slot" (a collective's prefix and a
+// tag); the group numbers its collectives 0, 1, 2, ... as they are issued and
+// uses the number as the tag, and since every rank issues the same
+// collectives in the same order (Note [Collective front-end]) and runs them
+// in that order, the tags agree across ranks and a fast rank's next
+// collective can never be mistaken for the current one.
+//
+// Send and recv cannot wait on that thread. Gloo's send completes only once
+// the peer has posted the matching recv, so two ranks that each isend to the
+// other and then irecv would both block in their send, each recv queued
+// behind it: a deadlock. So run_send and run_recv post the message at once,
+// on the caller's thread (gloo's pairs are thread-safe and the posting does
+// not block), and only the waiting for completion is queued, on a second
+// set of threads that starts one thread per operation in flight (idle ones
+// are reused). One waiter per operation, not one for all in order, because
+// a program may post a recv that is matched only after later operations
+// complete (pre-posted receives in pipeline schedules); waiting in order
+// would hold those later operations' Works hostage. Point-to-point messages
+// use their own slots (kPointToPointSlotPrefix | tag), apart from every
+// collective's.
+//
+// Note [Gloo and CUDA tensors]
+// Gloo moves host memory only. A CUDA tensor is copied into pinned host
+// memory when the operation is issued, on the caller's current stream (the
+// copy waits for that stream, so it sees what the caller's kernels wrote);
+// Gloo works on the host copy on its thread, which then copies the result
+// back to the device and waits for that copy before finishing the Work, so
+// the result is on the device when wait() returns, whichever stream reads it.
+// Building without CUDA, check_device() accepts only CPU tensors.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "distributed/process_group.h"
+#include "distributed/store.h"
+
+namespace gloo {
+class Context;
+namespace transport {
+class Device;
+class UnboundBuffer;
+}  // namespace transport
+}  // namespace gloo
+
+namespace kiln::distributed {
+
+namespace gloo_backend {
+class OperationThreads;
+// The top byte of a point-to-point message's slot; gloo's collectives use
+// 0x01-0x08, the ring reduce-scatter kReduceScatterSlotPrefix (0x40).
+inline constexpr uint8_t kPointToPointSlotPrefix = 0x50;
+}  // namespace gloo_backend
+
+class ProcessGroupGloo : public ProcessGroup {
+ public:
+  // Connects to the other `size` - 1 ranks through `store` (required).
+  // Every rank of the group must construct it with the same `size` and its
+  // own `rank`; throws kiln::Error if the peers do not all arrive within
+  // options.timeout.
+  ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options);
+  // Runs the collectives still queued (the peers expect them), aborts
+  // point-to-point operations still waiting, and closes the connections.
+  ~ProcessGroupGloo() override;
+
+  std::string backend_name() const override { return "gloo"; }
+  // CPU tensors; CUDA tensors too when Kiln is built with CUDA.
+  void check_device(const Device& device, const char* op) const override;
+
+ protected:
+  WorkPtr run_all_reduce(const Tensor& tensor, ReduceOp op) override;
+  WorkPtr run_broadcast(const Tensor& tensor, int root) override;
+  WorkPtr run_reduce(const Tensor& tensor, int root, ReduceOp op) override;
+  WorkPtr run_all_gather(const Tensor& output, const Tensor& input) override;
+  WorkPtr run_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override;
+  WorkPtr run_gather(const Tensor& output, const Tensor& input, int root) override;
+  WorkPtr run_scatter(const Tensor& output, const Tensor& input, int root) override;
+  WorkPtr run_all_to_all(const Tensor& output, const Tensor& input) override;
+  WorkPtr run_barrier() override;
+  WorkPtr run_send(const Tensor& tensor, int dst, int tag) override;
+  WorkPtr run_recv(const Tensor& tensor, int src, int tag) override;
+  // A group over `ranks` on the same Gloo device (the same listening
+  // address), rendezvousing through `store`; null on non-members.
+  std::shared_ptr<ProcessGroup> run_new_subgroup(const std::vector<int>& ranks, std::shared_ptr<Store> store,
+                                                 ProcessGroupOptions options) override;
+
+ private:
+  ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options,
+                   std::shared_ptr<::gloo::transport::Device> device);
+
+  // Queues `body(tag)` on the communication thread with the next tag.
+  WorkPtr enqueue_collective(const char* name, std::function<void(uint32_t tag)> body);
+  // Queues the wait for a posted send or recv (Note [Gloo threads]).
+  WorkPtr enqueue_point_to_point_wait(std::string name, std::shared_ptr<::gloo::transport::UnboundBuffer> buffer,
+                                      bool is_recv, Tensor target, Tensor host);
+
+  std::shared_ptr<::gloo::transport::Device> device_;
+  std::shared_ptr<::gloo::Context> context_;
+
+  std::mutex issue_mutex_;  // makes tag order the queue order
+  uint32_t next_tag_ = 0;
+  std::unique_ptr<gloo_backend::OperationThreads> collectives_;
+
+  // Posted sends and recvs not yet complete, so that the destructor can
+  // abort their waits.
+  std::mutex pending_mutex_;
+  std::set<std::pair<::gloo::transport::UnboundBuffer*, bool>> pending_;  // (buffer, is_recv)
+  std::unique_ptr<gloo_backend::OperationThreads> point_to_point_;
+};
+
+}  // namespace kiln::distributed

@@ -1,0 +1,252 @@
+// What is particular to the Gloo backend: how it meets its peers (Note
+// [Gloo interface], Note [Gloo rendezvous keys]) and that an operation
+// whose peer has died or never comes fails within the group's timeout
+// instead of hanging. The collectives themselves are in collectives_test.cpp.
+#include <gtest/gtest.h>
+
+#ifdef KILN_WITH_GLOO
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "distributed/backends/gloo/gloo_device.h"
+#include "distributed/backends/gloo/gloo_reduce.h"
+#include "distributed/backends/gloo/process_group_gloo.h"
+#include "distributed/file_store.h"
+#include "multi_process.h"
+#include "store_test_util.h"
+#include "tensor/factory.h"
+
+namespace kiln::distributed::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::shared_ptr<ProcessGroup> make_gloo_group(milliseconds timeout) {
+  auto store = std::make_shared<FileStore>(test_store_dir() + "/store", -1, timeout);
+  ProcessGroupOptions options;
+  options.timeout = timeout;
+  return std::make_shared<ProcessGroupGloo>(store, test_rank(), test_world_size(), options);
+}
+
+TEST(ProcessGroupGloo, AllReduceFailsSoonAfterThePeerIsKilled) {
+  RankOptions options;
+  options.expect_killed_by_signal = {{1, SIGKILL}};
+  run_on_ranks(
+      2,
+      [](int rank) {
+        const milliseconds timeout(3000);
+        auto group = make_gloo_group(timeout);
+        group->barrier()->wait();
+        if (rank == 1) ::raise(SIGKILL);
+        // Give the kill time to land, so that rank 0 meets a dead peer rather
+        // than one that has not reached the collective yet.
+        std::this_thread::sleep_for(milliseconds(200));
+        Tensor t = ones({1000}, DType::Float32);
+        const auto start = std::chrono::steady_clock::now();
+        const std::string error = error_of([&] { group->all_reduce(t)->wait(); });
+        const double elapsed = seconds_since(start);
+        std::printf("gloo's report of a dead peer, after %.2f s:\n%s\n", elapsed, error.c_str());
+        EXPECT_LT(elapsed, 3.0 + 2.0) << error;
+        EXPECT_NE(error.find("collective #2 all_reduce(float32 [1000], sum) on group 'default' (gloo, rank 0 of 2)"),
+                  std::string::npos)
+            << error;
+        EXPECT_NE(error.find("gloo all_reduce: "), std::string::npos) << error;
+        // The group is now unusable, and says so without waiting again.
+        const std::string again = error_of([&] { group->barrier(); });
+        EXPECT_NE(again.find("cannot be used after an earlier collective failed"), std::string::npos) << again;
+      },
+      options);
+}
+
+TEST(ProcessGroupGloo, RecvFailsSoonAfterThePeerIsKilled) {
+  RankOptions options;
+  options.expect_killed_by_signal = {{1, SIGKILL}};
+  run_on_ranks(
+      2,
+      [](int rank) {
+        auto group = make_gloo_group(milliseconds(3000));
+        group->barrier()->wait();
+        if (rank == 1) ::raise(SIGKILL);
+        Tensor t = zeros({4}, DType::Float32);
+        const auto start = std::chrono::steady_clock::now();
+        const std::string error = error_of([&] { group->recv(t, 1); });
+        std::printf("gloo's report of a recv from a dead peer, after %.2f s:\n%s\n", seconds_since(start),
+                    error.c_str());
+        EXPECT_LT(seconds_since(start), 5.0) << error;
+        EXPECT_NE(error.find("recv(float32 [4]) from rank 1 tag 0"), std::string::npos) << error;
+        EXPECT_NE(error.find("gloo recv from rank 1 tag 0: "), std::string::npos) << error;
+      },
+      options);
+}
+
+TEST(ProcessGroupGloo, ACollectiveThePeerNeverJoinsTimesOut) {
+  run_on_ranks(2, [](int rank) {
+    auto group = make_gloo_group(milliseconds(1000));
+    if (rank == 0) {
+      Tensor t = ones({8}, DType::Float64);
+      const auto start = std::chrono::steady_clock::now();
+      const std::string error = error_of([&] { group->all_reduce(t)->wait(); });
+      std::printf("gloo's report of a collective the peer never joins, after %.2f s:\n%s\n", seconds_since(start),
+                  error.c_str());
+      EXPECT_LT(seconds_since(start), 4.0) << error;
+      EXPECT_NE(error.find("collective #1 all_reduce(float64 [8], sum)"), std::string::npos) << error;
+      // Gloo's own timeout and the front-end's wait are both 1 s; either may
+      // report first.
+      EXPECT_TRUE(error.find("Timed out waiting 1000ms") != std::string::npos ||
+                  error.find("did not finish within 1000 ms") != std::string::npos)
+          << error;
+      EXPECT_NE(error.find("Not reached: rank 1 (entered no collective)"), std::string::npos) << error;
+      group->store()->set("rank0 done", std::string("1"));
+    } else {
+      // Rank 1 stays (so that rank 0 meets silence, not a closed
+      // connection) until rank 0 is done.
+      group->store()->wait({"rank0 done"}, milliseconds(8000));
+    }
+  });
+}
+
+TEST(ProcessGroupGloo, DestroyingTheGroupAbortsARecvThatNeverCompletes) {
+  run_on_ranks(2, [](int rank) {
+    FileStore done(test_store_dir() + "/done", -1, milliseconds(8000));
+    if (rank == 0) {
+      // A 20 s timeout: the destructor must not wait for it.
+      auto group = make_gloo_group(milliseconds(20000));
+      {
+        Tensor t = zeros({4}, DType::Float32);
+        WorkPtr work = group->irecv(t, 1, 5);
+        EXPECT_FALSE(work->wait_for(milliseconds(100)));
+      }
+      const auto start = std::chrono::steady_clock::now();
+      group.reset();
+      EXPECT_LT(seconds_since(start), 3.0);
+      done.set("rank0 done", std::string("1"));
+    } else {
+      auto group = make_gloo_group(milliseconds(20000));
+      // Stays connected, sending nothing, until rank 0 has destroyed its group.
+      done.wait({"rank0 done"});
+    }
+  });
+}
+
+TEST(ProcessGroupGloo, RendezvousFailsNamingTheStoreWhenAPeerNeverArrives) {
+  run_on_ranks(2, [](int rank) {
+    if (rank == 1) return;  // never creates its group
+    const auto start = std::chrono::steady_clock::now();
+    const std::string error = error_of([] { make_gloo_group(milliseconds(500)); });
+    EXPECT_LT(seconds_since(start), 4.0);
+    EXPECT_NE(error.find("gloo: rank 0 of group 'default' (size 2) could not connect to the other ranks through "
+                         "file store " +
+                         test_store_dir() + "/store within 500 ms"),
+              std::string::npos)
+        << error;
+  });
+}
+
+TEST(ProcessGroupGloo, GroupsMadeOneAfterAnotherOnOneStoreAreDistinct) {
+  // Note [Gloo rendezvous keys]: the second group must not connect to the
+  // first one's (closed) addresses.
+  run_on_ranks(3, [](int rank) {
+    auto store = std::make_shared<FileStore>(test_store_dir() + "/store", -1, milliseconds(5000));
+    ProcessGroupOptions options;
+    options.timeout = milliseconds(5000);
+    for (int round = 1; round <= 3; ++round) {
+      auto group = std::make_shared<ProcessGroupGloo>(store, rank, 3, options);
+      Tensor t = full({2}, double(round * (rank + 1)), DType::Int64);
+      group->all_reduce(t)->wait();
+      EXPECT_EQ(t.at<int64_t>({0}), 6 * round);
+    }
+  });
+}
+
+TEST(ProcessGroupGloo, TheInterfaceComesFromTheEnvironment) {
+  run_on_ranks(2, [](int rank) {
+    ::unsetenv("GLOO_SOCKET_IFNAME");
+    ::setenv("KILN_GLOO_SOCKET_IFNAME", "lo", 1);
+    EXPECT_EQ(gloo_backend::tcp_device_choice(), "interface lo (KILN_GLOO_SOCKET_IFNAME)");
+    {
+      auto group = make_gloo_group(milliseconds(5000));
+      Tensor t = full({1}, double(rank + 1), DType::Float32);
+      group->all_reduce(t)->wait();
+      EXPECT_EQ(t.at<float>({0}), 3.0f);
+    }
+    ::setenv("KILN_GLOO_SOCKET_IFNAME", "kiln_no_such_if0", 1);
+    EXPECT_NE(error_of([] {
+                gloo_backend::make_tcp_device();
+              }).find("gloo: cannot listen on interface kiln_no_such_if0 (KILN_GLOO_SOCKET_IFNAME): "),
+              std::string::npos);
+    ::unsetenv("KILN_GLOO_SOCKET_IFNAME");
+  });
+}
+
+TEST(ProcessGroupGloo, AcceptsOnlyCpuTensorsWithoutCuda) {
+#ifdef KILN_WITH_CUDA
+  GTEST_SKIP() << "this build has CUDA, so gloo accepts CUDA tensors";
+#else
+  run_on_ranks(2, [](int) {
+    auto group = make_gloo_group(milliseconds(5000));
+    group->check_device(kCPU, "all_reduce");
+    EXPECT_EQ(error_of([&] { group->check_device(cuda_device(0), "all_reduce"); }),
+              "all_reduce: the gloo backend got a tensor on cuda:0, but this build of Kiln has no CUDA support; gloo "
+              "works on CPU tensors");
+  });
+#endif
+}
+
+// The reduction functions on their own, where the multi-process tests'
+// small integers do not reach: wrap-around, NaN and rounding.
+TEST(GlooReduce, IntegersWrapNanPropagatesHalfPrecisionRounds) {
+  int8_t a8[2] = {120, -100}, b8[2] = {10, -100}, c8[2];
+  gloo_backend::reduce_function(DType::Int8, ReduceOp::Sum)(c8, a8, b8, 2);
+  EXPECT_EQ(c8[0], -126);  // 130 wraps
+  EXPECT_EQ(c8[1], 56);    // -200 wraps
+  uint8_t a[1] = {200}, b[1] = {2}, c[1];
+  gloo_backend::reduce_function(DType::UInt8, ReduceOp::Product)(c, a, b, 1);
+  EXPECT_EQ(c[0], 144);  // 400 mod 256
+  int64_t big[1] = {INT64_MAX}, one[1] = {1}, wrapped[1];
+  gloo_backend::reduce_function(DType::Int64, ReduceOp::Sum)(wrapped, big, one, 1);
+  EXPECT_EQ(wrapped[0], INT64_MIN);
+
+  const float nan = std::nanf("");
+  float x[3] = {nan, 1.0f, 2.0f}, y[3] = {3.0f, nan, 1.0f}, mx[3], mn[3];
+  gloo_backend::reduce_function(DType::Float32, ReduceOp::Max)(mx, x, y, 3);
+  gloo_backend::reduce_function(DType::Float32, ReduceOp::Min)(mn, x, y, 3);
+  EXPECT_TRUE(std::isnan(mx[0]) && std::isnan(mx[1]) && std::isnan(mn[0]) && std::isnan(mn[1]));
+  EXPECT_EQ(mx[2], 2.0f);
+  EXPECT_EQ(mn[2], 1.0f);
+
+  // bfloat16 keeps 8 significant bits: 256 + 1 rounds back to 256, and the
+  // sum is rounded, not truncated: 256 + 3 = 259 -> 260.
+  BFloat16 p[2] = {BFloat16(256.0f), BFloat16(256.0f)}, q[2] = {BFloat16(1.0f), BFloat16(3.0f)}, r[2];
+  gloo_backend::reduce_function(DType::BFloat16, ReduceOp::Sum)(r, p, q, 2);
+  EXPECT_EQ(static_cast<float>(r[0]), 256.0f);
+  EXPECT_EQ(static_cast<float>(r[1]), 260.0f);
+  Half h[1] = {Half(0.5f)}, k[1] = {Half(0.25f)}, hr[1];
+  gloo_backend::reduce_function(DType::Float16, ReduceOp::Product)(hr, h, k, 1);
+  EXPECT_EQ(static_cast<float>(hr[0]), 0.125f);
+
+  bool t[2] = {true, false}, f[2] = {false, false}, any[2], all[2];
+  gloo_backend::reduce_function(DType::Bool, ReduceOp::Max)(any, t, f, 2);
+  gloo_backend::reduce_function(DType::Bool, ReduceOp::Min)(all, t, f, 2);
+  EXPECT_TRUE(any[0]);
+  EXPECT_FALSE(any[1]);
+  EXPECT_FALSE(all[0]);
+  EXPECT_EQ(error_of([] { gloo_backend::reduce_function(DType::Bool, ReduceOp::Sum); }),
+            "gloo: bool tensors can only be reduced with max (logical or) or min (logical and), not sum");
+  EXPECT_NE(error_of([] {
+              gloo_backend::reduce_function(DType::Float32, ReduceOp::Avg);
+            }).find("gloo: ReduceOp avg reached the backend"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln::distributed::testing
+
+#endif  // KILN_WITH_GLOO
