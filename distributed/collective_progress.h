@@ -15,8 +15,9 @@
 //
 // Publishing must not slow collectives down, so entered() only stores the
 // entry and wakes a publisher thread, which writes the newest entry through
-// its own store client (Store::clone()). A burst of collectives costs one
-// store write. The report waits briefly (up to a second) for the ranks that
+// its own store client (Store::clone()), at most once every 100 ms: a burst
+// of collectives costs one store write, and a training step of small
+// collectives does not pay a store round trip for each. The report waits briefly (up to a second) for the ranks that
 // are still behind, because their publisher may not have written yet.
 #pragma once
 
@@ -61,6 +62,8 @@ class CollectiveProgress {
   std::string pending_;     // newest entry not written yet ("" when none)
   uint64_t pending_sequence_ = 0;
   uint64_t published_sequence_ = 0;
+  bool flush_ = false;           // report() wants the newest entry written now
+  bool publisher_idle_ = false;  // the publisher waits for an entry (not out its interval)
   std::string publish_error_;  // why publishing stopped, if it did
   bool stopping_ = false;
   std::condition_variable published_;
