@@ -1,5 +1,6 @@
 #include "autograd/engine.h"
 
+#include <functional>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -42,6 +43,34 @@ class GraphTask {
   // Runs the graph reachable from `roots`. With captures, only nodes that
   // lead to a captured edge run, and AccumulateGrad never does.
   void execute(const std::vector<Edge>& roots, const TensorList& root_grads, TensorList* captured) {
+    CurrentTask current(*this);
+    run_graph(roots, root_grads, captured);
+    // Callbacks may queue further callbacks; they run too, in order. If the
+    // graph threw, none runs (the backward did not finish).
+    for (size_t i = 0; i < final_callbacks_.size(); ++i) {
+      std::function<void()> callback = std::move(final_callbacks_[i]);
+      callback();
+    }
+  }
+
+  void queue_callback(std::function<void()> callback) { final_callbacks_.push_back(std::move(callback)); }
+
+  static GraphTask* current() { return t_current_task; }
+
+ private:
+  // Makes `task` the one queue_callback() adds to while it runs; nested
+  // backward calls (from a hook, say) restore the outer task after.
+  class CurrentTask {
+   public:
+    explicit CurrentTask(GraphTask& task) : previous_(t_current_task) { t_current_task = &task; }
+    ~CurrentTask() { t_current_task = previous_; }
+
+   private:
+    GraphTask* previous_;
+  };
+  static thread_local GraphTask* t_current_task;
+
+  void run_graph(const std::vector<Edge>& roots, const TensorList& root_grads, TensorList* captured) {
     count_dependencies(roots);
     if (captured != nullptr) mark_needed(roots);
     auto later_first = [](Node* a, Node* b) { return a->sequence_nr() < b->sequence_nr(); };
@@ -72,7 +101,6 @@ class GraphTask {
     }
   }
 
- private:
   void count_dependencies(const std::vector<Edge>& roots) {
     std::vector<Node*> stack;
     std::unordered_set<Node*> seen;
@@ -175,7 +203,10 @@ class GraphTask {
   std::unordered_map<Node*, std::vector<Capture>> captures_;
   std::unordered_set<Node*> needed_;
   std::unordered_set<Node*> queued_;
+  std::vector<std::function<void()>> final_callbacks_;
 };
+
+thread_local GraphTask* GraphTask::t_current_task = nullptr;
 
 // The edges and starting gradients for backward from `roots`.
 std::vector<Edge> root_edges(std::string_view op, const TensorList& roots, const TensorList& grad_roots,
@@ -205,6 +236,13 @@ std::vector<Edge> root_edges(std::string_view op, const TensorList& roots, const
 }
 
 }  // namespace
+
+void queue_callback(std::function<void()> callback) {
+  GraphTask* task = GraphTask::current();
+  KILN_CHECK(task != nullptr,
+             "queue_callback: no backward is running on this thread; call it from a hook during backward");
+  task->queue_callback(std::move(callback));
+}
 
 const std::string& current_node_name() {
   static const std::string none = "backward";

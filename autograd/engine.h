@@ -13,6 +13,8 @@
 // layers are still being differentiated.
 #pragma once
 
+#include <functional>
+
 #include "autograd/node.h"
 
 namespace kiln::autograd {
@@ -22,6 +24,14 @@ namespace kiln::autograd {
 // element (it is then 1). Frees the graph unless retain_graph; with
 // create_graph the backward itself is recorded (for higher derivatives).
 void run_backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph, bool create_graph);
+
+// Runs `callback` once the backward pass running on this thread has
+// finished, before backward() returns (PyTorch's queue_callback).
+// DistributedDataParallel uses it to wait for its last gradient buckets, so
+// that backward() returns with every gradient averaged. Must be called from
+// inside a backward (a hook); callbacks run in the order queued, and not at
+// all if the backward throws.
+void queue_callback(std::function<void()> callback);
 
 // The gradients of `outputs` with respect to `inputs`, returned instead of
 // accumulated into .grad(), as torch.autograd.grad. An input that the

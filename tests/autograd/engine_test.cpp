@@ -228,6 +228,28 @@ TEST(Engine, PostAccumulateHooksFireAsEachLeafFinishes) {
                "register_post_accumulate_grad_hook: only leaf tensors that require grad");
 }
 
+TEST(Engine, QueuedCallbacksRunOnceBackwardHasFinished) {
+  // DDP waits for its gradient buckets in such a callback: it must run after
+  // every leaf has its gradient, before backward() returns, and only once.
+  std::vector<std::string> log;
+  Tensor x = from_vector<double>({1, 2});
+  Tensor w1 = leaf({1, 1}), w2 = leaf({2, 2});
+  w2.register_post_accumulate_grad_hook([&](const Tensor&) {
+    log.push_back("w2");
+    autograd::queue_callback([&] {
+      log.push_back(w1.grad().defined() ? "callback after w1" : "callback before w1");
+      autograd::queue_callback([&] { log.push_back("queued by a callback"); });
+    });
+  });
+  w1.register_post_accumulate_grad_hook([&](const Tensor&) { log.push_back("w1"); });
+  sum(x * w1 * w2).backward();
+  EXPECT_EQ(log, (std::vector<std::string>{"w2", "w1", "callback after w1", "queued by a callback"}));
+  log.clear();
+  sum(x * w1).backward();  // w2's hook does not run: no callback is left over
+  EXPECT_EQ(log, (std::vector<std::string>{"w1"}));
+  expect_error([] { autograd::queue_callback([] {}); }, "queue_callback: no backward is running on this thread");
+}
+
 TEST(Engine, FunctionalGradAndSecondDerivatives) {
   // f = x^3: f' = 3x^2, f'' = 6x.
   Tensor x = leaf({2, -1});
