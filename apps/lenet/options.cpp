@@ -60,6 +60,11 @@ void validate(const TrainerOptions& o) {
   } catch (const Error&) {
     KILN_CHECK(false, "--device: unknown device '", o.device, "' (expected cpu, cuda or cuda:N)");
   }
+  KILN_CHECK(o.accum_steps >= 1, "--accum-steps must be at least 1, got ", o.accum_steps);
+  KILN_CHECK(o.backend == "gloo" || o.backend == "mpi" || o.backend == "nccl", "--backend: unknown backend '",
+             o.backend, "' (expected gloo, mpi or nccl)");
+  KILN_CHECK(!(o.ddp && o.eval_only), "--eval-only runs in one process; drop --ddp");
+  KILN_CHECK(o.ddp || o.backend == "gloo", "--backend ", o.backend, " only goes with --ddp");
   KILN_CHECK(!o.eval_only || !o.resume.empty() || !o.weights.empty(),
              "--eval-only needs the model to evaluate: give --resume CHECKPOINT or --weights FILE.safetensors");
   KILN_CHECK(o.resume.empty() || o.weights.empty(), "--resume and --weights exclude each other: a checkpoint '",
@@ -112,6 +117,14 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   app.add_option("--weights", o.weights, "a model state dict (.safetensors) to evaluate with --eval-only");
   app.add_flag("--eval-only", o.eval_only,
                "only evaluate the test set (the model of --resume or --weights) and print the per-class table");
+  app.add_flag("--ddp", o.ddp,
+               "train with DistributedDataParallel over the processes kiln-run starts (kiln-run "
+               "--nproc-per-node N kiln-lenet --ddp ...); --batch-size is per process, rank 0 prints and saves");
+  app.add_option("--backend", o.backend, "the process group's backend with --ddp: gloo, mpi or nccl")
+      ->capture_default_str();
+  app.add_option("--accum-steps", o.accum_steps,
+                 "batches per optimizer step (gradient accumulation; with --ddp only the last one communicates)")
+      ->capture_default_str();
   app.add_option("--log", o.log,
                  "write one JSON object per epoch to FILE.jsonl (a new file; --resume appends to it)");
   app.add_option("--plot", o.plot, "write an SVG chart of the losses and the test accuracy to FILE.svg");

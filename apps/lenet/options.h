@@ -62,6 +62,12 @@ struct TrainerOptions {
   std::string resume;   // training checkpoint to continue from
   std::string weights;  // a model state dict (safetensors) for --eval-only
   bool eval_only = false;
+  // Data parallel training over the processes kiln-run starts (Note
+  // [kiln-lenet with DDP]); batch_size is then per process.
+  bool ddp = false;
+  std::string backend = "gloo";  // of the process group: gloo, mpi or nccl
+  // Batches per optimizer step (gradient accumulation).
+  int64_t accum_steps = 1;
   std::string log;   // one JSON object per epoch, appended
   std::string plot;  // SVG of the losses and accuracy, rewritten every epoch
 };

@@ -10,10 +10,13 @@
 #include <string>
 #include <utility>
 
+#include "apps/lenet/data_parallel.h"
 #include "apps/lenet/data_source.h"
 #include "apps/lenet/plot.h"
 #include "apps/lenet/progress.h"
 #include "autograd/autocast.h"
+#include "distributed/ddp/distributed_data_parallel.h"
+#include "distributed/ddp/training_helpers.h"
 #include "kiln.h"
 #include "optim/grad_scaler.h"
 
@@ -44,8 +47,16 @@ std::string recipe(const TrainerOptions& o) {
   return "epochs " + std::to_string(o.epochs) + ", batch size " + std::to_string(o.batch_size) + ", " +
          to_string(o.optimizer) + " lr " + exact(o.lr) + " momentum " + exact(o.momentum) + " weight decay " +
          exact(o.weight_decay) + ", schedule " + to_string(o.schedule) + ", augment " + (o.augment ? "on" : "off") +
-         ", seed " + std::to_string(o.seed) + (o.amp ? ", amp" : "");
+         ", seed " + std::to_string(o.seed) + (o.amp ? ", amp" : "") +
+         (o.accum_steps > 1 ? ", accum steps " + std::to_string(o.accum_steps) : "") +
+         (o.ddp ? ", ddp " + o.backend : "");
 }
+
+// Where rank 1 and up write what rank 0 alone prints.
+class NullBuffer : public std::streambuf {
+ protected:
+  int overflow(int c) override { return c; }
+};
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerOptions& o, const std::vector<Tensor>& params) {
   switch (o.optimizer) {
@@ -167,7 +178,10 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
   using Clock = std::chrono::steady_clock;
   const Clock::time_point run_start = Clock::now();
   validate(o);
-  std::ostream& out = *hooks.out;
+  DataParallelRun dp = start_data_parallel(o);
+  NullBuffer discard;
+  std::ostream silent(&discard);
+  std::ostream& out = dp.is_main() ? *hooks.out : silent;
   auto should_stop = hooks.should_stop ? hooks.should_stop : [](int64_t) { return interrupt_requested(); };
   if (o.threads > 0) set_num_threads(o.threads);
   const Device device(o.device);
@@ -178,6 +192,16 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
   nn::LeNet& model = *result.model;
   // Before the data is read: a device that cannot run fails fast.
   model.to(device);
+  // What the training steps call: the model, or DDP around it (which takes
+  // rank 0's weights, the same here since every rank seeds alike).
+  std::shared_ptr<distributed::DistributedDataParallel> ddp;
+  nn::Module* trained = &model;
+  if (dp.group) {
+    distributed::DDPOptions ddp_options;
+    ddp_options.group = dp.group;
+    ddp = std::make_shared<distributed::DistributedDataParallel>(result.model, ddp_options);
+    trained = ddp.get();
+  }
 
   Datasets data = open_datasets(o.data, o.augment && !o.eval_only, o.seed);
   result.class_names = data.class_names;
@@ -185,7 +209,11 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
   data::DataLoaderOptions test_options;
   test_options.batch_size = std::max(o.batch_size, kMinTestBatch);
   test_options.num_workers = std::min<int64_t>(o.workers, 1);
+  test_options.sampler = test_sampler(dp, data.test->size());
   data::DataLoader test_loader(data.test, test_options);
+  auto run_evaluation = [&] {
+    return combine_evaluations(evaluate(model, test_loader, device, num_classes), dp);
+  };
 
   if (o.eval_only) {
     load_weights(model, o.resume.empty() ? o.weights : o.resume);
@@ -201,11 +229,14 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
 
   data::DataLoaderOptions train_options;
   train_options.batch_size = o.batch_size;
-  train_options.shuffle = true;
+  train_options.sampler = train_sampler(dp, data.train->size(), o.seed);
+  train_options.shuffle = train_options.sampler == nullptr;
   train_options.num_workers = o.workers;
   train_options.seed = o.seed;
   data::DataLoader train_loader(data.train, train_options);
-  const int64_t steps_per_epoch = train_loader.size();
+  // Batches per epoch; an optimizer step takes accum_steps of them.
+  const int64_t batches_per_epoch = train_loader.size();
+  const int64_t steps_per_epoch = (batches_per_epoch + o.accum_steps - 1) / o.accum_steps;
   std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(o, model.parameters());
   std::unique_ptr<optim::LRScheduler> scheduler = make_scheduler(o, *optimizer, o.epochs * steps_per_epoch);
   // --amp: bfloat16 has float32's exponent range and needs no loss scaling;
@@ -226,13 +257,20 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
     // is not in the history; its `seconds` resume the epoch's own clock.
     elapsed_before = (pos.history.empty() ? 0.0 : pos.history.back().elapsed_seconds) + pos.seconds;
     out << "resuming " << o.resume << " at epoch " << pos.epoch + 1 << ", step " << pos.step_in_epoch << "/"
-        << steps_per_epoch << "\n";
-  } else if (!o.log.empty()) {
+        << batches_per_epoch << "\n";
+  } else if (!o.log.empty() && dp.is_main()) {
     start_jsonl(o.log);
   }
   auto save = [&]() {
+    if (!dp.is_main()) return;  // Note [kiln-lenet with DDP]
     optim::save_training_checkpoint(o.save,
                                     {model, *optimizer, scheduler.get(), global_step, to_extra(pos, o), &scaler});
+  };
+  // Under DDP every rank must stop at the same step (Note [kiln-lenet with DDP]).
+  auto stop_now = [&](bool at_check_point) {
+    if (!dp.group) return should_stop(global_step);
+    if (!at_check_point) return false;
+    return distributed::any_rank_wants(should_stop(global_step), *dp.group);
   };
 
   // Stops the run at `pos` (its checkpoint, if any, already written).
@@ -245,6 +283,7 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
     result.epoch = pos.epoch;
     result.step_in_epoch = pos.step_in_epoch;
     result.global_step = global_step;
+    finish_data_parallel(dp);
     return result;
   };
 
@@ -253,7 +292,12 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
   out << "LeNet (" << parameters << " parameters) on " << data.description << ": " << data.train->size()
       << " training, " << data.test->size() << " test images\n"
       << recipe(o) << ", " << o.workers << " loader workers, " << get_num_threads() << " threads, device "
-      << device.str() << (o.amp ? ", mixed precision " + std::string(dtype_name(amp_dtype)) : std::string()) << "\n";
+      << device.str() << (o.amp ? ", mixed precision " + std::string(dtype_name(amp_dtype)) : std::string());
+  if (dp.group) {
+    out << ", " << dp.world_size << " processes (" << dp.group->backend_name() << "), global batch "
+        << o.batch_size * dp.world_size;
+  }
+  out << "\n";
 
   model.train();
   for (; pos.epoch < o.epochs; ++pos.epoch) {
@@ -261,57 +305,75 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
     train_loader.begin_epoch(pos.epoch);
     for (int64_t skipped = 0; skipped < pos.step_in_epoch; ++skipped) {
       KILN_CHECK(train_loader.next().has_value(), "--resume '", o.resume, "': the checkpoint is at step ",
-                 pos.step_in_epoch, " of an epoch that has only ", steps_per_epoch, " steps");
+                 pos.step_in_epoch, " of an epoch that has only ", batches_per_epoch, " steps");
     }
     const std::string label = "epoch " + std::to_string(pos.epoch + 1) + "/" + std::to_string(o.epochs);
-    ProgressLine progress(out, hooks.interactive, label, steps_per_epoch, pos.step_in_epoch);
+    ProgressLine progress(out, hooks.interactive, label, batches_per_epoch, pos.step_in_epoch);
     if (device.is_cuda()) progress.show_gpu(device.index);
     const Clock::time_point start = Clock::now();
     const double seconds_before = pos.seconds;
     int64_t images_this_run = 0;
-    while (std::optional<data::Batch> batch = train_loader.next()) {
-      Tensor images = normalize_batch(batch->data).to(device);  // (B, 3, 32, 32) float32
-      Tensor labels = batch->target.to(device);                  // (B) int64
+    while (pos.step_in_epoch < batches_per_epoch) {
+      // One optimizer step over `micro` batches (Note [kiln-lenet with DDP]).
+      const int64_t micro = std::min(o.accum_steps, batches_per_epoch - pos.step_in_epoch);
       optimizer->zero_grad();
-      Tensor loss;
-      {
-        AutocastGuard autocast(device.type, amp_dtype, o.amp);
-        loss = F::cross_entropy(model(images), labels);
+      for (int64_t m = 0; m < micro; ++m) {
+        std::optional<data::Batch> batch = train_loader.next();
+        KILN_CHECK(batch.has_value(), "kiln-lenet: the loader ended after ", pos.step_in_epoch, " of ",
+                   batches_per_epoch, " batches");
+        Tensor images = normalize_batch(batch->data).to(device);  // (B, 3, 32, 32) float32
+        Tensor labels = batch->target.to(device);                  // (B) int64
+        Tensor loss;
+        {
+          AutocastGuard autocast(device.type, amp_dtype, o.amp);
+          loss = F::cross_entropy((*trained)(images), labels);
+        }
+        Tensor scaled = scaler.scale(micro > 1 ? loss / static_cast<double>(micro) : loss);
+        if (ddp && m + 1 < micro) {
+          auto no_sync = ddp->no_sync();
+          scaled.backward();
+        } else {
+          scaled.backward();
+        }
+        ++pos.step_in_epoch;
+        const int64_t batch_images = labels.size(0);
+        pos.loss_sum += loss.item<double>() * static_cast<double>(batch_images);
+        pos.images += batch_images;
+        images_this_run += batch_images;
       }
-      scaler.scale(loss).backward();
       scaler.step(*optimizer);
       scaler.update();
       if (scheduler) scheduler->step();
       ++global_step;
-      ++pos.step_in_epoch;
-      const int64_t batch_images = labels.size(0);
-      pos.loss_sum += loss.item<double>() * static_cast<double>(batch_images);
-      pos.images += batch_images;
-      images_this_run += batch_images;
       pos.seconds = seconds_before + std::chrono::duration<double>(Clock::now() - start).count();
-      progress.update(pos.step_in_epoch, pos.loss_sum / static_cast<double>(pos.images), images_this_run);
-      if (should_stop(global_step)) {
+      progress.update(pos.step_in_epoch, pos.loss_sum / static_cast<double>(pos.images),
+                      images_this_run * dp.world_size);
+      if (stop_now(global_step % kStopCheckSteps == 0)) {
         progress.finish();
         if (!o.save.empty()) save();
         return interrupted("at epoch " + std::to_string(pos.epoch + 1) + ", step " +
-                           std::to_string(pos.step_in_epoch) + "/" + std::to_string(steps_per_epoch));
+                           std::to_string(pos.step_in_epoch) + "/" + std::to_string(batches_per_epoch));
       }
     }
     progress.finish();
 
-    result.evaluation = evaluate(model, test_loader, device, num_classes);
+    result.evaluation = run_evaluation();
+    // The epoch's training loss and images over every rank.
+    std::vector<double> epoch_sums = {pos.loss_sum, static_cast<double>(pos.images)};
+    if (dp.group) distributed::all_reduce_sum(epoch_sums, *dp.group);
+    const double all_images = epoch_sums[1];
     EpochRecord record{.epoch = pos.epoch + 1,
-                       .train_loss = pos.images > 0 ? pos.loss_sum / static_cast<double>(pos.images) : 0.0,
+                       .train_loss = all_images > 0 ? epoch_sums[0] / all_images : 0.0,
                        .test_loss = result.evaluation.loss,
                        .test_accuracy = result.evaluation.accuracy,
                        .lr = optimizer->lr(0),
                        .seconds = pos.seconds,
-                       .images_per_second = pos.seconds > 0 ? static_cast<double>(pos.images) / pos.seconds : 0.0,
+                       .images_per_second = pos.seconds > 0 ? all_images / pos.seconds : 0.0,
                        .elapsed_seconds = elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count()};
     pos.history.push_back(record);
     out << summary(record, o.epochs) << "\n" << std::flush;
-    if (!o.log.empty()) append_jsonl(o.log, record);
-    if (!o.plot.empty()) write_plot_svg(o.plot, pos.history);
+    if (!o.log.empty() && dp.is_main()) append_jsonl(o.log, record);
+    if (!o.plot.empty() && dp.is_main()) write_plot_svg(o.plot, pos.history);
     pos.step_in_epoch = 0;
     pos.loss_sum = 0;
     pos.images = 0;
@@ -324,22 +386,21 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
     }
     // A Ctrl-C during the test pass stops here, where the checkpoint just
     // written already holds the position.
-    if (pos.epoch + 1 < o.epochs && should_stop(global_step)) {
+    if (pos.epoch + 1 < o.epochs && stop_now(true)) {
       ++pos.epoch;
       return interrupted("after epoch " + std::to_string(pos.epoch));
     }
   }
 
   // A run resumed from its final checkpoint trains no epoch: evaluate here.
-  if (pos.history.empty() || result.evaluation.images == 0) {
-    result.evaluation = evaluate(model, test_loader, device, num_classes);
-  }
+  if (pos.history.empty() || result.evaluation.images == 0) result.evaluation = run_evaluation();
   out << "\ntest accuracy per class after " << o.epochs << (o.epochs == 1 ? " epoch:\n" : " epochs:\n")
       << format_class_table(result.evaluation, data.class_names) << std::flush;
   result.status = RunStatus::Finished;
   result.history = pos.history;
   result.epoch = o.epochs;
   result.global_step = global_step;
+  finish_data_parallel(dp);
   return result;
 }
 

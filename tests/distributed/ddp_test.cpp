@@ -16,6 +16,7 @@
 
 #include "autograd/grad_mode.h"
 #include "distributed/ddp/distributed_data_parallel.h"
+#include "distributed/ddp/training_helpers.h"
 #include "multi_process.h"
 #include "nn/container.h"
 #include "nn/functional.h"
@@ -301,6 +302,24 @@ TEST(DistributedDataParallel, TwoRunsGiveBitwiseTheSameWeights) {
     };
     const auto first = run(0), second = run(1);
     for (size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(equal(first[i], second[i])) << "parameter " << i;
+  });
+}
+
+TEST(TrainingHelpers, SumsAgreementsAndSeeds) {
+  run_on_ranks(3, [](int rank) {
+    auto group = make_test_group("gloo", kTimeout);
+    std::vector<double> metrics = {0.5 * rank, 1.0};
+    all_reduce_sum(metrics, *group);
+    EXPECT_EQ(metrics, (std::vector<double>{1.5, 3.0}));
+    std::vector<int64_t> counts = {int64_t{1} << (40 + rank)};
+    all_reduce_sum(counts, *group);
+    EXPECT_EQ(counts[0], (int64_t{1} << 40) + (int64_t{1} << 41) + (int64_t{1} << 42));  // exact beyond float's 2^24
+    EXPECT_EQ(is_main_process(*group), rank == 0);
+    EXPECT_TRUE(any_rank_wants(rank == 2, *group));
+    EXPECT_FALSE(any_rank_wants(false, *group));
+    EXPECT_NE(per_rank_seed(7, rank), per_rank_seed(7, (rank + 1) % 3));
+    EXPECT_NE(per_rank_seed(7, rank), per_rank_seed(8, rank));
+    EXPECT_EQ(per_rank_seed(7, rank), per_rank_seed(7, rank));
   });
 }
 
