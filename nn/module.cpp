@@ -149,6 +149,19 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> module) 
   children_.emplace_back(name, std::move(module));
 }
 
+void Module::replace_child(const std::string& name, std::shared_ptr<Module> module) {
+  KILN_CHECK(module != nullptr, "replace_module: the replacement for submodule '", name, "' of ", this->name(),
+             " is null");
+  KILN_CHECK(module.get() != this, "replace_module: ", this->name(), " cannot be its own submodule '", name, "'");
+  for (auto& [n, child] : children_) {
+    if (n == name) {
+      child = std::move(module);
+      return;
+    }
+  }
+  KILN_FAIL("replace_module: ", this->name(), " has no submodule named '", name, "' to replace");
+}
+
 // ---- traversal ----
 
 void Module::visit(const std::string& path, std::unordered_set<const Module*>& seen,

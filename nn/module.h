@@ -128,6 +128,19 @@ class Module : public std::enable_shared_from_this<Module> {
     add_child(name, module);
     return module;
   }
+  // Puts `module` in place of the submodule registered as `name`, at the same
+  // place in the registration order (so state-dict keys and their order are
+  // kept), and returns it, as LibTorch's replace_module. Only the registry
+  // changes: a member handle, or a container's own list (Sequential's),
+  // still points at the old module, so assign the member too:
+  //   fc = replace_module("fc", std::make_shared<Linear>(84, 20));
+  // distributed::convert_sync_batchnorm swaps BatchNorm layers with it.
+  template <class M>
+  std::shared_ptr<M> replace_module(const std::string& name, std::shared_ptr<M> module) {
+    static_assert(std::is_base_of_v<Module, M>, "replace_module: M must derive from kiln::nn::Module");
+    replace_child(name, module);
+    return module;
+  }
 
   // ---- traversal ----
   // Defined parameters of this module, then (recurse) of its submodules in
@@ -231,6 +244,7 @@ class Module : public std::enable_shared_from_this<Module> {
   };
   void check_new_name(const std::string& name, const char* op) const;
   void add_child(const std::string& name, std::shared_ptr<Module> module);
+  void replace_child(const std::string& name, std::shared_ptr<Module> module);
   HookHandle add_forward_pre_hook(ForwardPreHook hook);
   HookHandle add_forward_hook(ForwardHook hook);
   Module& convert(std::optional<Device> device, std::optional<DType> dtype);

@@ -10,11 +10,12 @@
 //
 // - allreduce_hook(): all_reduce with ReduceOp::Avg (the default; PyTorch's
 //   allreduce_hook). Exact.
-// - fp16_compress_hook(), bf16_compress_hook(): cast the bucket to float16
-//   or bfloat16, all_reduce the half-size buffer (sum), and cast the sum
-//   back divided by the world size: half the bytes, with the rounding of
-//   one cast per rank and a sum in the narrow type (documented tolerances in
-//   tests/distributed/comm_hook_test.cpp).
+// - fp16_compress_hook(), bf16_compress_hook(): divide the bucket by the
+//   world size, cast it to float16 or bfloat16, all_reduce the half-size
+//   buffer (sum) and cast the average back: half the bytes, with the
+//   rounding of one cast per rank and a sum in the narrow type (Note
+//   [Dividing before the narrow sum] in compress_hooks.cpp gives the bound
+//   tests/distributed/comm_hook_test.cpp checks).
 // - powersgd_hook(options): PowerSGD (Vogels et al., 2019): each gradient
 //   of two or more dimensions, viewed as an (n, m) matrix M, is
 //   approximated by P Q^T with P (n, r) and Q (m, r): P = M Q, all_reduce

@@ -305,6 +305,57 @@ TEST(DistributedDataParallel, TwoRunsGiveBitwiseTheSameWeights) {
   });
 }
 
+// The communication hooks inside DDP (their own error bounds are tested in
+// comm_hook_test.cpp): 20 steps with float16 or bfloat16 buckets stay near
+// exact training without being equal to it, and PowerSGD trains.
+// `tolerance` bounds the weights' difference, `loss_tolerance` the relative
+// difference of the last step's loss.
+void expect_hook_trains_near_exact(std::shared_ptr<CommHook> hook, double tolerance, double loss_tolerance) {
+  run_on_ranks(2, [=](int rank) {
+    auto group = make_test_group("gloo", kTimeout);
+    auto train = [&](std::shared_ptr<CommHook> h) {
+      DDPOptions options = small_buckets(group);
+      options.comm_hook = h;
+      auto ddp = std::make_shared<DistributedDataParallel>(make_lenet(21), options);
+      optim::SGD opt(ddp->parameters(), sgd());
+      Tensor last_loss;
+      for (int s = 0; s < 20; ++s) {
+        auto [x, y] = batch_for(s % 2, 8);
+        opt.zero_grad();
+        last_loss = F::cross_entropy(ddp->forward(shard(x, rank, 2)), shard(y, rank, 2));
+        last_loss.backward();
+        opt.step();
+      }
+      return std::make_pair(ddp, last_loss.item<double>());
+    };
+    auto [exact, exact_loss] = train(nullptr);
+    auto [hooked, hooked_loss] = train(hook);
+    const double difference = max_difference(exact->module(), hooked->module());
+    std::printf("%s: max |hooked - exact| after 20 steps %.3g; loss %.4f vs %.4f\n", hook->name().c_str(),
+                difference, hooked_loss, exact_loss);
+    EXPECT_GT(difference, 0.0) << "the hook changed nothing: was it used?";
+    EXPECT_LE(difference, tolerance);
+    EXPECT_LE(std::abs(hooked_loss - exact_loss), loss_tolerance * exact_loss);
+  });
+}
+
+TEST(DistributedDataParallel, Fp16CompressionTrainsNearExactTraining) {
+  expect_hook_trains_near_exact(fp16_compress_hook(), 1e-2, 0.01);
+}
+
+TEST(DistributedDataParallel, Bf16CompressionTrainsNearExactTraining) {
+  expect_hook_trains_near_exact(bf16_compress_hook(), 5e-2, 0.05);
+}
+
+TEST(DistributedDataParallel, PowerSgdTrainsNearExactTraining) {
+  PowerSGDOptions options;
+  options.matrix_approximation_rank = 2;
+  options.start_iteration = 2;
+  // Rank 2 of LeNet's (120, 400) fc1 weight drops most of each step's
+  // gradient; error feedback sends it later, so the run lags a little.
+  expect_hook_trains_near_exact(powersgd_hook(options), 0.5, 0.25);
+}
+
 TEST(TrainingHelpers, SumsAgreementsAndSeeds) {
   run_on_ranks(3, [](int rank) {
     auto group = make_test_group("gloo", kTimeout);

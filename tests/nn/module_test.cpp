@@ -130,6 +130,22 @@ TEST(Module, RegistrationErrorsNameTheProblem) {
   EXPECT_EQ(keys_of(m.named_parameters(false)), std::vector<std::string>{"w"});
 }
 
+TEST(Module, ReplaceModuleKeepsTheNameAndItsPlace) {
+  Net net;
+  auto wider = std::make_shared<Scale>(3, true);
+  net.head = net.replace_module("head", wider);
+  // Same key order as before: features.*, head.*, temperature.
+  EXPECT_EQ(keys_of(net.named_parameters()),
+            (std::vector<std::string>{"temperature", "features.0.weight", "features.0.bias", "head.weight",
+                                      "head.bias"}));
+  EXPECT_EQ(net.named_parameters().at("head.bias").data_ptr(), wider->bias.data_ptr());
+  EXPECT_EQ(net.named_children()[1].second.get(), wider.get());
+  expect_error([&] { net.replace_module("tail", std::make_shared<Bare>()); },
+               "replace_module: Net has no submodule named 'tail' to replace");
+  expect_error([&] { net.replace_module("head", std::shared_ptr<Bare>()); },
+               "replace_module: the replacement for submodule 'head' of Net is null");
+}
+
 TEST(Module, BuffersIncludeNonPersistentButStateDictDoesNot) {
   auto stats = std::make_shared<Stats>(3);
   EXPECT_EQ(keys_of(stats->named_buffers()), (std::vector<std::string>{"running_mean", "count", "scratch"}));
