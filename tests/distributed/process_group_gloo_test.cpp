@@ -19,10 +19,11 @@
 #include "distributed/backends/gloo/gloo_device.h"
 #include "distributed/backends/gloo/gloo_reduce.h"
 #include "distributed/backends/gloo/process_group_gloo.h"
+#include "distributed/backends/gloo/recursive_doubling.h"
 #include "distributed/file_store.h"
 #include "multi_process.h"
 #include "store_test_util.h"
-#include "tensor/factory.h"
+#include "kiln.h"
 
 namespace kiln::distributed::testing {
 namespace {
@@ -198,6 +199,40 @@ TEST(ProcessGroupGloo, AcceptsOnlyCpuTensorsWithoutCuda) {
               "works on CPU tensors");
   });
 #endif
+}
+
+// Note [Gloo all-reduce algorithms]: below kRecursiveDoublingMaxBytes on 2
+// and 4 ranks the exchange is recursive doubling, else gloo's ring; either
+// way the sum is right and every rank holds the same bits.
+TEST(ProcessGroupGloo, AllReduceByRecursiveDoublingOrRingGivesEveryRankTheSameSum) {
+  const int64_t small = 1000;  // 4 KB of float32
+  const int64_t large = static_cast<int64_t>(gloo_backend::kRecursiveDoublingMaxBytes / 4) + 1000;
+  EXPECT_TRUE(gloo_backend::use_recursive_doubling(small * 4, 4));
+  EXPECT_FALSE(gloo_backend::use_recursive_doubling(small * 4, 3));
+  EXPECT_FALSE(gloo_backend::use_recursive_doubling(large * 4, 2));
+  for (int world : {2, 3, 4}) {
+    run_on_ranks(world, [=](int rank) {
+      auto group = make_gloo_group(milliseconds(20000));
+      for (int64_t n : {small, large}) {
+        auto values_of = [&](int r) {
+          Generator gen;
+          gen.manual_seed(static_cast<uint64_t>(100 * r + n % 97));
+          return randn({n}, DType::Float32, &gen);
+        };
+        Tensor t = values_of(rank);
+        group->all_reduce(t)->wait();
+        // The float64 sum of every rank's values, rounded once.
+        Tensor expected = zeros({n}, DType::Float64);
+        for (int r = 0; r < world; ++r) expected = expected + values_of(r).to(DType::Float64);
+        EXPECT_LE(max(abs(t.to(DType::Float64) - expected)).item<double>(), 1e-5) << n << " elements";
+        // Every rank's result, bit for bit.
+        std::vector<Tensor> all;
+        for (int r = 0; r < world; ++r) all.push_back(empty({n}, DType::Float32));
+        group->all_gather(all, t)->wait();
+        for (int r = 0; r < world; ++r) EXPECT_TRUE(equal(all[r], t)) << "rank " << r << ", " << n << " elements";
+      }
+    });
+  }
 }
 
 // The reduction functions on their own, where the multi-process tests'

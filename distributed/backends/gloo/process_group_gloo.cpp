@@ -20,6 +20,7 @@
 #include "distributed/backends/gloo/gloo_reduce.h"
 #include "distributed/backends/gloo/gloo_store.h"
 #include "distributed/backends/gloo/operation_threads.h"
+#include "distributed/backends/gloo/recursive_doubling.h"
 #include "distributed/backends/gloo/ring_reduce_scatter.h"
 #include "tensor/error.h"
 #include "tensor/shape.h"
@@ -222,8 +223,16 @@ WorkPtr ProcessGroupGloo::enqueue_point_to_point_wait(std::string name,
 WorkPtr ProcessGroupGloo::run_all_reduce(const Tensor& tensor, ReduceOp op) {
   auto reduce = gloo_backend::reduce_function(tensor.dtype(), op);
   Tensor host = host_buffer(tensor, true);
-  return enqueue_collective("all_reduce", [context = context_, tensor, host, reduce](uint32_t tag) {
+  return enqueue_collective("all_reduce", [context = context_, tensor, host, reduce,
+                                           timeout = timeout()](uint32_t tag) {
     if (host.numel() == 0) return;
+    // Note [Gloo all-reduce algorithms]
+    if (gloo_backend::use_recursive_doubling(host.nbytes(), context->size)) {
+      gloo_backend::recursive_doubling_all_reduce(context, host.data_ptr(), elements(host), host.element_size(),
+                                                  reduce, tag, timeout);
+      copy_to_device(tensor, host);
+      return;
+    }
     ::gloo::AllreduceOptions options(context);
     with_words(host, [&](auto* data) { options.setOutput(data, elements(host)); });
     options.setReduceFunction(reduce);
