@@ -64,6 +64,9 @@ void validate(const TrainerOptions& o) {
   KILN_CHECK(o.backend == "gloo" || o.backend == "mpi" || o.backend == "nccl", "--backend: unknown backend '",
              o.backend, "' (expected gloo, mpi or nccl)");
   KILN_CHECK(!(o.ddp && o.eval_only), "--eval-only runs in one process; drop --ddp");
+  KILN_CHECK(!(o.ddp && o.dp), "--ddp and --dp exclude each other: one process per replica, or one process "
+                               "for all of them");
+  KILN_CHECK(o.replicas >= 1, "--replicas must be at least 1, got ", o.replicas);
   KILN_CHECK(o.ddp || o.backend == "gloo", "--backend ", o.backend, " only goes with --ddp");
   KILN_CHECK(!o.eval_only || !o.resume.empty() || !o.weights.empty(),
              "--eval-only needs the model to evaluate: give --resume CHECKPOINT or --weights FILE.safetensors");
@@ -120,6 +123,10 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   app.add_flag("--ddp", o.ddp,
                "train with DistributedDataParallel over the processes kiln-run starts (kiln-run "
                "--nproc-per-node N kiln-lenet --ddp ...); --batch-size is per process, rank 0 prints and saves");
+  app.add_flag("--dp", o.dp,
+               "train with DataParallel in this process: one replica per GPU with --device cuda, else "
+               "--replicas replicas on the CPU, each batch split between them");
+  app.add_option("--replicas", o.replicas, "DataParallel replicas on the CPU with --dp")->capture_default_str();
   app.add_option("--backend", o.backend, "the process group's backend with --ddp: gloo, mpi or nccl")
       ->capture_default_str();
   app.add_option("--accum-steps", o.accum_steps,

@@ -66,6 +66,10 @@ struct TrainerOptions {
   // [kiln-lenet with DDP]); batch_size is then per process.
   bool ddp = false;
   std::string backend = "gloo";  // of the process group: gloo, mpi or nccl
+  // DataParallel in this process: one replica per CUDA device with --device
+  // cuda, else `replicas` replicas on the CPU, each batch split between them.
+  bool dp = false;
+  int64_t replicas = 2;
   // Batches per optimizer step (gradient accumulation).
   int64_t accum_steps = 1;
   std::string log;   // one JSON object per epoch, appended

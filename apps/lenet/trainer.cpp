@@ -15,10 +15,14 @@
 #include "apps/lenet/plot.h"
 #include "apps/lenet/progress.h"
 #include "autograd/autocast.h"
+#include "distributed/data_parallel.h"
 #include "distributed/ddp/distributed_data_parallel.h"
 #include "distributed/ddp/training_helpers.h"
 #include "kiln.h"
 #include "optim/grad_scaler.h"
+#ifdef KILN_WITH_CUDA
+#include "tensor/cuda/device.h"
+#endif
 
 namespace kiln::apps::lenet {
 
@@ -49,7 +53,7 @@ std::string recipe(const TrainerOptions& o) {
          exact(o.weight_decay) + ", schedule " + to_string(o.schedule) + ", augment " + (o.augment ? "on" : "off") +
          ", seed " + std::to_string(o.seed) + (o.amp ? ", amp" : "") +
          (o.accum_steps > 1 ? ", accum steps " + std::to_string(o.accum_steps) : "") +
-         (o.ddp ? ", ddp " + o.backend : "");
+         (o.ddp ? ", ddp " + o.backend : "") + (o.dp ? ", dp" : "");
 }
 
 // Where rank 1 and up write what rank 0 alone prints.
@@ -195,7 +199,20 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
   // What the training steps call: the model, or DDP around it (which takes
   // rank 0's weights, the same here since every rank seeds alike).
   std::shared_ptr<distributed::DistributedDataParallel> ddp;
+  std::shared_ptr<distributed::DataParallel> data_parallel;
   nn::Module* trained = &model;
+  if (o.dp) {
+    std::vector<Device> devices;
+#ifdef KILN_WITH_CUDA
+    const int64_t count = device.is_cuda() ? cuda::device_count() : o.replicas;
+#else
+    const int64_t count = o.replicas;  // a CUDA device failed at model.to(device) above
+#endif
+    for (int64_t i = 0; i < count; ++i) devices.push_back(device.is_cuda() ? cuda_device(static_cast<int>(i)) : kCPU);
+    data_parallel = std::make_shared<distributed::DataParallel>(
+        result.model, [] { return std::make_shared<nn::LeNet>(); }, devices);
+    trained = data_parallel.get();
+  }
   if (dp.group) {
     distributed::DDPOptions ddp_options;
     ddp_options.group = dp.group;
@@ -293,6 +310,7 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
       << " training, " << data.test->size() << " test images\n"
       << recipe(o) << ", " << o.workers << " loader workers, " << get_num_threads() << " threads, device "
       << device.str() << (o.amp ? ", mixed precision " + std::string(dtype_name(amp_dtype)) : std::string());
+  if (data_parallel) out << ", DataParallel over " << data_parallel->devices().size() << " replicas";
   if (dp.group) {
     out << ", " << dp.world_size << " processes (" << dp.group->backend_name() << "), global batch "
         << o.batch_size * dp.world_size;

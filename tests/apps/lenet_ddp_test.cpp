@@ -1,6 +1,7 @@
 // kiln-lenet --ddp (Note [kiln-lenet with DDP]): two processes with a batch
 // of B each train as one process with a batch of 2B, alone or with
-// gradient accumulation, and only rank 0 writes the log.
+// gradient accumulation, and only rank 0 writes the log; --dp splits each
+// batch between replicas in one process, with the same result.
 #include <gtest/gtest.h>
 
 #ifdef KILN_WITH_GLOO
@@ -108,6 +109,18 @@ TEST(LenetTrainer, AccumulatingTwoBatchesOf10TrainsAsOneBatchOf20) {
   const TrainingResult a = train(accumulated), w = train(whole);
   EXPECT_EQ(a.global_step, w.global_step);
   EXPECT_LE(max_difference(*a.model, *w.model), 2e-5);
+}
+
+TEST(LenetTrainer, DataParallelOverTwoCpuReplicasTrainsAsOneModule) {
+  TempDir dir("kiln-lenet-dp");
+  write_synthetic_cifar(dir.path());
+  TrainerOptions split = small_run(dir);
+  split.dp = true;
+  split.replicas = 2;
+  const TrainingResult d = train(split), w = train(small_run(dir));
+  EXPECT_EQ(d.global_step, w.global_step);
+  EXPECT_LE(max_difference(*d.model, *w.model), 2e-5);
+  EXPECT_EQ(d.evaluation.accuracy, w.evaluation.accuracy);
 }
 
 }  // namespace
