@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
+#include <optional>
 #include <mutex>
 
 #include "distributed/file_store.h"
@@ -32,34 +34,34 @@ std::string env_or_empty(const char* name) {
   return value ? std::string(value) : std::string();
 }
 
+// The integer `text` if it is one, within [low, high]; else nullopt.
+std::optional<long> parse_integer(const std::string& text, long low, long high) {
+  size_t used = 0;
+  long value = 0;
+  try {
+    value = std::stol(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (used != text.size() || value < low || value > high) return std::nullopt;
+  return value;
+}
+
 // The integer in environment variable `name`; `what` says who needs it.
 int env_int(const char* name, const std::string& what) {
   const std::string text = env_or_empty(name);
   KILN_CHECK(!text.empty(), what, ": environment variable ", name,
              " is not set (kiln-run and torchrun set it; or pass the value explicitly)");
-  size_t used = 0;
-  int value = -1;
-  try {
-    value = std::stoi(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  KILN_CHECK(used == text.size() && value >= 0, what, ": environment variable ", name, "='", text,
+  const auto value = parse_integer(text, 0, std::numeric_limits<int>::max());
+  KILN_CHECK(value.has_value(), what, ": environment variable ", name, "='", text,
              "' is not a non-negative integer");
-  return value;
+  return static_cast<int>(*value);
 }
 
 uint16_t parse_port(const std::string& text, const std::string& what) {
-  size_t used = 0;
-  long value = -1;
-  try {
-    value = std::stol(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  KILN_CHECK(used == text.size() && value > 0 && value < 65536, what, ": port '", text,
-             "' is not a number in 1..65535");
-  return static_cast<uint16_t>(value);
+  const auto value = parse_integer(text, 1, 65535);
+  KILN_CHECK(value.has_value(), what, ": port '", text, "' is not a number in 1..65535");
+  return static_cast<uint16_t>(*value);
 }
 
 void check_place(int world_size, int rank, const std::string& what) {

@@ -356,18 +356,8 @@ WorkPtr ProcessGroup::reduce_scatter(const Tensor& output, const std::vector<Ten
   const int64_t n = output.numel();
   Tensor flat = kiln::empty({size_ * n}, TensorOptions(output.dtype(), output.device()));
   for (int r = 0; r < size_; ++r) copy_into(flat.narrow(0, r * n, n).view(inputs[r].shape()), inputs[r]);
-  std::vector<CopyBack> copies;
-  Tensor buffer = writable(output, copies);
-  const bool divide = op == ReduceOp::Avg && !supports_avg();
-  const ReduceOp backend_op = divide ? ReduceOp::Sum : op;
-  const int size = size_;
-  return start_collective(
-      detail::str("reduce_scatter(", describe(output), ", ", reduce_op_name(op), ")"),
-      [&] { return run_reduce_scatter(buffer, flat, backend_op); },
-      [buffer, copies, divide, size]() mutable {
-        if (divide) ops::div_(buffer, Scalar(size));
-        copy_back(copies);
-      });
+  return start_reduce_scatter(detail::str("reduce_scatter(", describe(output), ", ", reduce_op_name(op), ")"), output,
+                              flat, op);
 }
 
 WorkPtr ProcessGroup::reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op) {
@@ -379,15 +369,19 @@ WorkPtr ProcessGroup::reduce_scatter_tensor(const Tensor& output, const Tensor& 
   KILN_CHECK(input.numel() == size_ * output.numel(), "reduce_scatter_tensor: the input has ",
              input.numel(), " elements but must have ", size_, " x ", output.numel(), " = ",
              size_ * output.numel(), " (group size x output elements)");
-  Tensor source = input.contiguous();
+  return start_reduce_scatter(detail::str("reduce_scatter_tensor(", describe(input), ", ", reduce_op_name(op), ")"),
+                              output, input.contiguous(), op);
+}
+
+WorkPtr ProcessGroup::start_reduce_scatter(const std::string& signature, const Tensor& output, const Tensor& input,
+                                           ReduceOp op) {
   std::vector<CopyBack> copies;
   Tensor buffer = writable(output, copies);
   const bool divide = op == ReduceOp::Avg && !supports_avg();
   const ReduceOp backend_op = divide ? ReduceOp::Sum : op;
   const int size = size_;
   return start_collective(
-      detail::str("reduce_scatter_tensor(", describe(input), ", ", reduce_op_name(op), ")"),
-      [&] { return run_reduce_scatter(buffer, source, backend_op); },
+      signature, [&] { return run_reduce_scatter(buffer, input, backend_op); },
       [buffer, copies, divide, size]() mutable {
         if (divide) ops::div_(buffer, Scalar(size));
         copy_back(copies);

@@ -181,6 +181,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // wait() succeeds (copies results back, divides for an average).
   WorkPtr start_collective(const std::string& signature, const std::function<WorkPtr()>& run,
                            std::function<void()> finish);
+  // reduce_scatter and reduce_scatter_tensor once their input is one
+  // contiguous tensor of size() chunks of output.numel() elements.
+  WorkPtr start_reduce_scatter(const std::string& signature, const Tensor& output, const Tensor& input, ReduceOp op);
   // The same for send and recv: no sequence number, no fingerprint.
   WorkPtr start_point_to_point(const std::string& description, const std::function<WorkPtr()>& run,
                                std::function<void()> finish);

@@ -12,25 +12,16 @@
 #include "nn/models/lenet.h"
 #include "optim/sgd.h"
 #include "store_test_util.h"
+#include "training_test_util.h"
 
 namespace kiln::distributed {
 namespace {
 
 namespace F = nn::functional;
+using testing::batch_for;
 using testing::error_of;
-
-std::shared_ptr<nn::Module> lenet(uint64_t seed) {
-  manual_seed(seed);
-  auto model = std::make_shared<nn::LeNet>();
-  model->to(DType::Float64);
-  return model;
-}
-
-std::pair<Tensor, Tensor> batch_for(int step, int64_t batch) {
-  Generator gen;
-  gen.manual_seed(500 + static_cast<uint64_t>(step));
-  return {randn({batch, 3, 32, 32}, DType::Float64, &gen), randint(0, 10, {batch}, DType::Int64, &gen)};
-}
+using testing::make_lenet;
+using testing::max_difference;
 
 void train(nn::Module& model, int steps, int64_t batch) {
   optim::SGD opt(model.parameters(), {.lr = 0.05, .momentum = 0.9});
@@ -42,21 +33,14 @@ void train(nn::Module& model, int steps, int64_t batch) {
   }
 }
 
-double max_difference(const nn::Module& a, const nn::Module& b) {
-  const auto pa = a.parameters(), pb = b.parameters();
-  double worst = 0;
-  for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, max(abs(pa[i] - pb[i])).item<double>());
-  return worst;
-}
-
 void expect_replicas_train_as_one(int replicas, int steps, int64_t batch) {
   // The replicas start from other weights: each forward gives them the original's.
   int made = 0;
-  DataParallel dp(lenet(3), [&] { return lenet(100 + made++); }, std::vector<Device>(replicas, kCPU));
+  DataParallel dp(make_lenet(3), [&] { return make_lenet(100 + made++); }, std::vector<Device>(replicas, kCPU));
   EXPECT_EQ(made, replicas - 1);
   EXPECT_EQ(dp.parameters().size(), dp.module().parameters().size());  // the optimizer sees the original only
   train(dp, steps, batch);
-  auto reference = lenet(3);
+  auto reference = make_lenet(3);
   train(*reference, steps, batch);
   EXPECT_LE(max_difference(dp.module(), *reference), 1e-10) << replicas << " replicas, batch " << batch;
 }
@@ -69,8 +53,8 @@ TEST(DataParallel, UnevenChunksAndFewerRowsThanReplicas) {
 }
 
 TEST(DataParallel, GradientsAccumulateOverBackwardsLikeTheModuleAlone) {
-  DataParallel dp(lenet(4), [] { return lenet(5); }, {kCPU, kCPU});
-  auto reference = lenet(4);
+  DataParallel dp(make_lenet(4), [] { return make_lenet(5); }, {kCPU, kCPU});
+  auto reference = make_lenet(4);
   for (int s = 0; s < 2; ++s) {  // two backward passes without zero_grad
     auto [x, y] = batch_for(s, 6);
     F::cross_entropy(dp(x), y).backward();
@@ -83,16 +67,16 @@ TEST(DataParallel, GradientsAccumulateOverBackwardsLikeTheModuleAlone) {
 }
 
 TEST(DataParallel, ErrorsNameTheReplicaAndTheMismatch) {
-  EXPECT_NE(error_of([] { DataParallel(lenet(1), {}, {kCPU, kCPU}); })
+  EXPECT_NE(error_of([] { DataParallel(make_lenet(1), {}, {kCPU, kCPU}); })
                 .find("DataParallel: 2 devices need a factory for the other replicas"),
             std::string::npos);
   const std::string mismatch = error_of([] {
-    DataParallel(lenet(1), [] { return std::make_shared<nn::Linear>(2, 2); }, {kCPU, kCPU});
+    DataParallel(make_lenet(1), [] { return std::make_shared<nn::Linear>(2, 2); }, {kCPU, kCPU});
   });
   EXPECT_NE(mismatch.find("DataParallel: replica 1 from the factory has parameters [weight, bias]"),
             std::string::npos)
       << mismatch;
-  DataParallel dp(lenet(1), [] { return lenet(2); }, {kCPU, kCPU});
+  DataParallel dp(make_lenet(1), [] { return make_lenet(2); }, {kCPU, kCPU});
   const std::string failed = error_of([&] { dp(zeros({4, 5, 32, 32}, DType::Float64)); });
   EXPECT_NE(failed.find("DataParallel: replica 0 on cpu failed: "), std::string::npos) << failed;
   EXPECT_NE(error_of([&] { dp(zeros({}, DType::Float64)); }).find("DataParallel: the input must have a batch"),

@@ -25,6 +25,7 @@
 #include "nn/normalization.h"
 #include "optim/sgd.h"
 #include "store_test_util.h"
+#include "training_test_util.h"
 #include "tensor/factory.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
@@ -36,24 +37,6 @@ namespace F = nn::functional;
 using std::chrono::milliseconds;
 
 constexpr milliseconds kTimeout(20000);
-
-// LeNet in float64, initialised from `seed`.
-std::shared_ptr<nn::Module> make_lenet(uint64_t seed) {
-  manual_seed(seed);
-  auto model = std::make_shared<nn::LeNet>();
-  model->to(DType::Float64);
-  return model;
-}
-
-// Step `step`'s whole batch: (batch, 3, 32, 32) images and labels, the same
-// on every rank.
-std::pair<Tensor, Tensor> batch_for(int step, int64_t batch) {
-  Generator gen;
-  gen.manual_seed(1000 + static_cast<uint64_t>(step));
-  Tensor x = randn({batch, 3, 32, 32}, DType::Float64, &gen);
-  Tensor y = randint(0, 10, {batch}, DType::Int64, &gen);
-  return {x, y};
-}
 
 // Rows [rank * n / world, (rank + 1) * n / world) of `t`.
 Tensor shard(const Tensor& t, int rank, int world) {
@@ -78,17 +61,6 @@ void train_single(nn::Module& model, int steps, int64_t batch) {
     F::cross_entropy(model.forward(x), y).backward();
     opt.step();
   }
-}
-
-double max_difference(const nn::Module& a, const nn::Module& b) {
-  const auto pa = a.parameters(), pb = b.parameters();
-  EXPECT_EQ(pa.size(), pb.size());
-  double worst = 0;
-  for (size_t i = 0; i < pa.size() && i < pb.size(); ++i) {
-    Tensor d = max(abs(pa[i].to(DType::Float64) - pb[i].to(DType::Float64)));
-    worst = std::max(worst, d.item<double>());
-  }
-  return worst;
 }
 
 DDPOptions small_buckets(std::shared_ptr<ProcessGroup> group) {
