@@ -29,7 +29,6 @@ set -euo pipefail
 build="${1:-build}"
 shift || true
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(cd "$here/.." && pwd)"
 if [[ ! -x "$build/bench/lenet" ]]; then
   echo "lenet_vs_pytorch: $build/bench/lenet is missing; build with -DKILN_BUILD_BENCH=ON first" >&2
   exit 1
@@ -46,24 +45,10 @@ best() {
 data_args=()
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-if source="$(KILN_CIFAR10_URL=file:///nonexistent bash "$repo/scripts/get-cifar10.sh" 2>/dev/null)"; then
-  case "$source" in
-    *cifar-10-batches-bin) cp -r "$source" "$tmp/" ;;
-    *.tar.gz | *.tgz)
-      # awk reads the whole listing: grep -q would stop early and fail tar
-      # with SIGPIPE under pipefail.
-      members="$(tar tzf "$source")"
-      if awk '/cifar-10-batches-bin\// { found = 1 } END { exit !found }' <<<"$members"; then
-        tar xzf "$source" -C "$tmp"
-      else
-        top="$(awk -F/ '/\/train\// && !found { print $1; found = 1 }' <<<"$members")"
-        "$build/apps/tools/kiln-image-folder-to-cifar" "$source/$top" "$tmp" >/dev/null
-      fi
-      ;;
-    *) "$build/apps/tools/kiln-image-folder-to-cifar" "$source" "$tmp" >/dev/null ;;
-  esac
+# shellcheck source=bench/cifar_binary.sh
+source "$here/cifar_binary.sh"
+if cifar_binary "$build" "$tmp"; then
   data_args=(--cifar "$tmp" --train-images 50000 --eval-images 10000)
-  echo "data: CIFAR-10 from $source"
 else
   echo "data: synthetic (no CIFAR-10 found through KILN_DATA or data/)"
 fi
