@@ -13,6 +13,7 @@
 
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "distributed/init.h"
 #include "kiln_run_process.h"
@@ -26,12 +27,19 @@ using namespace testing;
 const char* job_mode() { return std::getenv("KILN_RUN_JOB"); }
 
 // In a process started by kiln-run: an all_reduce over the whole job, or,
-// with KILN_RUN_JOB=die, rank 1 killing itself first.
+// with KILN_RUN_JOB=die, rank 1 killing itself while the others wait.
 void run_job() {
   const std::string mode = job_mode();
   distributed::init_process_group("gloo", "env://", -1, -1, std::chrono::seconds(10));
   const int rank = distributed::get_rank();
-  if (mode == "die" && rank == 1) ::raise(SIGKILL);
+  if (mode == "die") {
+    if (rank == 1) ::raise(SIGKILL);
+    // The others wait for kiln-run to stop them. (A collective here would
+    // fail on the dead peer, and its exit could reach kiln-run before rank
+    // 1's death does; ProcessGroupGloo's tests cover that side.)
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+    return;
+  }
   Tensor t = full({4}, double(rank + 1), DType::Float64);
   distributed::all_reduce(t);
   std::printf("job rank %d of %d: sum %g\n", rank, distributed::get_world_size(), t.at<double>({3}));
