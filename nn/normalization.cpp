@@ -27,6 +27,22 @@ BatchNorm::BatchNorm(int64_t num_features, double eps, std::optional<double> mom
   reset_parameters();
 }
 
+BatchNorm::BatchNorm(TakeOver take_over)
+    : num_features(take_over.source.num_features),
+      eps(take_over.source.eps),
+      momentum(take_over.source.momentum),
+      affine(take_over.source.affine),
+      track_running_stats(take_over.source.track_running_stats) {
+  const BatchNorm& source = take_over.source;
+  const bool trained = !source.weight.defined() || source.weight.requires_grad();
+  weight = register_parameter("weight", source.weight, trained);
+  bias = register_parameter("bias", source.bias, trained);
+  running_mean = register_buffer("running_mean", source.running_mean);
+  running_var = register_buffer("running_var", source.running_var);
+  num_batches_tracked = register_buffer("num_batches_tracked", source.num_batches_tracked);
+  train(source.is_training());
+}
+
 void BatchNorm::reset_running_stats() {
   if (!track_running_stats) return;
   init::zeros_(running_mean);
@@ -42,7 +58,7 @@ void BatchNorm::reset_parameters() {
   }
 }
 
-Tensor BatchNorm::forward(const Tensor& input) {
+double BatchNorm::begin_forward(const Tensor& input) {
   check_input_dim(input);
   KILN_CHECK(input.size(1) == num_features, name(), ": expected ", num_features,
              " channels (dim 1), got input of shape ", input.shape());
@@ -53,6 +69,12 @@ Tensor BatchNorm::forward(const Tensor& input) {
     ops::add_(num_batches_tracked, 1);
     if (!momentum) factor = 1.0 / num_batches_tracked.item<double>();
   }
+  return factor;
+}
+
+Tensor BatchNorm::forward(const Tensor& input) { return normalize(input, begin_forward(input)); }
+
+Tensor BatchNorm::normalize(const Tensor& input, double factor) {
   // Eval uses the running statistics when there are any.
   const bool use_batch_stats = is_training() || !running_mean.defined();
   return functional::batch_norm(input, running_mean, running_var, weight, bias, use_batch_stats, factor, eps);

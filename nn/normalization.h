@@ -49,8 +49,26 @@ class BatchNorm : public Module {
   Tensor num_batches_tracked;
 
  protected:
+  // The settings and the very tensors of `source`'s parameters and buffers,
+  // registered under the same names (a frozen weight stays frozen): for a
+  // layer that takes a BatchNorm's place, such as distributed::SyncBatchNorm
+  // in convert_sync_batchnorm, so that an optimizer built on the old
+  // layer's parameters keeps working.
+  struct TakeOver {
+    const BatchNorm& source;
+  };
+  explicit BatchNorm(TakeOver take_over);
+
   // Throws naming the layer when the input's rank is not one it accepts.
   virtual void check_input_dim(const Tensor& input) const = 0;
+  // The start of every forward: checks the input, advances
+  // num_batches_tracked in training, and returns this step's running-average
+  // factor (momentum, or 1 / num_batches_tracked without one), as torch's
+  // _BatchNorm.forward.
+  double begin_forward(const Tensor& input);
+  // This process's batch norm of `input` with the factor begin_forward gave:
+  // batch statistics in training (or without running ones), else running.
+  Tensor normalize(const Tensor& input, double factor);
 };
 
 // Over (N, C) or (N, C, L) inputs: statistics per channel C.

@@ -12,9 +12,6 @@
 #include "autograd/custom_function.h"
 #include "distributed/init.h"
 #include "nn/container.h"
-#include "nn/functional.h"
-#include "nn/init.h"
-#include "nn/repr.h"
 #include "tensor/ops.h"
 
 namespace kiln::distributed {
@@ -150,58 +147,28 @@ struct SyncBatchNormFunction : autograd::Function<SyncBatchNormFunction> {
 
 // ---- SyncBatchNorm ----
 
+namespace {
+
+// Checked before BatchNorm's constructor runs, so that the error names
+// SyncBatchNorm.
+int64_t checked_num_features(int64_t num_features) {
+  KILN_CHECK(num_features > 0, "SyncBatchNorm: num_features must be positive, got ", num_features);
+  return num_features;
+}
+
+}  // namespace
+
 SyncBatchNorm::SyncBatchNorm(int64_t num_features, double eps, std::optional<double> momentum, bool affine,
                              bool track_running_stats, std::shared_ptr<ProcessGroup> group)
-    : num_features(num_features),
-      eps(eps),
-      momentum(momentum),
-      affine(affine),
-      track_running_stats(track_running_stats),
-      group_(std::move(group)) {
-  KILN_CHECK(num_features > 0, "SyncBatchNorm: num_features must be positive, got ", num_features);
-  register_state(affine ? empty({num_features}) : Tensor(), affine ? empty({num_features}) : Tensor(),
-                 track_running_stats ? empty({num_features}) : Tensor(),
-                 track_running_stats ? empty({num_features}) : Tensor(),
-                 track_running_stats ? zeros({}, DType::Int64) : Tensor(), /*train_parameters=*/true);
-  reset_parameters();
-}
+    : BatchNorm(checked_num_features(num_features), eps, momentum, affine, track_running_stats),
+      group_(std::move(group)) {}
 
 SyncBatchNorm::SyncBatchNorm(const nn::BatchNorm& batch_norm, std::shared_ptr<ProcessGroup> group)
-    : num_features(batch_norm.num_features),
-      eps(batch_norm.eps),
-      momentum(batch_norm.momentum),
-      affine(batch_norm.affine),
-      track_running_stats(batch_norm.track_running_stats),
-      group_(std::move(group)) {
-  // A frozen weight stays frozen.
-  const bool train_parameters = !batch_norm.weight.defined() || batch_norm.weight.requires_grad();
-  register_state(batch_norm.weight, batch_norm.bias, batch_norm.running_mean, batch_norm.running_var,
-                 batch_norm.num_batches_tracked, train_parameters);
-  train(batch_norm.is_training());
-}
+    : BatchNorm(TakeOver{batch_norm}), group_(std::move(group)) {}
 
-void SyncBatchNorm::register_state(Tensor weight, Tensor bias, Tensor running_mean, Tensor running_var,
-                                   Tensor num_batches_tracked, bool train_parameters) {
-  this->weight = register_parameter("weight", std::move(weight), train_parameters);
-  this->bias = register_parameter("bias", std::move(bias), train_parameters);
-  this->running_mean = register_buffer("running_mean", std::move(running_mean));
-  this->running_var = register_buffer("running_var", std::move(running_var));
-  this->num_batches_tracked = register_buffer("num_batches_tracked", std::move(num_batches_tracked));
-}
-
-void SyncBatchNorm::reset_running_stats() {
-  if (!track_running_stats) return;
-  nn::init::zeros_(running_mean);
-  nn::init::ones_(running_var);
-  nn::init::zeros_(num_batches_tracked);
-}
-
-void SyncBatchNorm::reset_parameters() {
-  reset_running_stats();
-  if (affine) {
-    nn::init::ones_(weight);
-    nn::init::zeros_(bias);
-  }
+void SyncBatchNorm::check_input_dim(const Tensor& input) const {
+  KILN_CHECK(input.dim() >= 2, name(), ": expected an input of at least 2 dims (N, C, *), got ", input.dim(),
+             "D input of shape ", input.shape());
 }
 
 std::shared_ptr<ProcessGroup> SyncBatchNorm::sync_group() const {
@@ -213,29 +180,10 @@ std::shared_ptr<ProcessGroup> SyncBatchNorm::sync_group() const {
 }
 
 Tensor SyncBatchNorm::forward(const Tensor& input) {
-  KILN_CHECK(input.dim() >= 2, name(), ": expected an input of at least 2 dims (N, C, *), got ", input.dim(),
-             "D input of shape ", input.shape());
-  KILN_CHECK(input.size(1) == num_features, name(), ": expected ", num_features,
-             " channels (dim 1), got input of shape ", input.shape());
-  // As nn::BatchNorm::forward: the step counter advances in training, and
-  // without a momentum drives the cumulative average.
-  double factor = momentum.value_or(0.0);
-  if (is_training() && track_running_stats) {
-    ops::add_(num_batches_tracked, 1);
-    if (!momentum) factor = 1.0 / num_batches_tracked.item<double>();
-  }
+  const double factor = begin_forward(input);
   std::shared_ptr<ProcessGroup> group = sync_group();
-  if (!group) {
-    const bool use_batch_stats = is_training() || !running_mean.defined();
-    return nn::functional::batch_norm(input, running_mean, running_var, weight, bias, use_batch_stats, factor, eps);
-  }
+  if (!group) return normalize(input, factor);
   return SyncBatchNormFunction::apply(input, weight, bias, running_mean, running_var, factor, eps, group);
-}
-
-std::string SyncBatchNorm::extra_repr() const {
-  return std::to_string(num_features) + ", eps=" + nn::repr::floating(eps) +
-         ", momentum=" + (momentum ? nn::repr::floating(*momentum) : std::string("None")) +
-         ", affine=" + nn::repr::boolean(affine) + ", track_running_stats=" + nn::repr::boolean(track_running_stats);
 }
 
 // ---- convert_sync_batchnorm ----
@@ -262,6 +210,8 @@ class SyncBatchNormConversion {
 
  private:
   std::shared_ptr<nn::Module> convert_new(const std::shared_ptr<nn::Module>& module, const std::string& path) {
+    // A SyncBatchNorm is a BatchNorm too; it stays as it is.
+    if (std::dynamic_pointer_cast<SyncBatchNorm>(module)) return module;
     if (auto batch_norm = std::dynamic_pointer_cast<nn::BatchNorm>(module)) {
       auto sync = std::make_shared<SyncBatchNorm>(*batch_norm, group_);
       retire(*batch_norm, path);

@@ -76,43 +76,27 @@ namespace kiln::distributed {
 // (running statistics, or the local batch's without them, as torch), when
 // the group has one process, and when no group is given and no default group
 // exists.
-class SyncBatchNorm : public nn::Module {
+class SyncBatchNorm : public nn::BatchNorm {
  public:
   // `group` null: the default group (init.h), looked up at each forward.
   explicit SyncBatchNorm(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
                          bool affine = true, bool track_running_stats = true,
                          std::shared_ptr<ProcessGroup> group = nullptr);
-  // Takes over `batch_norm`'s settings and its parameters and buffers: the
-  // same tensors, not copies, so an optimizer built on them keeps working.
+  // Takes over `batch_norm`'s settings, training flag and its parameters and
+  // buffers: the same tensors, not copies, so an optimizer built on them
+  // keeps working.
   SyncBatchNorm(const nn::BatchNorm& batch_norm, std::shared_ptr<ProcessGroup> group);
 
   Tensor forward(const Tensor& input) override;
-  // "16, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True"
-  std::string extra_repr() const override;
-  // running_mean = 0, running_var = 1, num_batches_tracked = 0.
-  void reset_running_stats();
-  // reset_running_stats(), weight = 1, bias = 0.
-  void reset_parameters();
 
   // The group given to the constructor (null: the default group).
   const std::shared_ptr<ProcessGroup>& group() const { return group_; }
 
-  const int64_t num_features;
-  const double eps;
-  const std::optional<double> momentum;
-  const bool affine;
-  const bool track_running_stats;
-  Tensor weight;
-  Tensor bias;
-  Tensor running_mean;
-  Tensor running_var;
-  Tensor num_batches_tracked;
+ protected:
+  // (N, C, *) of any rank >= 2.
+  void check_input_dim(const Tensor& input) const override;
 
  private:
-  // Registers the parameters (trained, i.e. requiring grad, when
-  // `train_parameters`) and buffers under BatchNorm's names.
-  void register_state(Tensor weight, Tensor bias, Tensor running_mean, Tensor running_var, Tensor num_batches_tracked,
-                      bool train_parameters);
   // The group this forward synchronises over, or null when the statistics
   // are this process's own (see the class comment).
   std::shared_ptr<ProcessGroup> sync_group() const;
