@@ -114,6 +114,16 @@ void copy_back(const std::vector<CopyBack>& copies) {
   for (const CopyBack& c : copies) copy_into(c.target, c.staged);
 }
 
+// What a reduction's wait() finishes with: for an average that the backend
+// ran as a sum (it has no ReduceOp::Avg), the division by the group size
+// when `divide`; then the copies back into non-contiguous outputs.
+std::function<void()> finish_reduction(Tensor buffer, std::vector<CopyBack> copies, bool divide, int size) {
+  return [buffer, copies, divide, size]() mutable {
+    if (divide) ops::div_(buffer, Scalar(size));
+    copy_back(copies);
+  };
+}
+
 }  // namespace
 
 // ---- construction ---------------------------------------------------------------------
@@ -270,16 +280,11 @@ WorkPtr ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op) {
   check_reduce_op(op, tensor, "all_reduce");
   std::vector<CopyBack> copies;
   Tensor buffer = writable(tensor, copies);
-  const bool divide = op == ReduceOp::Avg && !supports_avg();
-  const ReduceOp backend_op = divide ? ReduceOp::Sum : op;
-  const int size = size_;
+  const bool as_sum = op == ReduceOp::Avg && !supports_avg();
+  const ReduceOp backend_op = as_sum ? ReduceOp::Sum : op;
   return start_collective(
       detail::str("all_reduce(", describe(tensor), ", ", reduce_op_name(op), ")"),
-      [&] { return run_all_reduce(buffer, backend_op); },
-      [buffer, copies, divide, size]() mutable {
-        if (divide) ops::div_(buffer, Scalar(size));
-        copy_back(copies);
-      });
+      [&] { return run_all_reduce(buffer, backend_op); }, finish_reduction(buffer, copies, as_sum, size_));
 }
 
 WorkPtr ProcessGroup::broadcast(const Tensor& tensor, int root) {
@@ -302,16 +307,13 @@ WorkPtr ProcessGroup::reduce(const Tensor& tensor, int root, ReduceOp op) {
              "' of size ", size_);
   std::vector<CopyBack> copies;
   Tensor buffer = writable(tensor, copies);
-  const bool divide = op == ReduceOp::Avg && !supports_avg() && rank_ == root;
-  const ReduceOp backend_op = op == ReduceOp::Avg && !supports_avg() ? ReduceOp::Sum : op;
-  const int size = size_;
+  const bool as_sum = op == ReduceOp::Avg && !supports_avg();
+  const ReduceOp backend_op = as_sum ? ReduceOp::Sum : op;
+  // Only the root's tensor holds the result; the others' stay unchanged.
   return start_collective(
       detail::str("reduce(", describe(tensor), ", ", reduce_op_name(op), ", root ", root, ")"),
       [&] { return run_reduce(buffer, root, backend_op); },
-      [buffer, copies, divide, size]() mutable {
-        if (divide) ops::div_(buffer, Scalar(size));
-        copy_back(copies);
-      });
+      finish_reduction(buffer, copies, as_sum && rank_ == root, size_));
 }
 
 WorkPtr ProcessGroup::all_gather(const std::vector<Tensor>& outputs, const Tensor& input) {
@@ -377,15 +379,11 @@ WorkPtr ProcessGroup::start_reduce_scatter(const std::string& signature, const T
                                            ReduceOp op) {
   std::vector<CopyBack> copies;
   Tensor buffer = writable(output, copies);
-  const bool divide = op == ReduceOp::Avg && !supports_avg();
-  const ReduceOp backend_op = divide ? ReduceOp::Sum : op;
-  const int size = size_;
+  const bool as_sum = op == ReduceOp::Avg && !supports_avg();
+  const ReduceOp backend_op = as_sum ? ReduceOp::Sum : op;
   return start_collective(
       signature, [&] { return run_reduce_scatter(buffer, input, backend_op); },
-      [buffer, copies, divide, size]() mutable {
-        if (divide) ops::div_(buffer, Scalar(size));
-        copy_back(copies);
-      });
+      finish_reduction(buffer, copies, as_sum, size_));
 }
 
 WorkPtr ProcessGroup::gather(const std::vector<Tensor>& outputs, const Tensor& input, int root) {
