@@ -60,21 +60,22 @@ std::shared_ptr<data::Sampler> test_sampler(const DataParallelRun& run, int64_t 
 
 Evaluation combine_evaluations(const Evaluation& local, const DataParallelRun& run) {
   if (!run.group) return local;
-  // counts: images, then correct and total per class
-  std::vector<int64_t> counts = {local.images};
-  counts.insert(counts.end(), local.correct.begin(), local.correct.end());
-  counts.insert(counts.end(), local.total.begin(), local.total.end());
-  distributed::all_reduce_sum(counts, *run.group);
-  std::vector<double> loss_sum = {local.loss * static_cast<double>(local.images)};
-  distributed::all_reduce_sum(loss_sum, *run.group);
+  // sums: the loss sum, the images, then correct and total per class; one
+  // all_reduce in float64, exact for counts up to 2^53.
+  std::vector<double> sums = {local.loss * static_cast<double>(local.images), static_cast<double>(local.images)};
+  for (int64_t c : local.correct) sums.push_back(static_cast<double>(c));
+  for (int64_t t : local.total) sums.push_back(static_cast<double>(t));
+  distributed::all_reduce_sum(sums, *run.group);
   Evaluation all;
   const size_t classes = local.correct.size();
-  all.images = counts[0];
-  all.correct.assign(counts.begin() + 1, counts.begin() + 1 + static_cast<ptrdiff_t>(classes));
-  all.total.assign(counts.begin() + 1 + static_cast<ptrdiff_t>(classes), counts.end());
+  all.images = static_cast<int64_t>(sums[1]);
+  for (size_t c = 0; c < classes; ++c) {
+    all.correct.push_back(static_cast<int64_t>(sums[2 + c]));
+    all.total.push_back(static_cast<int64_t>(sums[2 + classes + c]));
+  }
   int64_t correct = 0;
   for (int64_t c : all.correct) correct += c;
-  all.loss = all.images > 0 ? loss_sum[0] / static_cast<double>(all.images) : 0.0;
+  all.loss = all.images > 0 ? sums[0] / sums[1] : 0.0;
   all.accuracy = all.images > 0 ? static_cast<double>(correct) / static_cast<double>(all.images) : 0.0;
   return all;
 }

@@ -7,19 +7,18 @@ namespace kiln::distributed {
 namespace {
 
 template <class T>
-void sum_in_place(std::vector<T>& values, ProcessGroup& group, DType dtype) {
+void sum_in_place(std::vector<T>& values, ProcessGroup& group) {
   if (values.empty()) return;
   Tensor t = from_vector<T>(values, {static_cast<int64_t>(values.size())});
-  KILN_CHECK(t.dtype() == dtype, "all_reduce_sum: unexpected dtype ", dtype_name(t.dtype()));
   group.all_reduce(t, ReduceOp::Sum)->wait();
   for (size_t i = 0; i < values.size(); ++i) values[i] = t.at<T>({static_cast<int64_t>(i)});
 }
 
 }  // namespace
 
-void all_reduce_sum(std::vector<double>& values, ProcessGroup& group) { sum_in_place(values, group, DType::Float64); }
+void all_reduce_sum(std::vector<double>& values, ProcessGroup& group) { sum_in_place(values, group); }
 
-void all_reduce_sum(std::vector<int64_t>& values, ProcessGroup& group) { sum_in_place(values, group, DType::Int64); }
+void all_reduce_sum(std::vector<int64_t>& values, ProcessGroup& group) { sum_in_place(values, group); }
 
 bool is_main_process(const ProcessGroup& group) { return group.rank() == 0; }
 
