@@ -33,9 +33,6 @@
 //                              [--python /usr/bin/python3] [--script bench/allreduce_torch.py]
 // Prints one line per size:
 //   allreduce bytes=4096 kiln_busbw=0.52GB/s pytorch_busbw=0.41GB/s ratio=1.27
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -48,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/rank_processes.h"
 #include "distributed/init.h"
 #include "kiln.h"
 
@@ -111,53 +109,21 @@ int run_rank(int rank, int world_size, const std::string& store, const std::vect
 
 // ---- the driver ---------------------------------------------------------------------------
 
-// Starts `argv` once per rank with RANK, WORLD_SIZE, OMP_NUM_THREADS=1 and
-// KILN_BENCH_* set, and returns rank 0's output; exits if a rank fails.
+// Runs `argv` as the ranks of one round (bench/rank_processes.h) and returns
+// rank 0's output; exits if a rank fails.
 std::string run_ranks(const std::vector<std::string>& argv, int world_size, const std::string& store,
                       const std::vector<int64_t>& sizes, double budget) {
-  std::vector<pid_t> pids;
-  int out[2];
-  if (::pipe(out) != 0) {
-    std::perror("allreduce: pipe");
+  const bench::RankRun run = bench::run_ranks(argv, world_size,
+                                              {{"KILN_BENCH_STORE", store},
+                                               {"KILN_BENCH_SIZES", join_sizes(sizes)},
+                                               {"KILN_BENCH_BUDGET", std::to_string(budget)}},
+                                              /*capture_rank0=*/true);
+  if (run.failed_rank >= 0) {
+    std::fprintf(stderr, "allreduce: rank %d of %s failed; rank 0's output:\n%s\n", run.failed_rank,
+                 argv[0].c_str(), run.rank0_output.c_str());
     std::exit(1);
   }
-  for (int rank = 0; rank < world_size; ++rank) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      if (rank == 0) ::dup2(out[1], STDOUT_FILENO);
-      ::close(out[0]);
-      ::close(out[1]);
-      ::setenv("RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("WORLD_SIZE", std::to_string(world_size).c_str(), 1);
-      ::setenv("OMP_NUM_THREADS", "1", 1);
-      ::setenv("KILN_BENCH_STORE", store.c_str(), 1);
-      ::setenv("KILN_BENCH_SIZES", join_sizes(sizes).c_str(), 1);
-      ::setenv("KILN_BENCH_BUDGET", std::to_string(budget).c_str(), 1);
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execv(args[0], args.data());
-      std::fprintf(stderr, "allreduce: cannot run %s: %s\n", args[0], std::strerror(errno));
-      ::_exit(127);
-    }
-    pids.push_back(pid);
-  }
-  ::close(out[1]);
-  std::string output;
-  char buffer[4096];
-  for (ssize_t n; (n = ::read(out[0], buffer, sizeof(buffer))) > 0;) output.append(buffer, static_cast<size_t>(n));
-  ::close(out[0]);
-  bool failed = false;
-  for (pid_t pid : pids) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    failed |= !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  }
-  if (failed) {
-    std::fprintf(stderr, "allreduce: a rank of %s failed; its output:\n%s\n", argv[0].c_str(), output.c_str());
-    std::exit(1);
-  }
-  return output;
+  return run.rank0_output;
 }
 
 // "bytes=N seconds=S" lines into {N: S}.

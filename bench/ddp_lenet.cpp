@@ -51,12 +51,9 @@
 //        (default: world 2, synthetic data of N = 10000 images; --cifar DIR reads CIFAR-10's binary
 //        format, all 50,000 training images unless --train-images says fewer; --bucket-kib sets both
 //        bucket caps, to see the overlap with several buckets)
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -66,6 +63,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/rank_processes.h"
 #include "data/cifar10.h"
 #include "data/sampler.h"
 #include "distributed/ddp/distributed_data_parallel.h"
@@ -270,53 +268,22 @@ int run_rank(const Options& options) {
 
 // ---- the driver ---------------------------------------------------------------------------
 
-// Starts this program `world` times with the same arguments, RANK, WORLD_SIZE
-// and KILN_BENCH_STORE set, and waits for them. The ranks share this
-// process's stdout; only rank 0 writes to it. When a rank fails the others
-// would wait for it until gloo's timeout, so they are stopped.
+// Starts this program `world` times with the same arguments and
+// KILN_BENCH_STORE set (bench/rank_processes.h). The ranks share this
+// process's stdout; only rank 0 writes to it.
 int run_driver(int argc, char** argv, int world) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("kiln_ddp_lenet_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  const std::string store = "file://" + (dir / "store").string();
-  std::fflush(stdout);
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < world; ++rank) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::setenv("RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-      ::setenv("OMP_NUM_THREADS", "1", 1);
-      ::setenv("KILN_BENCH_STORE", store.c_str(), 1);
-      std::vector<char*> args{const_cast<char*>(self.c_str())};
-      for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
-      args.push_back(nullptr);
-      ::execv(args[0], args.data());
-      std::fprintf(stderr, "ddp_lenet: cannot run %s: %s\n", args[0], std::strerror(errno));
-      ::_exit(127);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<bool> running(pids.size(), true);
-  int failed_rank = -1;
-  for (size_t left = pids.size(); left > 0; --left) {
-    int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, 0);
-    if (pid < 0) break;
-    const auto rank = static_cast<size_t>(std::find(pids.begin(), pids.end(), pid) - pids.begin());
-    if (rank == pids.size()) continue;
-    running[rank] = false;
-    if ((WIFEXITED(status) && WEXITSTATUS(status) == 0) || failed_rank != -1) continue;
-    failed_rank = static_cast<int>(rank);
-    for (size_t other = 0; other < pids.size(); ++other) {
-      if (running[other]) ::kill(pids[other], SIGTERM);
-    }
-  }
+  std::vector<std::string> args{self};
+  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+  const kiln::bench::RankRun run = kiln::bench::run_ranks(args, world, {{"KILN_BENCH_STORE", "file://" + (dir / "store").string()}},
+                                              /*capture_rank0=*/false);
   std::filesystem::remove_all(dir);
-  if (failed_rank != -1) {
-    std::fprintf(stderr, "ddp_lenet: rank %d of %d failed (its message is above); stopped the others\n", failed_rank,
-                 world);
+  if (run.failed_rank >= 0) {
+    std::fprintf(stderr, "ddp_lenet: rank %d of %d failed (its message is above); stopped the others\n",
+                 run.failed_rank, world);
     return 1;
   }
   return 0;
