@@ -8,11 +8,13 @@
 
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -20,6 +22,7 @@
 #include "distributed/backends/gloo/gloo_reduce.h"
 #include "distributed/backends/gloo/process_group_gloo.h"
 #include "distributed/backends/gloo/recursive_doubling.h"
+#include "distributed/backends/gloo/shared_memory_all_reduce.h"
 #include "distributed/file_store.h"
 #include "multi_process.h"
 #include "store_test_util.h"
@@ -37,34 +40,59 @@ std::shared_ptr<ProcessGroup> make_gloo_group(milliseconds timeout) {
   return std::make_shared<ProcessGroupGloo>(store, test_rank(), test_world_size(), options);
 }
 
+// Both all-reduce paths: shared memory (every rank on this host) and Gloo's
+// TCP pairs (KILN_GLOO_SHM=0).
+constexpr const char* kAllReducePaths[] = {"1", "0"};
+
+// The group of make_gloo_group, with all-reduces through shared memory
+// (shm "1") or over TCP (shm "0"), and checked to be so.
+std::shared_ptr<ProcessGroupGloo> make_gloo_group_on_path(const char* shm, milliseconds timeout) {
+  ::setenv("KILN_GLOO_SHM", shm, 1);
+  auto group = std::static_pointer_cast<ProcessGroupGloo>(make_gloo_group(timeout));
+  EXPECT_EQ(group->uses_shared_memory(), std::string(shm) == "1");
+  return group;
+}
+
 TEST(ProcessGroupGloo, AllReduceFailsSoonAfterThePeerIsKilled) {
   RankOptions options;
   options.expect_killed_by_signal = {{1, SIGKILL}};
-  run_on_ranks(
-      2,
-      [](int rank) {
-        const milliseconds timeout(3000);
-        auto group = make_gloo_group(timeout);
-        group->barrier()->wait();
-        if (rank == 1) ::raise(SIGKILL);
-        // Give the kill time to land, so that rank 0 meets a dead peer rather
-        // than one that has not reached the collective yet.
-        std::this_thread::sleep_for(milliseconds(200));
-        Tensor t = ones({1000}, DType::Float32);
-        const auto start = std::chrono::steady_clock::now();
-        const std::string error = error_of([&] { group->all_reduce(t)->wait(); });
-        const double elapsed = seconds_since(start);
-        std::printf("gloo's report of a dead peer, after %.2f s:\n%s\n", elapsed, error.c_str());
-        EXPECT_LT(elapsed, 3.0 + 2.0) << error;
-        EXPECT_NE(error.find("collective #2 all_reduce(float32 [1000], sum) on group 'default' (gloo, rank 0 of 2)"),
-                  std::string::npos)
-            << error;
-        EXPECT_NE(error.find("gloo all_reduce: "), std::string::npos) << error;
-        // The group is now unusable, and says so without waiting again.
-        const std::string again = error_of([&] { group->barrier(); });
-        EXPECT_NE(again.find("cannot be used after an earlier collective failed"), std::string::npos) << again;
-      },
-      options);
+  for (const char* shm : kAllReducePaths) {
+    run_on_ranks(
+        2,
+        [shm](int rank) {
+          const milliseconds timeout(3000);
+          auto group = make_gloo_group_on_path(shm, timeout);
+          group->barrier()->wait();
+          if (rank == 1) ::raise(SIGKILL);
+          // Give the kill time to land, so that rank 0 meets a dead peer rather
+          // than one that has not reached the collective yet.
+          std::this_thread::sleep_for(milliseconds(200));
+          Tensor t = ones({1000}, DType::Float32);
+          const auto start = std::chrono::steady_clock::now();
+          const std::string error = error_of([&] { group->all_reduce(t)->wait(); });
+          const double elapsed = seconds_since(start);
+          std::printf("gloo's report of a dead peer (KILN_GLOO_SHM=%s), after %.2f s:\n%s\n", shm, elapsed,
+                      error.c_str());
+          EXPECT_LT(elapsed, 3.0 + 2.0) << error;
+          EXPECT_NE(
+              error.find("collective #2 all_reduce(float32 [1000], sum) on group 'default' (gloo, rank 0 of 2)"),
+              std::string::npos)
+              << error;
+          EXPECT_NE(error.find("gloo all_reduce: "), std::string::npos) << error;
+          if (std::string(shm) == "1") {
+            // Shared memory has no connection to break: the waiting rank
+            // finds the peer's process gone.
+            EXPECT_NE(error.find("gloo all_reduce: rank 1 of group 'default' (pid "), std::string::npos) << error;
+            EXPECT_NE(error.find(") is no longer running; rank 0 was waiting in shared memory for it"),
+                      std::string::npos)
+                << error;
+          }
+          // The group is now unusable, and says so without waiting again.
+          const std::string again = error_of([&] { group->barrier(); });
+          EXPECT_NE(again.find("cannot be used after an earlier collective failed"), std::string::npos) << again;
+        },
+        options);
+  }
 }
 
 TEST(ProcessGroupGloo, RecvFailsSoonAfterThePeerIsKilled) {
@@ -89,30 +117,35 @@ TEST(ProcessGroupGloo, RecvFailsSoonAfterThePeerIsKilled) {
 }
 
 TEST(ProcessGroupGloo, ACollectiveThePeerNeverJoinsTimesOut) {
-  run_on_ranks(2, [](int rank) {
-    auto group = make_gloo_group(milliseconds(1000));
-    if (rank == 0) {
-      Tensor t = ones({8}, DType::Float64);
-      const auto start = std::chrono::steady_clock::now();
-      const std::string error = error_of([&] { group->all_reduce(t)->wait(); });
-      std::printf("gloo's report of a collective the peer never joins, after %.2f s:\n%s\n", seconds_since(start),
-                  error.c_str());
-      EXPECT_LT(seconds_since(start), 4.0) << error;
-      EXPECT_NE(error.find("collective #1 all_reduce(float64 [8], sum)"), std::string::npos) << error;
-      // Gloo's own timeout and the front-end's wait are both 1 s; either may
-      // report first (recursive doubling gives gloo what is left of the 1 s).
-      EXPECT_TRUE(error.find("Timed out waiting 1000ms") != std::string::npos ||
-                  error.find("Timed out waiting 999ms") != std::string::npos ||
-                  error.find("did not finish within 1000 ms") != std::string::npos)
-          << error;
-      EXPECT_NE(error.find("Not reached: rank 1 (entered no collective)"), std::string::npos) << error;
-      group->store()->set("rank0 done", std::string("1"));
-    } else {
-      // Rank 1 stays (so that rank 0 meets silence, not a closed
-      // connection) until rank 0 is done.
-      group->store()->wait({"rank0 done"}, milliseconds(8000));
-    }
-  });
+  for (const char* shm : kAllReducePaths) {
+    run_on_ranks(2, [shm](int rank) {
+      auto group = make_gloo_group_on_path(shm, milliseconds(1000));
+      if (rank == 0) {
+        Tensor t = ones({8}, DType::Float64);
+        const auto start = std::chrono::steady_clock::now();
+        const std::string error = error_of([&] { group->all_reduce(t)->wait(); });
+        std::printf("gloo's report of a collective the peer never joins (KILN_GLOO_SHM=%s), after %.2f s:\n%s\n", shm,
+                    seconds_since(start), error.c_str());
+        EXPECT_LT(seconds_since(start), 4.0) << error;
+        EXPECT_NE(error.find("collective #1 all_reduce(float64 [8], sum)"), std::string::npos) << error;
+        // The backend's own timeout and the front-end's wait are both 1 s;
+        // either may report first (recursive doubling gives gloo what is
+        // left of the 1 s).
+        EXPECT_TRUE(error.find("Timed out waiting 1000ms") != std::string::npos ||
+                    error.find("Timed out waiting 999ms") != std::string::npos ||
+                    error.find("waited 1000 ms in shared memory for rank 1, which has not copied its input") !=
+                        std::string::npos ||
+                    error.find("did not finish within 1000 ms") != std::string::npos)
+            << error;
+        EXPECT_NE(error.find("Not reached: rank 1 (entered no collective)"), std::string::npos) << error;
+        group->store()->set("rank0 done", std::string("1"));
+      } else {
+        // Rank 1 stays (so that rank 0 meets silence, not a closed
+        // connection or a dead process) until rank 0 is done.
+        group->store()->wait({"rank0 done"}, milliseconds(8000));
+      }
+    });
+  }
 }
 
 TEST(ProcessGroupGloo, DestroyingTheGroupAbortsARecvThatNeverCompletes) {
@@ -202,9 +235,9 @@ TEST(ProcessGroupGloo, AcceptsOnlyCpuTensorsWithoutCuda) {
 #endif
 }
 
-// Note [Gloo all-reduce algorithms]: below kRecursiveDoublingMaxBytes on 2
-// and 4 ranks the exchange is recursive doubling, else gloo's ring; either
-// way the sum is right and every rank holds the same bits.
+// Note [Gloo all-reduce algorithms]: over TCP, below kRecursiveDoublingMaxBytes
+// on 2 and 4 ranks the exchange is recursive doubling, else gloo's ring;
+// either way the sum is right and every rank holds the same bits.
 TEST(ProcessGroupGloo, AllReduceByRecursiveDoublingOrRingGivesEveryRankTheSameSum) {
   const int64_t small = 1000;  // 4 KB of float32
   const int64_t large = static_cast<int64_t>(gloo_backend::kRecursiveDoublingMaxBytes / 4) + 1000;
@@ -213,7 +246,7 @@ TEST(ProcessGroupGloo, AllReduceByRecursiveDoublingOrRingGivesEveryRankTheSameSu
   EXPECT_FALSE(gloo_backend::use_recursive_doubling(large * 4, 2));
   for (int world : {2, 3, 4}) {
     run_on_ranks(world, [=](int rank) {
-      auto group = make_gloo_group(milliseconds(20000));
+      auto group = make_gloo_group_on_path("0", milliseconds(20000));
       for (int64_t n : {small, large}) {
         auto values_of = [&](int r) {
           Generator gen;
@@ -234,6 +267,75 @@ TEST(ProcessGroupGloo, AllReduceByRecursiveDoublingOrRingGivesEveryRankTheSameSu
       }
     });
   }
+}
+
+// Note [Same-host all-reduce through shared memory]: each element is reduced
+// once, in rank order, so every rank's result is bitwise the rank-order
+// reduction computed here in one process; sizes cover one element, a
+// partial chunk, and several chunks with a remainder.
+TEST(ProcessGroupGloo, SharedMemoryAllReduceIsTheRankOrderReductionOnEveryRank) {
+  const int64_t chunk = static_cast<int64_t>(gloo_backend::kSharedMemorySlotBytes / 4);  // float32 elements
+  for (int world : {2, 3, 4}) {
+    run_on_ranks(world, [=](int rank) {
+      auto group = make_gloo_group_on_path("1", milliseconds(20000));
+      for (int64_t n : {int64_t{1}, int64_t{1000}, 2 * chunk + 333}) {
+        auto values_of = [&](int r) {
+          Generator gen;
+          gen.manual_seed(static_cast<uint64_t>(100 * r + n % 97));
+          return randn({n}, DType::Float32, &gen);
+        };
+        Tensor t = values_of(rank);
+        group->all_reduce(t)->wait();
+        Tensor in_rank_order = values_of(0);
+        for (int r = 1; r < world; ++r) in_rank_order = in_rank_order + values_of(r);
+        EXPECT_TRUE(equal(t, in_rank_order)) << n << " elements";
+        Tensor exact = zeros({n}, DType::Float64);
+        for (int r = 0; r < world; ++r) exact = exact + values_of(r).to(DType::Float64);
+        EXPECT_LE(max(abs(t.to(DType::Float64) - exact)).item<double>(), 1e-5) << n << " elements";
+      }
+      // Other element sizes and ops, with values whose results are exact.
+      Tensor big = full({3 * chunk}, double(7 * rank - 3), DType::Int64);  // 8-byte elements, 6 chunks
+      group->all_reduce(big, ReduceOp::Max)->wait();
+      EXPECT_TRUE(equal(big, full({3 * chunk}, double(7 * (world - 1) - 3), DType::Int64)));
+      Tensor halves = full({1001}, double(rank + 1), DType::Float16);  // 2-byte elements
+      group->all_reduce(halves)->wait();
+      EXPECT_TRUE(equal(halves, full({1001}, double(world * (world + 1) / 2), DType::Float16)));
+      Tensor bytes = full({77}, double(rank % 2 == 0 ? 2 : 3), DType::UInt8);  // 1-byte elements
+      group->all_reduce(bytes, ReduceOp::Product)->wait();
+      double product = 1;
+      for (int r = 0; r < world; ++r) product *= r % 2 == 0 ? 2 : 3;
+      EXPECT_TRUE(equal(bytes, full({77}, product, DType::UInt8)));
+    });
+  }
+}
+
+TEST(ProcessGroupGloo, SharedMemoryIsOffForTheWholeGroupWhenOneRankTurnsItOff) {
+  run_on_ranks(2, [](int rank) {
+    ::setenv("KILN_GLOO_SHM", rank == 1 ? "0" : "1", 1);
+    auto group = std::static_pointer_cast<ProcessGroupGloo>(make_gloo_group(milliseconds(5000)));
+    EXPECT_FALSE(group->uses_shared_memory());
+    Tensor t = full({10}, double(rank + 1), DType::Float32);
+    group->all_reduce(t)->wait();
+    EXPECT_TRUE(equal(t, full({10}, 3.0, DType::Float32)));
+  });
+}
+
+TEST(ProcessGroupGloo, TheSharedMemorySegmentIsUnlinkedOnceEveryRankHasMappedIt) {
+  run_on_ranks(2, [](int rank) {
+    auto group = make_gloo_group_on_path("1", milliseconds(5000));
+    group->barrier()->wait();
+    if (rank == 0) {
+      // Rank 0 made the segment, named after its pid; the mappings keep it,
+      // but nothing is left in /dev/shm to leak if a rank dies.
+      const std::string prefix = "kiln-gloo-" + std::to_string(::getpid()) + "-";
+      for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+        EXPECT_NE(entry.path().filename().string().rfind(prefix, 0), 0u) << entry.path();
+      }
+    }
+    Tensor t = full({10}, double(rank + 1), DType::Float32);
+    group->all_reduce(t)->wait();
+    EXPECT_TRUE(equal(t, full({10}, 3.0, DType::Float32)));
+  });
 }
 
 // The reduction functions on their own, where the multi-process tests'

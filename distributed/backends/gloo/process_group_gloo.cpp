@@ -22,6 +22,7 @@
 #include "distributed/backends/gloo/operation_threads.h"
 #include "distributed/backends/gloo/recursive_doubling.h"
 #include "distributed/backends/gloo/ring_reduce_scatter.h"
+#include "distributed/backends/gloo/shared_memory_all_reduce.h"
 #include "tensor/error.h"
 #include "tensor/shape.h"
 
@@ -104,14 +105,20 @@ uint64_t point_to_point_slot(int tag) {
   return (uint64_t{gloo_backend::kPointToPointSlotPrefix} << 56) | static_cast<uint32_t>(tag);
 }
 
+struct Connection {
+  std::shared_ptr<::gloo::Context> context;
+  // Null unless every rank is on this host (Note [Same-host all-reduce through shared memory]).
+  std::shared_ptr<gloo_backend::SharedMemoryAllReduce> shared_memory;
+};
+
 // The rendezvous of Note [Gloo rendezvous keys].
-std::shared_ptr<::gloo::Context> connect(const std::shared_ptr<Store>& store, int rank, int size,
-                                         const ProcessGroupOptions& options,
-                                         std::shared_ptr<::gloo::transport::Device>& device) {
+Connection connect(const std::shared_ptr<Store>& store, int rank, int size, const ProcessGroupOptions& options,
+                   std::shared_ptr<::gloo::transport::Device>& device) {
   KILN_CHECK(store != nullptr, "gloo: group '", options.name,
              "' needs a store for its ranks to find each other, and none was given");
   auto context = std::make_shared<::gloo::rendezvous::Context>(rank, size);
   context->setTimeout(options.timeout);
+  std::shared_ptr<gloo_backend::SharedMemoryAllReduce> shared_memory;
   try {
     const int64_t generation = (store->add("gloo/groups", 1) - 1) / size;
     auto keys = std::make_shared<PrefixStore>("gloo/" + std::to_string(generation), store);
@@ -126,12 +133,13 @@ std::shared_ptr<::gloo::Context> connect(const std::shared_ptr<Store>& store, in
     std::vector<std::string> connected;
     for (int r = 0; r < size; ++r) connected.push_back("connected/" + std::to_string(r));
     keys->wait(connected, options.timeout);
+    shared_memory = gloo_backend::SharedMemoryAllReduce::connect(*keys, rank, size, options.name, options.timeout);
   } catch (const std::exception& e) {
     KILN_FAIL("gloo: rank ", rank, " of group '", options.name, "' (size ", size,
               ") could not connect to the other ranks through ", store->describe(), " within ", options.timeout.count(),
               " ms, listening on ", device->str(), ": ", e.what());
   }
-  return context;
+  return {context, shared_memory};
 }
 
 }  // namespace
@@ -145,9 +153,12 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
                                    std::shared_ptr<::gloo::transport::Device> device)
     : ProcessGroup(store, rank, size, options),
       device_(std::move(device)),
-      context_(connect(store, rank, size, options, device_)),
       collectives_(std::make_unique<OperationThreads>(1)),
-      point_to_point_(std::make_unique<OperationThreads>(std::numeric_limits<size_t>::max())) {}
+      point_to_point_(std::make_unique<OperationThreads>(std::numeric_limits<size_t>::max())) {
+  Connection connection = connect(store, rank, size, options, device_);
+  context_ = std::move(connection.context);
+  shared_memory_ = std::move(connection.shared_memory);
+}
 
 ProcessGroupGloo::~ProcessGroupGloo() {
   collectives_.reset();
@@ -223,9 +234,14 @@ WorkPtr ProcessGroupGloo::enqueue_point_to_point_wait(std::string name,
 WorkPtr ProcessGroupGloo::run_all_reduce(const Tensor& tensor, ReduceOp op) {
   auto reduce = gloo_backend::reduce_function(tensor.dtype(), op);
   Tensor host = host_buffer(tensor, true);
-  return enqueue_collective("all_reduce", [context = context_, tensor, host, reduce,
+  return enqueue_collective("all_reduce", [context = context_, shared_memory = shared_memory_, tensor, host, reduce,
                                            timeout = timeout()](uint32_t tag) {
     if (host.numel() == 0) return;
+    if (shared_memory) {
+      shared_memory->all_reduce(host.data_ptr(), elements(host), host.element_size(), reduce, timeout);
+      copy_to_device(tensor, host);
+      return;
+    }
     // Note [Gloo all-reduce algorithms]
     if (gloo_backend::use_recursive_doubling(host.nbytes(), context->size)) {
       gloo_backend::recursive_doubling_all_reduce(context, host.data_ptr(), elements(host), host.element_size(),

@@ -84,6 +84,7 @@ namespace kiln::distributed {
 
 namespace gloo_backend {
 class OperationThreads;
+class SharedMemoryAllReduce;
 // The top byte of a point-to-point message's slot; gloo's collectives use
 // 0x01-0x08, the ring reduce-scatter kReduceScatterSlotPrefix (0x40).
 inline constexpr uint8_t kPointToPointSlotPrefix = 0x50;
@@ -103,6 +104,9 @@ class ProcessGroupGloo : public ProcessGroup {
   std::string backend_name() const override { return "gloo"; }
   // CPU tensors; CUDA tensors too when Kiln is built with CUDA.
   void check_device(const Device& device, const char* op) const override;
+  // Whether all-reduces go through shared memory (Note [Same-host all-reduce
+  // through shared memory]) rather than Gloo's TCP pairs.
+  bool uses_shared_memory() const { return shared_memory_ != nullptr; }
 
  protected:
   WorkPtr run_all_reduce(const Tensor& tensor, ReduceOp op) override;
@@ -133,6 +137,9 @@ class ProcessGroupGloo : public ProcessGroup {
 
   std::shared_ptr<::gloo::transport::Device> device_;
   std::shared_ptr<::gloo::Context> context_;
+  // Every all-reduce's path when all ranks share this host (Note [Same-host
+  // all-reduce through shared memory]); null otherwise.
+  std::shared_ptr<gloo_backend::SharedMemoryAllReduce> shared_memory_;
 
   std::mutex issue_mutex_;  // makes tag order the queue order
   uint32_t next_tag_ = 0;

@@ -1,0 +1,335 @@
+#include "distributed/backends/gloo/shared_memory_all_reduce.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "tensor/error.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace kiln::distributed::gloo_backend {
+
+// One rank's counters (Note [Same-host all-reduce through shared memory]),
+// on a cache line of their own: only this rank writes them, the others spin
+// reading them.
+struct alignas(64) SharedMemoryAllReduce::RankState {
+  std::atomic<uint64_t> arrived;
+  std::atomic<uint64_t> reduced;
+  std::atomic<uint64_t> done;
+  int64_t pid;
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Processes share these counters through the mapping, so they must be
+// plain memory words, not a lock hidden in the library.
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+constexpr size_t kPage = 4096;
+
+size_t header_bytes(int size) {
+  const size_t bytes = static_cast<size_t>(size) * sizeof(SharedMemoryAllReduce::RankState);
+  return (bytes + kPage - 1) / kPage * kPage;
+}
+
+size_t segment_bytes(int size) { return header_bytes(size) + static_cast<size_t>(size) * kSharedMemorySlotBytes; }
+
+std::string read_first_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::string read_link(const char* path) {
+  char target[256];
+  const ssize_t n = ::readlink(path, target, sizeof(target));
+  return n > 0 ? std::string(target, static_cast<size_t>(n)) : std::string();
+}
+
+// Ranks with equal identities can map one segment and see each other's
+// processes; "" when some part cannot be read (then no shared memory).
+std::string host_identity() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) return "";
+  const std::string boot = read_first_line("/proc/sys/kernel/random/boot_id");
+  const std::string ipc = read_link("/proc/self/ns/ipc");
+  const std::string pid = read_link("/proc/self/ns/pid");
+  if (boot.empty() || ipc.empty() || pid.empty()) return "";
+  return std::string(host) + " " + boot + " " + ipc + " " + pid;
+}
+
+// Whether `pid` is a live process: kill() still finds a process that has
+// died but not yet been reaped by its parent (a zombie), so its state in
+// /proc decides.
+bool process_alive(int64_t pid) {
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
+  const std::string stat = read_first_line(("/proc/" + std::to_string(pid) + "/stat").c_str());
+  const size_t name_end = stat.rfind(')');
+  if (name_end == std::string::npos || name_end + 2 >= stat.size()) return true;
+  const char state = stat[name_end + 2];
+  return state != 'Z' && state != 'X';
+}
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+void* map_segment(int fd, size_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+// Rank 0's side: a new segment of `bytes`, backed by memory now (a full
+// /dev/shm fails here instead of with SIGBUS on a later write), its
+// counters constructed. Null with `reason` set on failure.
+void* create_segment(const std::string& name, size_t bytes, std::string& reason) {
+  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) {
+    reason = std::string("shm_open: ") + std::strerror(errno);
+    return nullptr;
+  }
+  void* segment = nullptr;
+  if (const int error = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); error != 0) {
+    reason = "allocating " + std::to_string(bytes) + " bytes: " + std::strerror(error);
+  } else if ((segment = map_segment(fd, bytes)) == nullptr) {
+    reason = std::string("mmap: ") + std::strerror(errno);
+  }
+  ::close(fd);
+  if (segment == nullptr) {
+    ::shm_unlink(name.c_str());
+    return nullptr;
+  }
+  return segment;
+}
+
+// The other ranks' side: rank 0's segment, if it has the size expected.
+void* open_segment(const std::string& name, size_t bytes, std::string& reason) {
+  const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) {
+    reason = "shm_open " + name + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  struct stat info {};
+  void* segment = nullptr;
+  if (::fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) != bytes) {
+    reason = name + " is not " + std::to_string(bytes) + " bytes";
+  } else if ((segment = map_segment(fd, bytes)) == nullptr) {
+    reason = std::string("mmap: ") + std::strerror(errno);
+  }
+  ::close(fd);
+  return segment;
+}
+
+std::vector<std::string> rank_keys(const std::string& prefix, int size) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(prefix + std::to_string(r));
+  return keys;
+}
+
+}  // namespace
+
+// ---- setting up ----------------------------------------------------------------------------
+
+std::unique_ptr<SharedMemoryAllReduce> SharedMemoryAllReduce::connect(Store& store, int rank, int size,
+                                                                      const std::string& group,
+                                                                      std::chrono::milliseconds timeout) {
+  if (size < 2) return nullptr;
+  const char* setting = std::getenv("KILN_GLOO_SHM");
+  const bool wanted = setting == nullptr || std::string(setting) != "0";
+  store.set("shm/host/" + std::to_string(rank), wanted ? host_identity() : std::string());
+  const std::vector<std::string> host_keys = rank_keys("shm/host/", size);
+  store.wait(host_keys, timeout);
+  const std::string mine = store.get_string(host_keys[rank]);
+  for (const std::string& key : host_keys) {
+    if (mine.empty() || store.get_string(key) != mine) return nullptr;
+  }
+
+  const size_t bytes = segment_bytes(size);
+  std::string name;
+  std::string reason;
+  void* segment = nullptr;
+  if (rank == 0) {
+    std::random_device random;
+    std::ostringstream unique;
+    unique << "/kiln-gloo-" << ::getpid() << "-" << std::hex << random() << random();
+    name = unique.str();
+    segment = create_segment(name, bytes, reason);
+    if (segment != nullptr) {
+      for (int r = 0; r < size; ++r) {
+        new (static_cast<RankState*>(segment) + r) RankState{{0}, {0}, {0}, 0};
+      }
+    }
+    store.set("shm/name", segment != nullptr ? name : std::string());
+  } else {
+    store.wait({"shm/name"}, timeout);
+    name = store.get_string("shm/name");
+    if (name.empty()) {
+      reason = "rank 0 could not create the segment";
+    } else {
+      segment = open_segment(name, bytes, reason);
+    }
+  }
+  if (segment != nullptr) static_cast<RankState*>(segment)[rank].pid = ::getpid();
+  if (segment == nullptr && (rank == 0 || !name.empty())) {
+    std::fprintf(stderr, "kiln: gloo group '%s' rank %d: no shared memory for all_reduce (%s); it goes over TCP\n",
+                 group.c_str(), rank, reason.c_str());
+  }
+
+  // Every rank says whether it mapped the segment; once all have answered,
+  // the name can go (the mappings keep the memory).
+  store.set("shm/mapped/" + std::to_string(rank), std::string(segment != nullptr ? "1" : "0"));
+  const std::vector<std::string> mapped_keys = rank_keys("shm/mapped/", size);
+  bool all_mapped = true;
+  try {
+    store.wait(mapped_keys, timeout);
+    for (const std::string& key : mapped_keys) all_mapped = all_mapped && store.get_string(key) == "1";
+  } catch (...) {
+    if (rank == 0 && segment != nullptr) ::shm_unlink(name.c_str());
+    if (segment != nullptr) ::munmap(segment, bytes);
+    throw;
+  }
+  if (rank == 0 && segment != nullptr) ::shm_unlink(name.c_str());
+  if (!all_mapped) {
+    if (segment != nullptr) ::munmap(segment, bytes);
+    return nullptr;
+  }
+  return std::unique_ptr<SharedMemoryAllReduce>(new SharedMemoryAllReduce(rank, size, group, segment, bytes));
+}
+
+SharedMemoryAllReduce::SharedMemoryAllReduce(int rank, int size, std::string group, void* segment,
+                                             size_t segment_bytes)
+    : rank_(rank), size_(size), group_(std::move(group)), segment_(segment), segment_bytes_(segment_bytes) {}
+
+SharedMemoryAllReduce::~SharedMemoryAllReduce() { ::munmap(segment_, segment_bytes_); }
+
+SharedMemoryAllReduce::RankState& SharedMemoryAllReduce::state(int rank) const {
+  return static_cast<RankState*>(segment_)[rank];
+}
+
+uint8_t* SharedMemoryAllReduce::slot(int rank) const {
+  return static_cast<uint8_t*>(segment_) + header_bytes(size_) + static_cast<size_t>(rank) * kSharedMemorySlotBytes;
+}
+
+// ---- the all-reduce --------------------------------------------------------------------------
+
+void SharedMemoryAllReduce::all_reduce(void* data, size_t elements, size_t element_size, const ReduceFunction& reduce,
+                                       std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  const size_t chunk = kSharedMemorySlotBytes / element_size;
+  auto* bytes = static_cast<uint8_t*>(data);
+  for (size_t first = 0; first < elements; first += chunk) {
+    all_reduce_chunk(bytes + first * element_size, std::min(chunk, elements - first), element_size, reduce, deadline,
+                     timeout);
+  }
+}
+
+void SharedMemoryAllReduce::all_reduce_chunk(uint8_t* data, size_t elements, size_t element_size,
+                                             const ReduceFunction& reduce, Clock::time_point deadline,
+                                             std::chrono::milliseconds timeout) {
+  const uint64_t s = ++chunks_;
+  // The steps of the Note, each waited for on every other rank.
+  enum Step { kArrived, kReduced, kDone };
+  auto counter = [&](int r, Step step) -> std::atomic<uint64_t>& {
+    RankState& st = state(r);
+    return step == kArrived ? st.arrived : step == kReduced ? st.reduced : st.done;
+  };
+  auto wait_for_all = [&](Step step, uint64_t target) {
+    static const char* const kWhat[] = {"copied its input into shared memory", "reduced its share",
+                                        "copied its results out"};
+    const auto start = Clock::now();
+    auto next_check = start + std::chrono::milliseconds(100);
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      int spins = 0;
+      while (counter(r, step).load(std::memory_order_acquire) < target) {
+        // Spin while a peer is likely microseconds away; the clock is
+        // read every 64 spins.
+        if (++spins % 64 != 0) {
+          cpu_relax();
+          continue;
+        }
+        const auto now = Clock::now();
+        if (now >= deadline) {
+          KILN_FAIL("gloo all_reduce: rank ", rank_, " of group '", group_, "' waited ", timeout.count(),
+                    " ms in shared memory for rank ", r, ", which has not ", kWhat[step], " for chunk ", target,
+                    " (Note [Same-host all-reduce through shared memory])");
+        }
+        if (now >= next_check) {
+          const int64_t pid = state(r).pid;
+          KILN_CHECK(process_alive(pid), "gloo all_reduce: rank ", r, " of group '", group_, "' (pid ", pid,
+                     ") is no longer running; rank ", rank_, " was waiting in shared memory for it to have ",
+                     kWhat[step]);
+          next_check = now + std::chrono::milliseconds(100);
+        }
+        if (now - start < std::chrono::microseconds(50)) continue;
+        if (now - start < std::chrono::milliseconds(2)) {
+          ::sched_yield();
+        } else {
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+      }
+    }
+  };
+
+  const size_t bytes = elements * element_size;
+  // Each rank's share: a range of whole 64-byte lines, so that two ranks
+  // never write one cache line.
+  const size_t line = std::max<size_t>(1, 64 / element_size);
+  const size_t per_rank = (elements + size_ - 1) / size_;
+  const size_t share = (per_rank + line - 1) / line * line;
+  auto first_of = [&](int r) { return std::min(elements, static_cast<size_t>(r) * share); };
+  auto count_of = [&](int r) { return std::min(elements, first_of(r) + share) - first_of(r); };
+
+  // 1. My input into my slot, once every rank has read the previous chunk out of it.
+  wait_for_all(kDone, s - 1);
+  std::memcpy(slot(rank_), data, bytes);
+  state(rank_).arrived.store(s, std::memory_order_release);
+
+  // 2. My share, reduced over every slot in rank order.
+  wait_for_all(kArrived, s);
+  if (const size_t n = count_of(rank_); n > 0) {
+    const size_t offset = first_of(rank_) * element_size;
+    uint8_t* out = data + offset;
+    reduce(out, slot(0) + offset, slot(1) + offset, n);
+    for (int r = 2; r < size_; ++r) reduce(out, out, slot(r) + offset, n);
+    std::memcpy(slot(rank_) + offset, out, n * element_size);
+  }
+  state(rank_).reduced.store(s, std::memory_order_release);
+
+  // 3. Every other rank's share of the results.
+  wait_for_all(kReduced, s);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_ || count_of(r) == 0) continue;
+    const size_t offset = first_of(r) * element_size;
+    std::memcpy(data + offset, slot(r) + offset, count_of(r) * element_size);
+  }
+  state(rank_).done.store(s, std::memory_order_release);
+}
+
+}  // namespace kiln::distributed::gloo_backend
