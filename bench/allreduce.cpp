@@ -31,8 +31,12 @@
 //
 // Usage: build/bench/allreduce [--ranks 2] [--rounds 15] [--budget 0.1]
 //                              [--python /usr/bin/python3] [--script bench/allreduce_torch.py]
-// Prints one line per size:
-//   allreduce bytes=4096 kiln_busbw=0.52GB/s pytorch_busbw=0.41GB/s ratio=1.27
+// Kiln runs twice a round: as a program gets it (on one host, through shared
+// memory: Note [Same-host all-reduce through shared memory]) and with
+// KILN_GLOO_SHM=0 (over Gloo's TCP pairs, as PyTorch's gloo backend always
+// goes). Prints one line per size, ratio = kiln / pytorch and tcp_ratio =
+// kiln_tcp / pytorch:
+//   allreduce bytes=4096 kiln_busbw=.. kiln_tcp_busbw=.. pytorch_busbw=.. ratio=.. tcp_ratio=..
 
 #include <algorithm>
 #include <chrono>
@@ -112,11 +116,12 @@ int run_rank(int rank, int world_size, const std::string& store, const std::vect
 // Runs `argv` as the ranks of one round (bench/rank_processes.h) and returns
 // rank 0's output; exits if a rank fails.
 std::string run_ranks(const std::vector<std::string>& argv, int world_size, const std::string& store,
-                      const std::vector<int64_t>& sizes, double budget) {
+                      const std::vector<int64_t>& sizes, double budget, const std::string& shm = "1") {
   const bench::RankRun run = bench::run_ranks(argv, world_size,
                                               {{"KILN_BENCH_STORE", store},
                                                {"KILN_BENCH_SIZES", join_sizes(sizes)},
-                                               {"KILN_BENCH_BUDGET", std::to_string(budget)}},
+                                               {"KILN_BENCH_BUDGET", std::to_string(budget)},
+                                               {"KILN_GLOO_SHM", shm}},
                                               /*capture_rank0=*/true);
   if (run.failed_rank >= 0) {
     std::fprintf(stderr, "allreduce: rank %d of %s failed; rank 0's output:\n%s\n", run.failed_rank,
@@ -153,12 +158,17 @@ int run_driver(int world_size, int rounds, double budget, const std::string& pyt
   const std::filesystem::path dir = std::filesystem::temp_directory_path() /
                                     ("kiln_allreduce_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  std::map<int64_t, std::vector<double>> kiln_times, torch_times;
+  std::map<int64_t, std::vector<double>> kiln_times, kiln_tcp_times, torch_times;
   for (int round = 0; round < rounds; ++round) {
     const std::string kiln_store = "file://" + (dir / ("kiln" + std::to_string(round))).string();
+    const std::string kiln_tcp_store = "file://" + (dir / ("kiln_tcp" + std::to_string(round))).string();
     const std::string torch_store = "file://" + (dir / ("torch" + std::to_string(round))).string();
     for (auto [bytes, s] : parse_times(run_ranks({self_path(), "--rank"}, world_size, kiln_store, sizes, budget))) {
       kiln_times[bytes].push_back(s);
+    }
+    for (auto [bytes, s] :
+         parse_times(run_ranks({self_path(), "--rank"}, world_size, kiln_tcp_store, sizes, budget, "0"))) {
+      kiln_tcp_times[bytes].push_back(s);
     }
     for (auto [bytes, s] : parse_times(run_ranks({python, script}, world_size, torch_store, sizes, budget))) {
       torch_times[bytes].push_back(s);
@@ -166,24 +176,32 @@ int run_driver(int world_size, int rounds, double budget, const std::string& pyt
   }
   std::filesystem::remove_all(dir);
   const double bus_factor = 2.0 * (world_size - 1) / world_size;
-  std::printf("# all_reduce float32 sum, %d ranks, gloo over TCP loopback, 1 thread per rank, median of %d rounds\n",
-              world_size, rounds);
+  std::printf(
+      "# all_reduce float32 sum, %d ranks on one host, gloo backend, 1 thread per rank, median of %d rounds;\n"
+      "# kiln: shared memory (the default on one host), kiln_tcp: KILN_GLOO_SHM=0, pytorch: its gloo over TCP\n",
+      world_size, rounds);
   for (int64_t bytes : sizes) {
-    if (kiln_times[bytes].empty() || torch_times[bytes].empty()) {
+    if (kiln_times[bytes].empty() || kiln_tcp_times[bytes].empty() || torch_times[bytes].empty()) {
       std::fprintf(stderr, "allreduce: no time for %lld bytes\n", static_cast<long long>(bytes));
       return 1;
     }
     if (std::getenv("KILN_BENCH_VERBOSE")) {
       std::printf("# %lld bytes, ms per all_reduce by round: kiln", static_cast<long long>(bytes));
       for (double t : kiln_times[bytes]) std::printf(" %.2f", t * 1e3);
+      std::printf("; kiln_tcp");
+      for (double t : kiln_tcp_times[bytes]) std::printf(" %.2f", t * 1e3);
       std::printf("; pytorch");
       for (double t : torch_times[bytes]) std::printf(" %.2f", t * 1e3);
       std::printf("\n");
     }
     const double kiln_busbw = bytes / median(kiln_times[bytes]) * bus_factor / 1e9;
+    const double kiln_tcp_busbw = bytes / median(kiln_tcp_times[bytes]) * bus_factor / 1e9;
     const double torch_busbw = bytes / median(torch_times[bytes]) * bus_factor / 1e9;
-    std::printf("allreduce bytes=%lld kiln_busbw=%.3fGB/s pytorch_busbw=%.3fGB/s ratio=%.2f\n",
-                static_cast<long long>(bytes), kiln_busbw, torch_busbw, kiln_busbw / torch_busbw);
+    std::printf(
+        "allreduce bytes=%lld kiln_busbw=%.3fGB/s kiln_tcp_busbw=%.3fGB/s pytorch_busbw=%.3fGB/s ratio=%.2f "
+        "tcp_ratio=%.2f\n",
+        static_cast<long long>(bytes), kiln_busbw, kiln_tcp_busbw, torch_busbw, kiln_busbw / torch_busbw,
+        kiln_tcp_busbw / torch_busbw);
   }
   return 0;
 }
