@@ -268,8 +268,7 @@ void SharedMemoryAllReduce::all_reduce_chunk(uint8_t* data, size_t elements, siz
       if (r == rank_) continue;
       int spins = 0;
       while (counter(r, step).load(std::memory_order_acquire) < target) {
-        // Spin while a peer is likely microseconds away; the clock is
-        // read every 64 spins.
+        // The clock is read every 64 spins.
         if (++spins % 64 != 0) {
           cpu_relax();
           continue;
@@ -287,11 +286,17 @@ void SharedMemoryAllReduce::all_reduce_chunk(uint8_t* data, size_t elements, siz
                      kWhat[step]);
           next_check = now + std::chrono::milliseconds(100);
         }
-        if (now - start < std::chrono::microseconds(50)) continue;
-        if (now - start < std::chrono::milliseconds(2)) {
+        // Spin for 50 us, then give the core away: yield for 2 ms, then
+        // sleep, longer once the wait is clearly not a short one (a peer
+        // evaluating or checkpointing) so that waiting ranks cost little CPU.
+        const auto waited = now - start;
+        if (waited < std::chrono::microseconds(50)) continue;
+        if (waited < std::chrono::milliseconds(2)) {
           ::sched_yield();
-        } else {
+        } else if (waited < std::chrono::milliseconds(50)) {
           std::this_thread::sleep_for(std::chrono::microseconds(50));
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
       }
     }
