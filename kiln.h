@@ -8,11 +8,12 @@
 #include "tensor/tensor_dict.h"
 
 // tensor/cuda/: devices, streams and events, the caching allocator's
-// statistics and GPU monitoring (kiln::cuda::), in builds with CUDA. None of
+// statistics, CUDA graphs and GPU monitoring (kiln::cuda::), in builds with CUDA. None of
 // these headers needs the CUDA toolkit's.
 #ifdef KILN_WITH_CUDA
 #include "tensor/cuda/allocator.h"
 #include "tensor/cuda/device.h"
+#include "tensor/cuda/graph.h"
 #include "tensor/cuda/nvml.h"
 #include "tensor/cuda/settings.h"
 #include "tensor/cuda/stream.h"

@@ -20,8 +20,12 @@
 // batch size of --batch (default 64 and 512), the images already resident on
 // the device, as the CUDA benchmark of bench/lenet_vs_pytorch.sh asks:
 //   lenet_train_cuda batch=64 kiln_img_s=..
-// The clock stops when the last step's loss has reached the host, so the
-// queued GPU work is all inside the timing.
+//   lenet_train_cuda_graph batch=64 kiln_img_s=..
+// The first runs the step eagerly; the second captures it once in a CUDA
+// graph (Note [CUDA graphs] in tensor/cuda/graph.h) and per step copies the
+// batch into the captured input tensors and replays. The clock stops when
+// the last step's loss has reached the host, so the queued GPU work is all
+// inside the timing.
 //
 // --profile adds a second, instrumented training pass that prints the mean
 // time of each phase of a step. The forward runs the model's submodules one
@@ -43,6 +47,10 @@
 
 #include "data/cifar10.h"
 #include "kiln.h"
+
+#ifdef KILN_WITH_CUDA
+#include "tensor/cuda/graph.h"
+#endif
 
 namespace {
 
@@ -192,6 +200,43 @@ double time_training_cuda(Trainer& trainer, const Data& data, int64_t batch) {
   return static_cast<double>(steps * batch) / seconds_between(start, Clock::now());
 }
 
+#ifdef KILN_WITH_CUDA
+// As time_training_cuda, with the step captured in a CUDA graph after the
+// warm-up and replayed: every step, on the capture stream, copies its batch
+// into the tensors the capture read, then replays the graph.
+double time_training_cuda_graph(Trainer& trainer, const Data& data, int64_t batch) {
+  trainer.model->train();
+  const kiln::Device dev = data.images.device();
+  const int64_t steps = data.images.size(0) / batch;
+  Tensor x = kiln::zeros({batch, 3, 32, 32}, {kiln::DType::Float32, dev});  // the captured step's input
+  Tensor y = kiln::zeros({batch}, {kiln::DType::Int64, dev});
+  kiln::cuda::synchronize(dev);  // `data` and the zeros were written on the default stream
+  kiln::cuda::Stream side = kiln::cuda::Stream::create(dev);
+  kiln::cuda::StreamGuard on_side(side);
+  auto load = [&](int64_t s) {
+    const int64_t at = (s % steps) * batch;
+    x.copy_(data.images.narrow(0, at, batch));
+    y.copy_(data.labels.narrow(0, at, batch));
+  };
+  for (int64_t s = 0; s < kWarmupSteps; ++s) {
+    load(s);
+    trainer.step(x, y);
+  }
+  kiln::cuda::Graph graph;
+  graph.capture_begin(side);
+  Tensor loss = trainer.step(x, y);
+  graph.capture_end();
+  side.synchronize();
+  const auto start = Clock::now();
+  for (int64_t s = 0; s < steps; ++s) {
+    load(s);
+    graph.replay();
+  }
+  (void)loss.item<double>();
+  return static_cast<double>(steps * batch) / seconds_between(start, Clock::now());
+}
+#endif
+
 // Images per second of an evaluation pass over `batches` batches of 1000: the
 // median of kEvalPasses passes.
 double time_evaluation(Trainer& trainer, const Data& data, int64_t batches) {
@@ -339,6 +384,12 @@ int main(int argc, char** argv) try {
       std::printf("lenet_train_cuda batch=%lld kiln_img_s=%.0f\n", static_cast<long long>(batch),
                   time_training_cuda(trainer, resident, batch));
       std::fflush(stdout);
+#ifdef KILN_WITH_CUDA
+      Trainer graphed(gpu);
+      std::printf("lenet_train_cuda_graph batch=%lld kiln_img_s=%.0f\n", static_cast<long long>(batch),
+                  time_training_cuda_graph(graphed, resident, batch));
+      std::fflush(stdout);
+#endif
     }
     return 0;
   }

@@ -22,6 +22,9 @@
 # --device cuda measures the GPU instead: one epoch of training with the
 # images resident on the device, at batch 64 and 512, on both sides:
 #   lenet_train_cuda batch=64 kiln_img_s=.. pytorch_img_s=.. ratio=..
+#   lenet_train_cuda_graph batch=64 kiln_img_s=.. pytorch_img_s=.. ratio=..
+# (the second with Kiln's step captured in a CUDA graph and replayed, against
+# the same PyTorch eager figure)
 # PyTorch then comes from the first of $KILN_TORCH_PYTHON, python3 and
 # /usr/bin/python3 that has torch with CUDA.
 # Usage: bash bench/lenet_vs_pytorch.sh [build-dir] [--device cuda] [--train-images N] [--eval-images M]
@@ -80,15 +83,19 @@ if [[ "$device" == "cuda" ]]; then
   else
     echo "lenet_vs_pytorch: no python with torch and CUDA found; skipping the anchor" >&2
   fi
-  for batch in $(awk '$1 == "lenet_train_cuda" { split($2, kv, "="); print kv[2] }' <<<"$kiln_out"); do
-    kiln="$(awk -v b="batch=$batch" '$1 == "lenet_train_cuda" && $2 == b { split($3, kv, "="); print kv[2] }' <<<"$kiln_out")"
-    if [[ -n "$torch_out" ]]; then
-      torch="$(awk -v b="batch=$batch" '$1 == "lenet_train_cuda" && $2 == b { split($3, kv, "="); print kv[2] }' <<<"$torch_out")"
-      awk -v b="$batch" -v k="$kiln" -v t="$torch" \
-        'BEGIN { printf "lenet_train_cuda batch=%s kiln_img_s=%.0f pytorch_img_s=%.0f ratio=%.2f\n", b, k, t, k / t }'
-    else
-      echo "lenet_train_cuda batch=$batch kiln_img_s=$kiln"
-    fi
+  # Kiln eager (lenet_train_cuda) and Kiln with the step in a CUDA graph
+  # (lenet_train_cuda_graph), each against PyTorch's eager step.
+  for kind in lenet_train_cuda lenet_train_cuda_graph; do
+    for batch in $(awk -v k="$kind" '$1 == k { split($2, kv, "="); print kv[2] }' <<<"$kiln_out"); do
+      kiln="$(awk -v k="$kind" -v b="batch=$batch" '$1 == k && $2 == b { split($3, kv, "="); print kv[2] }' <<<"$kiln_out")"
+      if [[ -n "$torch_out" ]]; then
+        torch="$(awk -v b="batch=$batch" '$1 == "lenet_train_cuda" && $2 == b { split($3, kv, "="); print kv[2] }' <<<"$torch_out")"
+        awk -v k="$kind" -v b="$batch" -v kiln="$kiln" -v t="$torch" \
+          'BEGIN { printf "%s batch=%s kiln_img_s=%.0f pytorch_img_s=%.0f ratio=%.2f\n", k, b, kiln, t, kiln / t }'
+      else
+        echo "$kind batch=$batch kiln_img_s=$kiln"
+      fi
+    done
   done
   echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
   exit 0

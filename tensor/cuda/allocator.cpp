@@ -14,6 +14,13 @@
 // call on the free path ignores failures (the driver frees everything at
 // exit anyway).
 //
+// A CUDA graph's allocations come from a private pool instead, a
+// CachingAllocator of its own (Note [CUDA graphs] in graph.h): the shared
+// cache could otherwise hand memory that the graph's replays write to
+// another tensor. Blocks of private pools are listed in graph_blocks(), so
+// that deallocate and record_stream find their pool; with no graph alive
+// the list is empty and costs one atomic load per free.
+//
 // It registers itself for DeviceType::CUDA when libkiln is loaded, not only
 // when the backend is first asked for: Tensor::empty on a CUDA device reaches
 // the allocator before any kernel, and must say "no GPU" rather than "Kiln was
@@ -24,7 +31,9 @@
 
 #include <array>
 #include <atomic>
+#include <memory>
 #include <mutex>
+#include <unordered_map>
 
 #include "tensor/caching_allocator.h"
 #include "tensor/cuda/check.h"
@@ -59,13 +68,40 @@ class QuietDeviceSwitch {
   int previous_ = -1;
 };
 
+// Lets the calling thread make calls that a stream capture would otherwise
+// refuse (cudaMalloc) for a scope.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() {
+    if (cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      active_ = false;
+    }
+  }
+  ~RelaxedCaptureMode() {
+    if (active_ && cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) (void)cudaGetLastError();
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+  bool active_ = true;
+};
+
 // cudaMalloc, cudaFree and events of one device for its CachingAllocator.
+// A graph pool's source (`for_graph_pool`) allocates during a capture: the
+// memory is not a step of the graph but lives as long as the pool, so the
+// capture may ignore the call.
 class CudaMemorySource final : public DeviceMemorySource {
  public:
-  explicit CudaMemorySource(int device) : device_(device) {}
+  explicit CudaMemorySource(int device, bool for_graph_pool = false)
+      : device_(device), for_graph_pool_(for_graph_pool) {}
 
   void* malloc(size_t nbytes) override {
     QuietDeviceSwitch on(device_);
+    std::unique_ptr<RelaxedCaptureMode> relaxed;
+    if (for_graph_pool_) relaxed = std::make_unique<RelaxedCaptureMode>();
     void* ptr = nullptr;
     const cudaError_t status = cudaMalloc(&ptr, nbytes);
     if (status == cudaErrorMemoryAllocation) {
@@ -125,6 +161,7 @@ class CudaMemorySource final : public DeviceMemorySource {
 
  private:
   int device_;
+  bool for_graph_pool_;
 };
 
 struct DeviceCache {
@@ -156,19 +193,84 @@ CachingAllocator& cache_for(int device) {
   return cache->cache;
 }
 
+}  // namespace
+
+// ---- private pools for CUDA graphs ---------------------------------------------------
+
+class GraphMemoryPool {
+ public:
+  explicit GraphMemoryPool(int device)
+      : device(device), source(device, /*for_graph_pool=*/true),
+        cache("CUDA graph memory pool", cuda_device(device).str(), &source) {}
+  const int device;
+  CudaMemorySource source;
+  CachingAllocator cache;
+};
+
+namespace {
+
+// The blocks that private pools have handed out, each with its pool.
+struct GraphBlocks {
+  std::mutex mutex;
+  std::unordered_map<void*, std::shared_ptr<GraphMemoryPool>> pool_of;
+  std::atomic<int64_t> count{0};
+};
+
+GraphBlocks& graph_blocks() {
+  static GraphBlocks* blocks = new GraphBlocks;  // never destroyed (Note [CUDA allocator])
+  return *blocks;
+}
+
+// The pool whose block starts at `ptr`, or null.
+std::shared_ptr<GraphMemoryPool> graph_pool_of(void* ptr, bool forget) {
+  GraphBlocks& blocks = graph_blocks();
+  if (blocks.count.load(std::memory_order_acquire) == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(blocks.mutex);
+  auto it = blocks.pool_of.find(ptr);
+  if (it == blocks.pool_of.end()) return nullptr;
+  std::shared_ptr<GraphMemoryPool> pool = it->second;
+  if (forget) {
+    blocks.pool_of.erase(it);
+    blocks.count.fetch_sub(1, std::memory_order_release);
+  }
+  return pool;
+}
+
+// The calling thread's GraphMemoryPoolScope, if any.
+struct PoolScope {
+  std::shared_ptr<GraphMemoryPool> pool;
+  cudaStream_t stream = nullptr;
+};
+thread_local PoolScope t_pool_scope;
+
 class CudaAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes, Device device) override {
     KILN_CHECK(device.is_cuda(), "CUDA allocator: asked for memory on ", device);
     DeviceGuard guard(device, "CUDA allocator");
     if (nbytes == 0) return nullptr;
-    return cache_for(device.index).allocate(nbytes, current_raw_stream(device));
+    const cudaStream_t stream = current_raw_stream(device);
+    const PoolScope& scope = t_pool_scope;
+    if (scope.pool && scope.pool->device == device.index && scope.stream == stream) {
+      void* ptr = scope.pool->cache.allocate(nbytes, stream);
+      GraphBlocks& blocks = graph_blocks();
+      std::lock_guard<std::mutex> lock(blocks.mutex);
+      blocks.pool_of[ptr] = scope.pool;
+      blocks.count.fetch_add(1, std::memory_order_release);
+      return ptr;
+    }
+    return cache_for(device.index).allocate(nbytes, stream);
   }
 
-  // Called from Storage's destructor: never throws (the cache's free path
-  // does not).
+  // Called from Storage's destructor: never throws (the caches' free paths
+  // do not). A graph pool's block goes back to its pool, which is destroyed
+  // here if nothing else held it, giving its memory back to the driver.
   void deallocate(void* ptr, size_t, Device device) override {
     if (ptr == nullptr) return;
+    if (std::shared_ptr<GraphMemoryPool> pool = graph_pool_of(ptr, /*forget=*/true)) {
+      pool->cache.deallocate(ptr);
+      return;
+    }
     cache_for(device.index).deallocate(ptr);
   }
 };
@@ -188,9 +290,9 @@ Allocator& cuda_allocator() {
 
 void register_cuda_allocator() { set_allocator(DeviceType::CUDA, &cuda_allocator()); }
 
-MemoryStats memory_stats(Device device) {
-  check_device(device, "memory_stats");
-  const CachingAllocatorStats s = cache_for(device.index).stats();
+namespace {
+
+MemoryStats to_memory_stats(const CachingAllocatorStats& s) {
   MemoryStats out;
   out.allocated_bytes = s.allocated_bytes;
   out.requested_bytes = s.requested_bytes;
@@ -205,6 +307,13 @@ MemoryStats memory_stats(Device device) {
   out.alloc_retries = s.alloc_retries;
   out.ooms = s.ooms;
   return out;
+}
+
+}  // namespace
+
+MemoryStats memory_stats(Device device) {
+  check_device(device, "memory_stats");
+  return to_memory_stats(cache_for(device.index).stats());
 }
 
 void reset_peak_memory_stats(Device device) {
@@ -222,9 +331,32 @@ void record_stream(const Storage& storage, const Stream& stream) {
   KILN_CHECK(storage.device() == stream.device(), "record_stream: the storage is on ", storage.device(),
              " but the stream belongs to ", stream.device());
   if (storage.data() == nullptr) return;  // zero bytes: no memory to protect
+  if (std::shared_ptr<GraphMemoryPool> pool = graph_pool_of(storage.data(), /*forget=*/false)) {
+    pool->cache.record_stream(storage.data(), stream.handle());
+    return;
+  }
   cache_for(storage.device().index).record_stream(storage.data(), stream.handle());
 }
 
 void record_stream(const Tensor& tensor, const Stream& stream) { record_stream(*tensor.storage(), stream); }
+
+std::shared_ptr<GraphMemoryPool> make_graph_memory_pool(Device device) {
+  check_device(device, "make_graph_memory_pool");
+  return std::make_shared<GraphMemoryPool>(device.index);
+}
+
+GraphMemoryPoolScope::GraphMemoryPoolScope(std::shared_ptr<GraphMemoryPool> pool, const Stream& stream) {
+  KILN_CHECK(pool != nullptr, "GraphMemoryPoolScope: no pool given");
+  KILN_CHECK(t_pool_scope.pool == nullptr,
+             "GraphMemoryPoolScope: this thread is already allocating from a graph's pool (one capture per thread "
+             "at a time)");
+  KILN_CHECK(stream.device() == cuda_device(pool->device), "GraphMemoryPoolScope: the pool belongs to cuda:",
+             pool->device, " but the stream to ", stream.device());
+  t_pool_scope = {std::move(pool), stream.handle()};
+}
+
+GraphMemoryPoolScope::~GraphMemoryPoolScope() { t_pool_scope = {}; }
+
+MemoryStats graph_memory_pool_stats(const GraphMemoryPool& pool) { return to_memory_stats(pool.cache.stats()); }
 
 }  // namespace kiln::cuda

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "tensor/allocator.h"
 #include "tensor/cuda/stream.h"
@@ -61,5 +62,32 @@ void empty_cache();
 //   cuda::record_stream(x, side);                // before x may be freed
 void record_stream(const Storage& storage, const Stream& stream);
 void record_stream(const Tensor& tensor, const Stream& stream);
+
+// ---- private pools for CUDA graphs (Note [CUDA graphs] in graph.h) ----------
+
+// Memory that only one CUDA graph's allocations use: a caching allocator of
+// its own. Blocks allocated from it go back to it when freed, never to the
+// device's shared cache, so memory that a graph's replays write is never
+// handed to another tensor while the pool lives. It lives while a
+// GraphMemoryPoolScope, a Graph or any block allocated from it holds it, and
+// gives its memory back to the driver when the last of them is gone.
+class GraphMemoryPool;
+std::shared_ptr<GraphMemoryPool> make_graph_memory_pool(Device device);
+
+// While it lives, the calling thread's allocations on `stream`'s device
+// made while `stream` is that device's current stream come from `pool`.
+// The pool takes cudaMalloc calls out of the capture's checks (capture mode
+// relaxed for the call): the memory outlives the capture, so replays may use
+// it. One scope per thread at a time.
+class GraphMemoryPoolScope {
+ public:
+  GraphMemoryPoolScope(std::shared_ptr<GraphMemoryPool> pool, const Stream& stream);
+  ~GraphMemoryPoolScope();
+  GraphMemoryPoolScope(const GraphMemoryPoolScope&) = delete;
+  GraphMemoryPoolScope& operator=(const GraphMemoryPoolScope&) = delete;
+};
+
+// What `pool` holds, in memory_stats' terms.
+MemoryStats graph_memory_pool_stats(const GraphMemoryPool& pool);
 
 }  // namespace kiln::cuda

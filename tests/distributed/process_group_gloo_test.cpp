@@ -235,6 +235,14 @@ TEST(ProcessGroupGloo, AcceptsOnlyCpuTensorsWithoutCuda) {
 #endif
 }
 
+// Rank r's input of n float32 values to the all-reduce tests, the same in
+// every process.
+Tensor rank_values(int r, int64_t n) {
+  Generator gen;
+  gen.manual_seed(static_cast<uint64_t>(100 * r + n % 97));
+  return randn({n}, DType::Float32, &gen);
+}
+
 // Note [Gloo all-reduce algorithms]: over TCP, below kRecursiveDoublingMaxBytes
 // on 2 and 4 ranks the exchange is recursive doubling, else gloo's ring;
 // either way the sum is right and every rank holds the same bits.
@@ -248,11 +256,7 @@ TEST(ProcessGroupGloo, AllReduceByRecursiveDoublingOrRingGivesEveryRankTheSameSu
     run_on_ranks(world, [=](int rank) {
       auto group = make_gloo_group_on_path("0", milliseconds(20000));
       for (int64_t n : {small, large}) {
-        auto values_of = [&](int r) {
-          Generator gen;
-          gen.manual_seed(static_cast<uint64_t>(100 * r + n % 97));
-          return randn({n}, DType::Float32, &gen);
-        };
+        auto values_of = [&](int r) { return rank_values(r, n); };
         Tensor t = values_of(rank);
         group->all_reduce(t)->wait();
         // The float64 sum of every rank's values, rounded once.
@@ -279,11 +283,7 @@ TEST(ProcessGroupGloo, SharedMemoryAllReduceIsTheRankOrderReductionOnEveryRank) 
     run_on_ranks(world, [=](int rank) {
       auto group = make_gloo_group_on_path("1", milliseconds(20000));
       for (int64_t n : {int64_t{1}, int64_t{1000}, 2 * chunk + 333}) {
-        auto values_of = [&](int r) {
-          Generator gen;
-          gen.manual_seed(static_cast<uint64_t>(100 * r + n % 97));
-          return randn({n}, DType::Float32, &gen);
-        };
+        auto values_of = [&](int r) { return rank_values(r, n); };
         Tensor t = values_of(rank);
         group->all_reduce(t)->wait();
         Tensor in_rank_order = values_of(0);
