@@ -1,5 +1,7 @@
-// CUDA 2-d convolution through cuDNN: one group per call, as the front-end
-// (tensor/conv.cpp) makes them, float32 or float64.
+// CUDA 2-d convolution through cuDNN, or Kiln's direct kernels for small
+// layers when chosen (Note [Direct CUDA convolution] in conv_direct.h): one
+// group per call, as the front-end (tensor/conv.cpp) makes them, float32 or
+// float64.
 //
 // Note [cuDNN convolution algorithms]
 // cuDNN has several algorithms per direction (implicit GEMM, FFT, Winograd,
@@ -28,6 +30,7 @@
 #include <mutex>
 #include <vector>
 
+#include "tensor/cuda/conv_direct.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cudnn.h"
 #include "tensor/cuda/device.h"
@@ -280,6 +283,12 @@ void backward_filter(const Tensor& grad_weight, const Tensor& grad_out, const Te
                                                   bytes, scaling.zero(), d.w.get(), grad_weight.data_ptr()));
 }
 
+// Kiln's direct kernels when they are chosen and take the layer (Note
+// [Direct CUDA convolution] in conv_direct.h), else cuDNN.
+bool use_direct_kernels(int64_t out_channels, const ConvGeometry& g, DType dtype) {
+  return conv_implementation() == ConvImplementation::Kiln && direct_conv_applies(out_channels, g, dtype);
+}
+
 void check_dtype(DType dtype, const char* op) {
   KILN_CHECK(dtype == DType::Float32 || dtype == DType::Float64, op,
              ": the CUDA kernel takes float32 or float64, got ", dtype_name(dtype));
@@ -292,6 +301,12 @@ void CudaBackend::conv2d(const Tensor& out, const Tensor& x, const Tensor& weigh
   check_dtype(x.dtype(), "conv2d");
   if (out.numel() == 0) return;
   DeviceGuard guard(out.device(), "conv2d");
+  if (use_direct_kernels(weight.size(0), g, x.dtype())) {
+    Tensor result = out.is_contiguous() ? out : Tensor::empty(out.shape(), {out.dtype(), out.device()});
+    direct_conv2d_forward(result, x.contiguous(), weight.contiguous(), bias.defined() ? bias.contiguous() : bias, g);
+    if (!result.is_same(out)) copy(out, result);
+    return;
+  }
   // out: (N, OC, oh, ow); a layout cuDNN cannot write is computed in a
   // contiguous buffer and copied back.
   Tensor result = planes_contiguous(out) ? out : Tensor::empty(out.shape(), {out.dtype(), out.device()});
@@ -307,6 +322,24 @@ void CudaBackend::conv2d_backward(const Tensor& grad_input, const Tensor& grad_w
   if (x.size(0) == 0) {
     // An empty batch contributes nothing: grad_weight is a sum of no terms.
     if (grad_weight.defined()) fill(grad_weight, Scalar(0));
+    return;
+  }
+  if (use_direct_kernels(weight.size(0), g, x.dtype())) {
+    Tensor dy = grad_out.contiguous();  // (N, OC, oh, ow)
+    if (grad_input.defined()) {
+      Tensor result = grad_input.is_contiguous()
+                          ? grad_input
+                          : Tensor::empty(grad_input.shape(), {grad_input.dtype(), grad_input.device()});
+      direct_conv2d_grad_input(result, dy, weight.contiguous(), g);
+      if (!result.is_same(grad_input)) copy(grad_input, result);
+    }
+    if (grad_weight.defined()) {
+      Tensor result = grad_weight.is_contiguous()
+                          ? grad_weight
+                          : Tensor::empty(grad_weight.shape(), {grad_weight.dtype(), grad_weight.device()});
+      direct_conv2d_grad_weight(result, dy, x.contiguous(), g);
+      if (!result.is_same(grad_weight)) copy(grad_weight, result);
+    }
     return;
   }
   Tensor dy = readable(grad_out);  // (N, OC, oh, ow)

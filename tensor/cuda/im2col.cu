@@ -10,6 +10,7 @@
 // order, as the CPU kernel adds them. Two threads never write one element,
 // so there are no atomics and the sums do not depend on scheduling.
 #include "tensor/cuda/check.h"
+#include "tensor/cuda/conv_geometry.cuh"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/device.h"
 #include "tensor/cuda/dtype.cuh"
@@ -19,17 +20,6 @@
 namespace kiln::cuda {
 
 namespace {
-
-// ConvGeometry with its output size resolved, as kernels take it.
-struct DeviceGeometry {
-  int64_t channels, height, width, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
-  int64_t out_h, out_w;
-};
-
-DeviceGeometry device_geometry(const ConvGeometry& g) {
-  return {g.channels, g.height,   g.width,      g.kernel_h,   g.kernel_w,  g.stride_h, g.stride_w,
-          g.pad_h,    g.pad_w,    g.dilation_h, g.dilation_w, g.out_h(),   g.out_w()};
-}
 
 // Element strides of a 4-d x and a 3-d cols.
 struct Strides4 {

@@ -15,4 +15,12 @@ namespace kiln::cuda {
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 
+// Which kernels run 2-d convolutions (Note [Direct CUDA convolution] in
+// conv_direct.h): cuDNN's (the default), or Kiln's own direct kernels for
+// layers whose weight fits in a block's shared memory (cuDNN still takes
+// larger ones). The starting value comes from KILN_CUDA_CONV=cudnn|kiln.
+enum class ConvImplementation { Cudnn, Kiln };
+void set_conv_implementation(ConvImplementation implementation);
+ConvImplementation conv_implementation();
+
 }  // namespace kiln::cuda

@@ -1,6 +1,6 @@
-// CUDA conv2d (cuDNN), its backward, and im2col / col2im against the CPU
-// backend: stride, padding, dilation, groups, bias, dtypes, layouts, empty
-// batches, TF32.
+// CUDA conv2d (cuDNN, and Kiln's direct kernels), its backward, and
+// im2col / col2im against the CPU backend: stride, padding, dilation,
+// groups, bias, dtypes, layouts, empty batches, TF32.
 #include <gtest/gtest.h>
 
 #ifdef KILN_WITH_CUDA
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "tensor/conv.h"
+#include "tensor/cuda/conv_direct.h"
 #include "tensor/cuda/settings.h"
 #include "tests/tensor/cuda_compare.h"
 
@@ -84,6 +85,57 @@ TEST(CudaConv2d, BackwardMatchesCpu) {
                    name_of(k, dtype) + " grad_weight alone");
     }
   }
+}
+
+// Kiln's direct kernels (Note [Direct CUDA convolution]) for a scope.
+class DirectKernels {
+ public:
+  DirectKernels() : before_(cuda::conv_implementation()) { cuda::set_conv_implementation(cuda::ConvImplementation::Kiln); }
+  ~DirectKernels() { cuda::set_conv_implementation(before_); }
+
+ private:
+  cuda::ConvImplementation before_;
+};
+
+TEST(CudaConv2d, DirectKernelsMatchCpuAndCudnn) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = 700;
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    for (const ConvCase& k : kCases) {
+      const Device gpu = cuda_device(0);
+      Tensor x = random_tensor({k.n, k.c, k.h, k.w}, dtype, seed++);
+      Tensor w = random_tensor({k.oc, k.c / k.p.groups, k.kh, k.kw}, dtype, seed++);
+      Tensor b = k.bias ? random_tensor({k.oc}, dtype, seed++) : Tensor();
+      Tensor y = conv2d(x, w, b, k.p);
+      Tensor dy = random_tensor(y.shape(), dtype, seed++);
+      Conv2dGrads expected = conv2d_backward(dy, x, w, k.p, {true, true, false});
+      Tensor cudnn_y = conv2d(x.to(gpu), w.to(gpu), b.defined() ? b.to(gpu) : b, k.p);
+      DirectKernels direct;
+      Tensor direct_y = conv2d(x.to(gpu), w.to(gpu), b.defined() ? b.to(gpu) : b, k.p);
+      Conv2dGrads actual = conv2d_backward(dy.to(gpu), x.to(gpu), w.to(gpu), k.p, {true, true, false});
+      const double rtol = rtol_for(dtype), terms = static_cast<double>(k.c / k.p.groups * k.kh * k.kw + 1);
+      expect_close(y, direct_y, rtol, rtol * terms, name_of(k, dtype) + " direct forward");
+      expect_close(cudnn_y, direct_y, rtol, rtol * terms, name_of(k, dtype) + " direct forward against cuDNN");
+      expect_close(expected.grad_input, actual.grad_input, rtol, rtol * double(k.oc * k.kh * k.kw),
+                   name_of(k, dtype) + " direct grad_input");
+      expect_close(expected.grad_weight, actual.grad_weight, rtol, rtol * double(y.numel() / k.oc),
+                   name_of(k, dtype) + " direct grad_weight");
+      // Run to run, bit for bit: no atomics.
+      Conv2dGrads again = conv2d_backward(dy.to(gpu), x.to(gpu), w.to(gpu), k.p, {true, true, false});
+      expect_close(actual.grad_weight, again.grad_weight, 0, 0, name_of(k, dtype) + " direct grad_weight rerun");
+    }
+  }
+}
+
+TEST(CudaConv2d, DirectKernelsTakeOnlyWeightsThatFitSharedMemory) {
+  // No GPU needed: the choice is arithmetic on the shapes.
+  const ConvGeometry lenet_conv2{6, 14, 14, 5, 5};
+  EXPECT_TRUE(cuda::direct_conv_applies(16, lenet_conv2, DType::Float32));
+  EXPECT_TRUE(cuda::direct_conv_applies(16, lenet_conv2, DType::Float64));
+  EXPECT_FALSE(cuda::direct_conv_applies(16, lenet_conv2, DType::Float16));
+  const ConvGeometry wide{64, 8, 8, 3, 3};  // 64 * 64 * 9 floats: 144 KiB
+  EXPECT_FALSE(cuda::direct_conv_applies(64, wide, DType::Float32));
+  EXPECT_EQ(cuda::conv_implementation(), cuda::ConvImplementation::Cudnn) << "cuDNN is the default";
 }
 
 TEST(CudaConv2d, NonContiguousInputs) {
