@@ -289,6 +289,16 @@ bool use_direct_kernels(int64_t out_channels, const ConvGeometry& g, DType dtype
   return conv_implementation() == ConvImplementation::Kiln && direct_conv_applies(out_channels, g, dtype);
 }
 
+// compute(result) with result `target` itself when `in_place`, else a
+// contiguous tensor of its shape whose values are then copied into it (a
+// layout the kernels cannot write).
+template <class Compute>
+void write_into(const Tensor& target, bool in_place, const Compute& compute) {
+  const Tensor result = in_place ? target : Tensor::empty(target.shape(), {target.dtype(), target.device()});
+  compute(result);
+  if (!result.is_same(target)) Tensor(target).copy_(result);  // a handle to target's storage
+}
+
 void check_dtype(DType dtype, const char* op) {
   KILN_CHECK(dtype == DType::Float32 || dtype == DType::Float64, op,
              ": the CUDA kernel takes float32 or float64, got ", dtype_name(dtype));
@@ -301,17 +311,16 @@ void CudaBackend::conv2d(const Tensor& out, const Tensor& x, const Tensor& weigh
   check_dtype(x.dtype(), "conv2d");
   if (out.numel() == 0) return;
   DeviceGuard guard(out.device(), "conv2d");
+  // out: (N, OC, oh, ow)
   if (use_direct_kernels(weight.size(0), g, x.dtype())) {
-    Tensor result = out.is_contiguous() ? out : Tensor::empty(out.shape(), {out.dtype(), out.device()});
-    direct_conv2d_forward(result, x.contiguous(), weight.contiguous(), bias.defined() ? bias.contiguous() : bias, g);
-    if (!result.is_same(out)) copy(out, result);
+    write_into(out, out.is_contiguous(), [&](const Tensor& result) {
+      direct_conv2d_forward(result, x.contiguous(), weight.contiguous(), bias.defined() ? bias.contiguous() : bias,
+                            g);
+    });
     return;
   }
-  // out: (N, OC, oh, ow); a layout cuDNN cannot write is computed in a
-  // contiguous buffer and copied back.
-  Tensor result = planes_contiguous(out) ? out : Tensor::empty(out.shape(), {out.dtype(), out.device()});
-  forward(result, readable(x), weight.contiguous(), bias, g);
-  if (!result.is_same(out)) copy(out, result);
+  write_into(out, planes_contiguous(out),
+             [&](const Tensor& result) { forward(result, readable(x), weight.contiguous(), bias, g); });
 }
 
 void CudaBackend::conv2d_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_out,
@@ -324,39 +333,27 @@ void CudaBackend::conv2d_backward(const Tensor& grad_input, const Tensor& grad_w
     if (grad_weight.defined()) fill(grad_weight, Scalar(0));
     return;
   }
-  if (use_direct_kernels(weight.size(0), g, x.dtype())) {
-    Tensor dy = grad_out.contiguous();  // (N, OC, oh, ow)
-    if (grad_input.defined()) {
-      Tensor result = grad_input.is_contiguous()
-                          ? grad_input
-                          : Tensor::empty(grad_input.shape(), {grad_input.dtype(), grad_input.device()});
-      direct_conv2d_grad_input(result, dy, weight.contiguous(), g);
-      if (!result.is_same(grad_input)) copy(grad_input, result);
-    }
-    if (grad_weight.defined()) {
-      Tensor result = grad_weight.is_contiguous()
-                          ? grad_weight
-                          : Tensor::empty(grad_weight.shape(), {grad_weight.dtype(), grad_weight.device()});
-      direct_conv2d_grad_weight(result, dy, x.contiguous(), g);
-      if (!result.is_same(grad_weight)) copy(grad_weight, result);
-    }
-    return;
-  }
-  Tensor dy = readable(grad_out);  // (N, OC, oh, ow)
+  // grad_input: (N, C, H, W); grad_weight: (OC, C*kh*kw), written packed.
+  const bool direct = use_direct_kernels(weight.size(0), g, x.dtype());
+  const Tensor dy = direct ? grad_out.contiguous() : readable(grad_out);  // (N, OC, oh, ow)
   if (grad_input.defined()) {
-    Tensor result = planes_contiguous(grad_input)
-                        ? grad_input
-                        : Tensor::empty(grad_input.shape(), {grad_input.dtype(), grad_input.device()});
-    backward_data(result, dy, weight.contiguous(), g);
-    if (!result.is_same(grad_input)) copy(grad_input, result);
+    write_into(grad_input, direct ? grad_input.is_contiguous() : planes_contiguous(grad_input),
+               [&](const Tensor& result) {
+                 if (direct) {
+                   direct_conv2d_grad_input(result, dy, weight.contiguous(), g);
+                 } else {
+                   backward_data(result, dy, weight.contiguous(), g);
+                 }
+               });
   }
   if (grad_weight.defined()) {
-    // grad_weight: (OC, C*kh*kw), written packed.
-    Tensor result = grad_weight.is_contiguous()
-                        ? grad_weight
-                        : Tensor::empty(grad_weight.shape(), {grad_weight.dtype(), grad_weight.device()});
-    backward_filter(result, dy, readable(x), g);
-    if (!result.is_same(grad_weight)) copy(grad_weight, result);
+    write_into(grad_weight, grad_weight.is_contiguous(), [&](const Tensor& result) {
+      if (direct) {
+        direct_conv2d_grad_weight(result, dy, x.contiguous(), g);
+      } else {
+        backward_filter(result, dy, readable(x), g);
+      }
+    });
   }
 }
 
