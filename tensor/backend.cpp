@@ -20,6 +20,8 @@ Backend& backend_for(Device device) {
   KILN_FAIL("backend_for: invalid device type ", static_cast<int>(device.type));
 }
 
+bool capturing(Device device) { return !device.is_cpu() && backend_for(device).capturing(device); }
+
 Backend& backend_for_copy(Device dst, Device src) {
   if (dst.is_cpu()) return backend_for(src);
   KILN_CHECK(src.is_cpu() || src.type == dst.type, "copy_: cannot copy from ", src, " to ", dst);

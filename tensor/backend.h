@@ -97,6 +97,15 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
 
+  // Whether work queued now for `device` is being recorded for later
+  // replay rather than run (a CUDA graph capture, Note [CUDA graphs] in
+  // tensor/cuda/graph.h). Values cannot be read back while it is: checks that
+  // need them (index bounds, class targets) are skipped.
+  virtual bool capturing(Device device) const {
+    (void)device;
+    return false;
+  }
+
   // dst = src elementwise, converting dtype. Shapes equal (src may have
   // stride-0 dims). One of the two may be on the CPU when this backend is a
   // device backend: that is how host<->device copies happen.
@@ -237,6 +246,9 @@ class Backend {
 // The backend that runs kernels for `device`; throws kiln::Error naming the
 // device when Kiln was built without it.
 Backend& backend_for(Device device);
+
+// backend_for(device).capturing(device): false on the CPU.
+bool capturing(Device device);
 
 // The backend that owns a copy between `dst` and `src` (the device side when
 // one of them is on the CPU); throws for copies between two different device

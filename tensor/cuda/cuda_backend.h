@@ -19,6 +19,9 @@ class CudaBackend final : public Backend {
  public:
   CudaBackend();
   std::string_view name() const override { return "cuda"; }
+  // Whether the calling thread's current stream on `device` is capturing a
+  // CUDA graph (tensor/cuda/graph.cpp).
+  bool capturing(Device device) const override;
 
   // tensor/cuda/copy.cu: host<->device and device<->device, any layout and dtype.
   void copy(const Tensor& dst, const Tensor& src) override;

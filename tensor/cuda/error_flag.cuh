@@ -51,8 +51,13 @@ class ErrorFlag {
   ErrorSlot slot() const { return {static_cast<int64_t*>(buffer_.data_ptr())}; }
 
   // Waits for the stream's work so far; the recorded values, if a kernel
-  // recorded any.
+  // recorded any. While the stream is being captured into a CUDA graph there
+  // is nothing to wait for and nothing to read: nullopt (Note [CUDA graphs]
+  // in graph.h).
   std::optional<std::array<int64_t, 3>> read() const {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    KILN_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+    if (capture != cudaStreamCaptureStatusNone) return std::nullopt;
     int64_t host[4] = {0, 0, 0, 0};
     KILN_CUDA_CHECK(cudaMemcpyAsync(host, buffer_.data_ptr(), sizeof host, cudaMemcpyDeviceToHost, stream_));
     KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));

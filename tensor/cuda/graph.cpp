@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "tensor/cuda/check.h"
+#include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/device.h"
 #include "tensor/error.h"
 
@@ -29,9 +30,7 @@ void Graph::capture_begin(const Stream& stream) {
   KILN_CHECK(!stream.is_default(), "cuda::Graph::capture_begin: the default stream of ", stream.device(),
              " cannot be captured; capture on a stream from cuda::Stream::create (Note [CUDA graphs])");
   DeviceGuard device(stream.device(), "cuda::Graph::capture_begin");
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  KILN_CUDA_CHECK(cudaStreamIsCapturing(stream.handle(), &status));
-  KILN_CHECK(status == cudaStreamCaptureStatusNone, "cuda::Graph::capture_begin: the stream on ", stream.device(),
+  KILN_CHECK(!stream_capturing(stream.handle()), "cuda::Graph::capture_begin: the stream on ", stream.device(),
              " is already being captured");
   if (pool_ == nullptr) pool_ = make_graph_memory_pool(stream.device());
   auto capture = std::make_unique<Capture>(pool_, stream);
@@ -88,6 +87,16 @@ void Graph::reset() {
   if (graph_ != nullptr && cudaGraphDestroy(graph_) != cudaSuccess) (void)cudaGetLastError();
   exec_ = nullptr;
   graph_ = nullptr;
+}
+
+bool stream_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  KILN_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+bool CudaBackend::capturing(Device device) const {
+  return stream_capturing(current_raw_stream(device));
 }
 
 MemoryStats Graph::pool_stats() const { return pool_ ? graph_memory_pool_stats(*pool_) : MemoryStats{}; }

@@ -40,7 +40,14 @@
 //   to the host, Stream::synchronize. CUDA refuses them (the op throws
 //   kiln::Error with CUDA's "operation not permitted when stream is
 //   capturing"), the capture is then invalid, and capture_end throws; the
-//   Graph is left empty and may capture again.
+//   Graph is left empty and may capture again. Kiln's own checks that read
+//   values back (the index bounds of gather, index_select, scatter_add and
+//   max-pool backward, Note [CUDA kernel errors]; cross_entropy's and
+//   nll_loss's class targets; embedding's indices) see
+//   Backend::capturing() and are skipped while capturing: a replay has no
+//   way to report them, so check the data before copying it into the static
+//   inputs. The kernels still skip an out-of-range index rather than read
+//   outside memory.
 // - Static shapes and values: a replay cannot change a shape, and a scalar
 //   baked into a kernel's arguments stays (the learning rate of a fused
 //   optimizer kernel, for one: a schedule that changes the learning rate
@@ -101,5 +108,8 @@ class Graph {
   CUgraph_st* graph_ = nullptr;
   CUgraphExec_st* exec_ = nullptr;
 };
+
+// Whether `stream` is being captured (by a Graph or anyone else).
+bool stream_capturing(cudaStream_t stream);
 
 }  // namespace kiln::cuda
