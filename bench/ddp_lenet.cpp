@@ -14,7 +14,9 @@
 //   images come from a DistributedSampler (shuffled with seed 0 + epoch, the
 //   same permutation on every rank) and are gathered with index_select from
 //   the training set, held in memory as normalised float32;
-// - one thread per rank (set_num_threads(1)), gloo over TCP loopback.
+// - one thread per rank (set_num_threads(1)), gloo: through shared memory on
+//   one host (Note [Same-host all-reduce through shared memory]), over TCP
+//   loopback with KILN_GLOO_SHM=0 (PyTorch's gloo always takes TCP).
 // kWarmupSteps steps (the first batches) run before the clock starts; then
 // --steps steps (default: one epoch, floor(N / 64)) are timed between a
 // barrier and rank 0's last optimizer step. Every step all-reduces, so no

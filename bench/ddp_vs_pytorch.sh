@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # LeNet-5 data-parallel training on this machine, Kiln's DistributedDataParallel
 # (bench/ddp_lenet.cpp) against PyTorch's (bench/ddp_lenet_torch.py) in the same
-# invocation: 2 ranks over gloo, 1 thread per rank, global batch 64 (32 per
-# rank), SGD lr 0.01 momentum 0.9, one epoch of CIFAR-10 already in memory as
+# invocation: 2 ranks over gloo (Kiln's all-reduces go through shared memory
+# on one host, or over TCP as PyTorch's do with KILN_GLOO_SHM=0 in the
+# environment), 1 thread per rank, global batch 64 (32 per rank), SGD lr 0.01 momentum 0.9, one epoch of CIFAR-10 already in memory as
 # normalised float32, each rank's images chosen by a DistributedSampler. Each
 # program starts its own rank processes. A round runs Kiln with 2 ranks,
 # PyTorch with 2 ranks, Kiln with 1 rank and PyTorch with 1 rank (batch 64
