@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#ifdef KILN_WITH_MPI
+
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -327,3 +329,5 @@ TEST(MpiWithoutMpirun, AWorldOfOneAndAClearErrorForALargerOne) {
 
 }  // namespace
 }  // namespace kiln::distributed
+
+#endif  // KILN_WITH_MPI
