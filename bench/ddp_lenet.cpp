@@ -45,7 +45,7 @@
 // - a launcher: with RANK set (kiln-run --nproc-per-node N, torchrun's
 //   environment) it is that rank and meets through env://.
 // Only rank 0 prints, one line:
-//   ddp_lenet world=2 batch_per_rank=32 steps=781 images_per_second=.. hidden_share=..
+//   ddp_lenet world=2 allreduce=shm|tcp batch_per_rank=32 steps=781 images_per_second=.. hidden_share=..
 //             forward_ms=.. backward_ms=.. exposed_ms=.. comm_span_ms=.. optimizer_ms=.. loss_last100=..
 //
 // Usage: build/bench/ddp_lenet [--world N] [--steps S] [--cifar DIR] [--train-images N] [--bucket-kib K]
@@ -68,6 +68,7 @@
 #include "bench/rank_processes.h"
 #include "data/cifar10.h"
 #include "data/sampler.h"
+#include "distributed/backends/gloo/process_group_gloo.h"
 #include "distributed/ddp/distributed_data_parallel.h"
 #include "distributed/init.h"
 #include "kiln.h"
@@ -255,10 +256,13 @@ int run_rank(const Options& options) {
 
   if (rank == 0) {
     const double ms = 1e3 / static_cast<double>(steps);
+    // Which way the gradients went (Note [Same-host all-reduce through shared memory]).
+    const auto* gloo = dynamic_cast<const dist::ProcessGroupGloo*>(&dist::default_group());
+    const char* path = world == 1 ? "none" : gloo != nullptr && gloo->uses_shared_memory() ? "shm" : "tcp";
     std::printf(
-        "ddp_lenet world=%d batch_per_rank=%lld steps=%lld images_per_second=%.0f hidden_share=%.3f "
+        "ddp_lenet world=%d allreduce=%s batch_per_rank=%lld steps=%lld images_per_second=%.0f hidden_share=%.3f "
         "forward_ms=%.3f backward_ms=%.3f exposed_ms=%.3f comm_span_ms=%.3f optimizer_ms=%.3f loss_last100=%.4f\n",
-        world, static_cast<long long>(batch), static_cast<long long>(steps),
+        world, path, static_cast<long long>(batch), static_cast<long long>(steps),
         static_cast<double>(steps * kGlobalBatch) / seconds, 1.0 - times.exposed / times.comm_span,
         times.forward * ms, times.backward * ms, times.exposed * ms, times.comm_span * ms, times.optimizer * ms,
         loss_sum / static_cast<double>(std::min(steps, kLossSteps)));
