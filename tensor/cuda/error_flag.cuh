@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "tensor/cuda/check.h"
+#include "tensor/cuda/graph.h"
 #include "tensor/tensor.h"
 
 namespace kiln::cuda {
@@ -55,9 +56,7 @@ class ErrorFlag {
   // is nothing to wait for and nothing to read: nullopt (Note [CUDA graphs]
   // in graph.h).
   std::optional<std::array<int64_t, 3>> read() const {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    KILN_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
-    if (capture != cudaStreamCaptureStatusNone) return std::nullopt;
+    if (stream_capturing(stream_)) return std::nullopt;
     int64_t host[4] = {0, 0, 0, 0};
     KILN_CUDA_CHECK(cudaMemcpyAsync(host, buffer_.data_ptr(), sizeof host, cudaMemcpyDeviceToHost, stream_));
     KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
