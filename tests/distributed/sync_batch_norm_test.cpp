@@ -100,6 +100,20 @@ std::shared_ptr<nn::BatchNorm> reference_for(const Case& c) {
   return bn;
 }
 
+// The same batch through the reference and through a SyncBatchNorm, each on
+// a clone of x, then backward of sum(out * r) through each.
+struct BothRuns {
+  Tensor out_ref, out_sync, x_ref, x_sync;  // x_* hold the input gradients
+};
+BothRuns run_both(nn::BatchNorm& reference, nn::BatchNorm& sync, const Tensor& x, const Tensor& r) {
+  BothRuns runs{Tensor(), Tensor(), x.clone().requires_grad_(), x.clone().requires_grad_()};
+  runs.out_ref = reference(runs.x_ref);
+  runs.out_sync = sync(runs.x_sync);
+  kiln::sum(kiln::mul(runs.out_ref, r)).backward();
+  kiln::sum(kiln::mul(runs.out_sync, r)).backward();
+  return runs;
+}
+
 #ifdef KILN_WITH_GLOO
 
 using std::chrono::milliseconds;
@@ -310,12 +324,9 @@ TEST(SyncBatchNorm, EvalUsesRunningStatisticsWithoutCommunication) {
       reference->eval();
       sync->eval();
       auto [x, r] = batch_for(3, c.shape);
-      Tensor x_ref = x.clone().requires_grad_(), x_sync = x.clone().requires_grad_();
-      Tensor out_ref = (*reference)(x_ref), out_sync = (*sync)(x_sync);
-      kiln::sum(kiln::mul(out_ref, r)).backward();
-      kiln::sum(kiln::mul(out_sync, r)).backward();
-      EXPECT_TRUE(kiln::equal(out_sync, out_ref));
-      EXPECT_TRUE(kiln::equal(x_sync.grad(), x_ref.grad()));
+      const BothRuns runs = run_both(*reference, *sync, x, r);
+      EXPECT_TRUE(kiln::equal(runs.out_sync, runs.out_ref));
+      EXPECT_TRUE(kiln::equal(runs.x_sync.grad(), runs.x_ref.grad()));
     }
     EXPECT_EQ(group->sequence_number(), 0u);
   });
@@ -330,10 +341,8 @@ TEST(SyncBatchNorm, AGroupOfOneProcessIsExactlyBatchNorm) {
     sync->to(DType::Float64);
     sync->load_state_dict(reference->state_dict());
     auto [x, r] = batch_for(0, c.shape);
-    Tensor x_ref = x.clone().requires_grad_(), x_sync = x.clone().requires_grad_();
-    kiln::sum(kiln::mul((*reference)(x_ref), r)).backward();
-    kiln::sum(kiln::mul((*sync)(x_sync), r)).backward();
-    EXPECT_TRUE(kiln::equal(x_sync.grad(), x_ref.grad()));
+    const BothRuns runs = run_both(*reference, *sync, x, r);
+    EXPECT_TRUE(kiln::equal(runs.x_sync.grad(), runs.x_ref.grad()));
     EXPECT_TRUE(kiln::equal(sync->weight.grad(), reference->weight.grad()));
     EXPECT_TRUE(kiln::equal(sync->running_var, reference->running_var));
     EXPECT_EQ(group->sequence_number(), 0u);
@@ -359,12 +368,9 @@ TEST(SyncBatchNorm, WithoutAnyProcessGroupIsExactlyBatchNorm) {
   sync->to(DType::Float64);
   sync->load_state_dict(reference->state_dict());
   auto [x, r] = batch_for(0, c.shape);
-  Tensor x_ref = x.clone().requires_grad_(), x_sync = x.clone().requires_grad_();
-  Tensor out_ref = (*reference)(x_ref), out_sync = (*sync)(x_sync);
-  kiln::sum(kiln::mul(out_ref, r)).backward();
-  kiln::sum(kiln::mul(out_sync, r)).backward();
-  EXPECT_TRUE(kiln::equal(out_sync, out_ref));
-  EXPECT_TRUE(kiln::equal(x_sync.grad(), x_ref.grad()));
+  const BothRuns runs = run_both(*reference, *sync, x, r);
+  EXPECT_TRUE(kiln::equal(runs.out_sync, runs.out_ref));
+  EXPECT_TRUE(kiln::equal(runs.x_sync.grad(), runs.x_ref.grad()));
   EXPECT_TRUE(kiln::equal(sync->bias.grad(), reference->bias.grad()));
   EXPECT_TRUE(kiln::equal(sync->running_mean, reference->running_mean));
 }
