@@ -56,8 +56,8 @@ __global__ void forward_kernel(T* out, const T* x, const T* weight, const T* bia
 }
 
 // grad_input: (N, C, H, W); grad_out: (N, OC, oh, ow); weight: (OC, C, kh, kw); all contiguous.
-// Output row oy reads input row iy through tap ki when
-// oy*stride_h - pad_h + ki*dilation_h == iy, the gather im2col.cu's col2im does.
+// The taps that read input (iy, ix) are found by output_reading
+// (conv_geometry.cuh), the gather im2col.cu's col2im does.
 template <class T>
 __global__ void grad_input_kernel(T* grad_input, const T* grad_out, const T* weight, DeviceGeometry g,
                                   int64_t out_channels, int64_t total) {
@@ -71,13 +71,12 @@ __global__ void grad_input_kernel(T* grad_input, const T* grad_out, const T* wei
       const T* plane = grad_out + (b * out_channels + o) * g.out_h * g.out_w;  // (oh, ow)
       const T* taps_of = w + (o * g.channels + c) * taps;                      // (kh, kw)
       for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
-        const int64_t y = iy + g.pad_h - ki * g.dilation_h;
-        if (y < 0 || y % g.stride_h != 0 || y / g.stride_h >= g.out_h) continue;
-        const int64_t oy = y / g.stride_h;
+        const int64_t oy = output_reading(iy, ki, g.pad_h, g.dilation_h, g.stride_h, g.out_h);
+        if (oy < 0) continue;
         for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
-          const int64_t x = ix + g.pad_w - kj * g.dilation_w;
-          if (x < 0 || x % g.stride_w != 0 || x / g.stride_w >= g.out_w) continue;
-          sum += plane[oy * g.out_w + x / g.stride_w] * taps_of[ki * g.kernel_w + kj];
+          const int64_t ox = output_reading(ix, kj, g.pad_w, g.dilation_w, g.stride_w, g.out_w);
+          if (ox < 0) continue;
+          sum += plane[oy * g.out_w + ox] * taps_of[ki * g.kernel_w + kj];
         }
       }
     }

@@ -54,9 +54,8 @@ void launch_im2col(B* cols, const B* x, Strides3 cs, Strides4 xs, const DeviceGe
 }
 
 // x: (N, C, H, W), cols: (N, C*kh*kw, oh*ow), any strides; T a device type.
-// The taps that read input row iy are those ki with
-// (iy + pad_h - ki*dilation_h) a multiple of stride_h and the quotient a
-// valid oy; likewise for columns.
+// The taps that read input (iy, ix) are found by output_reading
+// (conv_geometry.cuh).
 template <class T>
 __global__ void col2im_kernel(T* x, const T* cols, Strides4 xs, Strides3 cs, DeviceGeometry g, int64_t total) {
   using C = decltype(to_compute(T{}));
@@ -67,13 +66,11 @@ __global__ void col2im_kernel(T* x, const T* cols, Strides4 xs, Strides3 cs, Dev
     const T* image = cols + n * cs.s0 + c * taps * cs.s1;  // this channel's kh*kw rows
     C sum = 0;
     for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
-      const int64_t y = iy + g.pad_h - ki * g.dilation_h;
-      if (y < 0 || y % g.stride_h != 0 || y / g.stride_h >= g.out_h) continue;
-      const int64_t oy = y / g.stride_h;
+      const int64_t oy = output_reading(iy, ki, g.pad_h, g.dilation_h, g.stride_h, g.out_h);
+      if (oy < 0) continue;
       for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
-        const int64_t xw = ix + g.pad_w - kj * g.dilation_w;
-        if (xw < 0 || xw % g.stride_w != 0 || xw / g.stride_w >= g.out_w) continue;
-        const int64_t ox = xw / g.stride_w;
+        const int64_t ox = output_reading(ix, kj, g.pad_w, g.dilation_w, g.stride_w, g.out_w);
+        if (ox < 0) continue;
         sum += to_compute(image[(ki * g.kernel_w + kj) * cs.s1 + (oy * g.out_w + ox) * cs.s2]);
       }
     }
