@@ -21,11 +21,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define KILN_HOST_DEVICE __host__ __device__
-#else
-#define KILN_HOST_DEVICE
-#endif
+#include "tensor/host_device.h"
 
 namespace kiln::philox {
 

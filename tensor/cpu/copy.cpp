@@ -6,6 +6,7 @@
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/cpu_features.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/numeric_cast.h"
 
 namespace kiln::cpu {
 
@@ -131,8 +132,9 @@ void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
       loop.run(kCopyGrain, [](char** p, const int64_t* s, int64_t n) {
         for (int64_t i = 0; i < n; ++i) {
           S value = *reinterpret_cast<const S*>(p[1] + i * s[1]);
-          // Through the compute type so that 16-bit floats convert via float.
-          *reinterpret_cast<D*>(p[0] + i * s[0]) = static_cast<D>(static_cast<ComputeType<S>>(value));
+          // Through the compute type so that 16-bit floats convert via float;
+          // floats to integers as CUDA does (Note [Float to integer conversion]).
+          *reinterpret_cast<D*>(p[0] + i * s[0]) = numeric_cast<D>(static_cast<ComputeType<S>>(value));
         }
       });
     });

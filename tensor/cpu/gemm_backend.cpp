@@ -9,6 +9,7 @@
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/numeric_cast.h"
 
 namespace kiln::cpu {
 namespace {
@@ -60,7 +61,7 @@ void integer_gemm(const Tensor& c, const Tensor& a, const Tensor& b, double alph
           out = static_cast<T>(sum);
         } else {
           double old = beta == 0.0 ? 0.0 : beta * static_cast<double>(out);
-          out = static_cast<T>(alpha * static_cast<double>(sum) + old);
+          out = numeric_cast<T>(alpha * static_cast<double>(sum) + old);  // Note [Float to integer conversion]
         }
       }
     }

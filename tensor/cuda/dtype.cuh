@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "tensor/dtype.h"
+#include "tensor/numeric_cast.h"
 
 namespace kiln::cuda {
 
@@ -35,7 +36,8 @@ __device__ inline float to_compute(__half value) { return __half2float(value); }
 __device__ inline float to_compute(__nv_bfloat16 value) { return __bfloat162float(value); }
 
 // A computed value stored as D; the 16-bit floats round from float, so a
-// double rounds twice (double -> float -> half), as on the CPU.
+// double rounds twice (double -> float -> half), as on the CPU, and floats
+// become integers as on the CPU (Note [Float to integer conversion]).
 template <class D, class C>
 __device__ inline D from_compute(C value) {
   if constexpr (std::is_same_v<D, __half>) {
@@ -43,7 +45,7 @@ __device__ inline D from_compute(C value) {
   } else if constexpr (std::is_same_v<D, __nv_bfloat16>) {
     return __float2bfloat16_rn(static_cast<float>(value));
   } else {
-    return static_cast<D>(value);
+    return numeric_cast<D>(value);
   }
 }
 

@@ -47,7 +47,7 @@ __global__ void reference_gemm_kernel(T* c, const T* a, const T* b, MatrixStride
         out = static_cast<T>(sum);
       } else {
         const double old = beta == 0.0 ? 0.0 : beta * static_cast<double>(out);
-        out = static_cast<T>(alpha * static_cast<double>(sum) + old);
+        out = numeric_cast<T>(alpha * static_cast<double>(sum) + old);  // Note [Float to integer conversion]
       }
     } else {
       using C = decltype(to_compute(T{}));

@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "tensor/ops.h"
 #include "tests/tensor/test_util.h"
@@ -62,6 +64,32 @@ TEST(BFloat16, RoundsToNearestEven) {
   EXPECT_EQ(static_cast<float>(BFloat16(1.0f + 3.0f / 256)), 1.0f + 2.0f / 128);
   EXPECT_TRUE(std::isnan(static_cast<float>(BFloat16(std::numeric_limits<float>::quiet_NaN()))));
   EXPECT_EQ(static_cast<float>(BFloat16(-3.0f)), -3.0f);
+}
+
+// Note [Float to integer conversion]: x86's answers, defined for every value.
+TEST(DType, FloatsOutOfAnIntegersRangeConvertAsDefined) {
+  const std::vector<double> values = {-1.0, 300.0, -200.5, std::nan(""), 3e9, -3e9, 1e30, 2.9, -2.9};
+  for (DType from : {DType::Float32, DType::Float64}) {
+    Tensor source = from_vector<double>(values, {static_cast<int64_t>(values.size())}).to(from);
+    const std::string what(dtype_name(from));
+    Tensor u8 = source.to(DType::UInt8), i8 = source.to(DType::Int8);
+    Tensor i32 = source.to(DType::Int32), i64 = source.to(DType::Int64);
+    const int32_t imin = std::numeric_limits<int32_t>::min();
+    const int64_t lmin = std::numeric_limits<int64_t>::min();
+    // 8 bits: through int32, then wrapped; int32(NaN, 3e9, ...) is INT32_MIN, whose low bits are 0.
+    EXPECT_EQ(std::vector<int>(u8.data<uint8_t>(), u8.data<uint8_t>() + 9),
+              (std::vector<int>{255, 44, 56, 0, 0, 0, 0, 2, 254}))
+        << what;
+    EXPECT_EQ(std::vector<int>(i8.data<int8_t>(), i8.data<int8_t>() + 9),
+              (std::vector<int>{-1, 44, 56, 0, 0, 0, 0, 2, -2}))
+        << what;
+    EXPECT_EQ(std::vector<int32_t>(i32.data<int32_t>(), i32.data<int32_t>() + 9),
+              (std::vector<int32_t>{-1, 300, -200, imin, imin, imin, imin, 2, -2}))
+        << what;
+    EXPECT_EQ(std::vector<int64_t>(i64.data<int64_t>(), i64.data<int64_t>() + 9),
+              (std::vector<int64_t>{-1, 300, -200, lmin, 3000000000, -3000000000, lmin, 2, -2}))
+        << what;
+  }
 }
 
 TEST(Device, ParsesAndPrints) {
