@@ -19,10 +19,14 @@
 //   input exactly (in-place ops), never partially.
 // - Kernels that find bad data (an out-of-range index) throw kiln::Error;
 //   OpenMP regions must not throw, so they record the error and throw after.
+//   CUDA kernels cannot throw: theirs is thrown when the host next waits
+//   for the device (Note [CUDA kernel errors] in tensor/cuda/kernel_errors.h).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -92,6 +96,9 @@ struct PoolGeometry {
   int64_t dilation_h = 1, dilation_w = 1;
 };
 
+// Words the error for an index value outside its range (check_index_range).
+using IndexErrorMessage = std::function<std::string(int64_t value)>;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -99,8 +106,8 @@ class Backend {
 
   // Whether work queued now for `device` is being recorded for later
   // replay rather than run (a CUDA graph capture, Note [CUDA graphs] in
-  // tensor/cuda/graph.h). Values cannot be read back while it is: checks that
-  // need them (index bounds, class targets) are skipped.
+  // tensor/cuda/graph.h). An op whose replay would be wrong (Adam's step
+  // count, a collective) refuses to be captured.
   virtual bool capturing(Device device) const {
     (void)device;
     return false;
@@ -145,6 +152,11 @@ class Backend {
   virtual void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) = 0;
   // out[i][index[i][j][k]][k] += src[i][j][k] for dim 1, etc. (in place on out).
   virtual void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) = 0;
+  // Rejects a value v of `index` (Int64, any layout, not empty) outside
+  // [0, limit) with kiln::Error(message(v)): at once on the CPU; on CUDA
+  // when the host next waits for the device (Note [CUDA kernel errors] in
+  // tensor/cuda/kernel_errors.h).
+  virtual void check_index_range(const Tensor& index, int64_t limit, const IndexErrorMessage& message) = 0;
 
   // ---- convolution helpers (tensor/cpu/im2col.cpp) ----
   // x: (N, C, H, W) -> cols: (N, C*kh*kw, oh*ow), zero padding.
@@ -177,8 +189,10 @@ class Backend {
   // input gives -inf and index -1, which the backward skips.
   // indices may be undefined (inference): then only values are written.
   virtual void max_pool2d(const Tensor& values, const Tensor& indices, const Tensor& x, const PoolGeometry& g) = 0;
-  // grad_x[p, indices[p, i]] += grad_out[p, i]; throws on an index outside the plane.
-  virtual void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices) = 0;
+  // grad_x[p, indices[p, i]] += grad_out[p, i] (g: the forward's geometry,
+  // each index inside its own window); throws on an index outside the plane.
+  virtual void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
+                                   const PoolGeometry& g) = 0;
   // Window sums divided by divisor_override when given (non-zero), else by
   // the window's size clipped to the padded input (count_include_pad) or to
   // the input itself.

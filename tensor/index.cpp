@@ -76,6 +76,12 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   return out;
 }
 
+void check_index_range(const Tensor& index, int64_t limit, const IndexErrorMessage& message) {
+  KILN_CHECK(index.defined() && index.dtype() == DType::Int64,
+             "check_index_range: index must be a defined int64 tensor");
+  if (index.numel() > 0) backend_for(index.device()).check_index_range(index, limit, message);
+}
+
 Tensor one_hot(const Tensor& labels, int64_t num_classes) {
   KILN_CHECK(labels.defined(), "one_hot: labels are undefined");
   KILN_CHECK(labels.dtype() == DType::Int64, "one_hot: labels must be int64, got ", labels.dtype());

@@ -120,7 +120,8 @@ PoolResult max_pool2d_with_indices(const Tensor& x, const MaxPool2dOptions& opti
 
 Tensor max_pool2d(const Tensor& x, const MaxPool2dOptions& options) { return max_pool(x, options, false).values; }
 
-Tensor max_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, const Tensor& indices) {
+Tensor max_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, const Tensor& indices,
+                           const MaxPool2dOptions& options) {
   constexpr std::string_view op = "max_pool2d_backward";
   check_grad(grad_out, input_shape, op);
   KILN_CHECK(indices.defined(), op, ": indices is undefined");
@@ -129,10 +130,15 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, con
              " does not match indices of shape ", indices.shape());
   KILN_CHECK(indices.device() == grad_out.device(), op, ": grad_out is on ", grad_out.device(),
              " but indices on ", indices.device());
+  PoolGeometry g = resolve_geometry(input_shape, options.kernel, options.stride.value_or(options.kernel),
+                                    options.padding, options.dilation, options.ceil_mode, op);
+  Shape expected = with_plane(input_shape, g.out_h, g.out_w);
+  KILN_CHECK(grad_out.shape() == expected, op, ": expected grad_out of shape ", expected, " for input shape ",
+             input_shape, ", got ", grad_out.shape());
   Tensor grad_x = Tensor::empty(input_shape, {grad_out.dtype(), grad_out.device()});
   if (grad_x.numel() == 0) return grad_x;
   backend_for(grad_out.device())
-      .max_pool2d_backward(as_planes(grad_x), as_planes(grad_out.contiguous()), as_planes(indices.contiguous()));
+      .max_pool2d_backward(as_planes(grad_x), as_planes(grad_out.contiguous()), as_planes(indices.contiguous()), g);
   return grad_x;
 }
 

@@ -84,10 +84,14 @@ PoolResult max_pool2d_with_indices(const Tensor& x, const MaxPool2dOptions& opti
 // The values alone, as max_pool2d_with_indices(x, options).values, without
 // computing or storing the indices: inference, where no backward needs them.
 Tensor max_pool2d(const Tensor& x, const MaxPool2dOptions& options);
-// The gradient of max pooling: zeros of `input_shape` with grad_out[i] added
-// at indices[i] (summed where windows overlap). grad_out and indices have
-// max pooling's output shape; index -1 is skipped.
-Tensor max_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, const Tensor& indices);
+// The gradient of max pooling with `options` over `input_shape`: zeros with
+// grad_out[i] added at indices[i] (summed where windows overlap). grad_out
+// and indices have max pooling's output shape; index -1 is skipped. An index
+// must lie in its own window, as max_pool2d_with_indices gives it: the CUDA
+// kernel gathers over the windows covering each input element, so it never
+// sees one that points elsewhere (as torch's), while the CPU adds it there.
+Tensor max_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, const Tensor& indices,
+                           const MaxPool2dOptions& options);
 
 // Mean over each window. The divisor is options.divisor_override when given,
 // else the window's element count: clipped to the padded input when

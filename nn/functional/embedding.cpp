@@ -3,7 +3,7 @@
 // the sum of its k gradients.
 #include "autograd/function.h"
 #include "nn/functional.h"
-#include "tensor/backend.h"
+#include "tensor/index.h"
 #include "tensor/factory.h"
 
 namespace kiln::nn::functional {
@@ -26,13 +26,11 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
     if (*padding_idx < 0) *padding_idx += num_embeddings;
   }
   Tensor flat = indices.reshape({-1}).to(DType::Int64);  // (L)
-  // The bounds need the values on the host, which a CUDA graph capture
-  // cannot give (Note [CUDA graphs]); index_select's kernel still skips a bad one.
-  if (flat.numel() > 0 && !capturing(flat.device())) {
-    const int64_t low = ops::amin(flat).item<int64_t>(), high = ops::amax(flat).item<int64_t>();
-    KILN_CHECK(low >= 0 && high < num_embeddings, "embedding: index ", low < 0 ? low : high, " is out of range for ",
-               num_embeddings, " embeddings");
-  }
+  // On a GPU the error comes when the host next waits for it (Note [CUDA
+  // kernel errors]); index_select's kernel skips a bad index meanwhile.
+  ops::check_index_range(flat, num_embeddings, [num_embeddings](int64_t v) {
+    return detail::str("embedding: index ", v, " is out of range for ", num_embeddings, " embeddings");
+  });
   Shape out_shape = indices.shape();
   out_shape.push_back(dim);
   Tensor out = ops::index_select(weight, 0, flat).view(out_shape);  // (*, dim)

@@ -7,7 +7,7 @@
 #include "autograd/grad_mode.h"
 #include "nn/functional.h"
 #include "nn/functional/class_targets.h"
-#include "tensor/backend.h"
+#include "tensor/index.h"
 
 namespace kiln::nn::functional {
 
@@ -43,13 +43,12 @@ ClassTargets flatten_class_targets(std::string_view op, const Tensor& input, con
   Tensor flat = target.reshape({-1});  // (M)
   Tensor kept = ops::ne(flat, ignore_index);
   t.target = ops::where(kept, flat, 0);
-  // The bounds need the values on the host, which a CUDA graph capture
-  // cannot give (Note [CUDA graphs]); gather's kernel still skips a bad one.
-  if (t.target.numel() > 0 && !capturing(t.target.device())) {
-    const int64_t low = ops::amin(t.target).item<int64_t>(), high = ops::amax(t.target).item<int64_t>();
-    KILN_CHECK(low >= 0 && high < classes, op, ": target ", low < 0 ? low : high, " is out of bounds for ", classes,
-               " classes (and is not ignore_index = ", ignore_index, ")");
-  }
+  // On a GPU the error comes when the host next waits for it (Note [CUDA
+  // kernel errors]); gather's kernel skips a bad target meanwhile.
+  ops::check_index_range(t.target, classes, [op = std::string(op), classes, ignore_index](int64_t v) {
+    return kiln::detail::str(op, ": target ", v, " is out of bounds for ", classes,
+                             " classes (and is not ignore_index = ", ignore_index, ")");
+  });
   t.valid = kept.to(input.dtype());
   t.target_weight = t.valid;
   if (weight.defined()) {

@@ -25,8 +25,9 @@ Tensor gather_at_indices(const Tensor& x, const Tensor& indices) {
 }
 
 // grad_out (*, oh, ow) scattered to `input_shape` at `indices`.
-Tensor max_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, const Tensor& indices) {
-  Tensor grad_input = ops::max_pool2d_backward(grad_out, input_shape, indices);
+Tensor max_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, const Tensor& indices,
+                           const MaxPool2dOptions& options) {
+  Tensor grad_input = ops::max_pool2d_backward(grad_out, input_shape, indices, options);
   if (autograd::needs_grad({grad_out})) {
     autograd::record("max_pool2d_backward", {grad_out}, {grad_input},
                      [indices](const TensorList& gg) -> TensorList { return {gather_at_indices(gg[0], indices)}; });
@@ -62,9 +63,8 @@ PoolResult max_pool2d_with_indices(const Tensor& x, const MaxPool2dOptions& opti
   PoolResult result = ops::max_pool2d_with_indices(x, options);
   if (autograd::needs_grad({x})) {
     autograd::record("max_pool2d", {x}, {result.values},
-                     [shape = x.shape(), indices = SavedTensor(result.indices)](const TensorList& g) -> TensorList {
-                       return {max_pool2d_backward(g[0], shape, indices.get())};
-                     });
+                     [shape = x.shape(), indices = SavedTensor(result.indices), options](const TensorList& g)
+                         -> TensorList { return {max_pool2d_backward(g[0], shape, indices.get(), options)}; });
   }
   return result;
 }

@@ -29,6 +29,7 @@ class CpuBackend final : public Backend {
   void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) override;
   void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) override;
   void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override;
+  void check_index_range(const Tensor& index, int64_t limit, const IndexErrorMessage& message) override;
 
   void im2col(const Tensor& cols, const Tensor& x, const ConvGeometry& g) override;
   void col2im(const Tensor& x, const Tensor& cols, const ConvGeometry& g) override;
@@ -39,7 +40,8 @@ class CpuBackend final : public Backend {
                        const Tensor& weight, const ConvGeometry& g) override;
 
   void max_pool2d(const Tensor& values, const Tensor& indices, const Tensor& x, const PoolGeometry& g) override;
-  void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices) override;
+  void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
+                           const PoolGeometry& g) override;
   void avg_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool count_include_pad,
                   std::optional<int64_t> divisor_override) override;
   void avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g,

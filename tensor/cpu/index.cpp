@@ -1,4 +1,4 @@
-// CPU index_select, gather and scatter_add.
+// CPU index_select, gather and scatter_add, and check_index_range.
 //
 // The three ops share one walk. Each has an "indexed" tensor X that is
 // addressed through the index along `dim`, an "iterated" tensor Y addressed by
@@ -143,6 +143,15 @@ void CpuBackend::scatter_add(const Tensor& out, int64_t dim, const Tensor& index
                      }
                    });
   });
+}
+
+void CpuBackend::check_index_range(const Tensor& index, int64_t limit, const IndexErrorMessage& message) {
+  const Tensor values = index.contiguous();
+  const int64_t* v = values.data<int64_t>();
+  for (int64_t i = 0; i < values.numel(); ++i) {
+    // One unsigned compare covers v < 0 too.
+    if (static_cast<uint64_t>(v[i]) >= static_cast<uint64_t>(limit)) [[unlikely]] KILN_FAIL(message(v[i]));
+  }
 }
 
 }  // namespace kiln::cpu

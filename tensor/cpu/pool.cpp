@@ -466,7 +466,9 @@ void CpuBackend::max_pool2d(const Tensor& values, const Tensor& indices, const T
   });
 }
 
-void CpuBackend::max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices) {
+// The CPU scatters each index where it points, which needs no geometry.
+void CpuBackend::max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
+                                     const PoolGeometry&) {
   visit_floating_dtype(grad_x.dtype(), "max_pool2d_backward",
                        [&]<class T>() { max_pool_backward_typed<T>(grad_x, grad_out, indices); });
 }

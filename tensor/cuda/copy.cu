@@ -41,6 +41,7 @@
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/device.h"
 #include "tensor/cuda/dtype.cuh"
+#include "tensor/cuda/kernel_errors.h"
 #include "tensor/cuda/launch.cuh"
 #include "tensor/cuda/pinned_allocator.h"
 #include "tensor/cuda/stream.h"
@@ -149,6 +150,7 @@ void copy_device_to_host(const Tensor& dst, const Tensor& src) {
   KILN_CUDA_CHECK(
       cudaMemcpyAsync(host.data_ptr(), packed.data_ptr(), host.nbytes(), cudaMemcpyDeviceToHost, stream));
   KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  check_kernel_errors(src.device(), stream);  // the host waited: Note [CUDA kernel errors]
   if (!dst.is_contiguous()) backend_for(kCPU).copy(dst, host);
 }
 

@@ -6,6 +6,7 @@
 
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/elementwise.cuh"
+#include "tensor/cuda/kernel_errors.h"
 #include "tensor/cuda/math.cuh"
 
 namespace kiln::cuda {
@@ -55,7 +56,12 @@ __device__ inline C wrapping_mul(C a, C b) {
 struct NegOp {
   template <class C>
   __device__ C operator()(C x) const {
-    return wrapping_sub(C(0), x);
+    // -x, not 0 - x, for floats: -(+0.0) is -0.0 (as the CPU), 0 - (+0.0) is +0.0.
+    if constexpr (std::is_floating_point_v<C>) {
+      return -x;
+    } else {
+      return wrapping_sub(C(0), x);
+    }
   }
 };
 
@@ -188,11 +194,11 @@ struct FloatDivOp {
 // it gives 0 and raises *error, which the host reads and throws for, as the
 // CPU does. INT_MIN / -1 wraps.
 struct IntegerDivOp {
-  int* error;
+  ErrorSlot zero_divisor;
   template <class C>
   __device__ C operator()(C a, C b) const {
     if (b == C(0)) {
-      *error = 1;
+      zero_divisor.record(0);
       return C(0);
     }
     if constexpr (std::is_signed_v<C>) {
@@ -368,21 +374,16 @@ void floating_unary(UnaryOp op, const Tensor& out, const Tensor& in) {
   KILN_FAIL("unary: unexpected op ", static_cast<int>(op));
 }
 
-// Launches the integer division, then reads back the zero-divisor flag
-// (which waits for the kernel; integer division is rare, the front-end
-// divides integers in float).
+// Launches the integer division; a zero divisor is reported when the host
+// next waits for the stream (Note [CUDA kernel errors] in kernel_errors.h).
 template <class T>
 void integer_divide(const Tensor& out, const Tensor& a, const Tensor& b) {
   if (out.numel() == 0) return;
   DeviceGuard guard(out.device(), "div");
-  cudaStream_t stream = current_raw_stream(out.device());
-  Tensor flag = Tensor::empty({1}, {DType::Int32, out.device()});
-  KILN_CUDA_CHECK(cudaMemsetAsync(flag.data_ptr(), 0, sizeof(int), stream));
-  launch_elementwise<T, T, 2>("div", out, {a, b}, IntegerDivOp{flag.data<int>()});
-  int error = 0;
-  KILN_CUDA_CHECK(cudaMemcpyAsync(&error, flag.data_ptr(), sizeof(int), cudaMemcpyDeviceToHost, stream));
-  KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
-  KILN_CHECK(error == 0, "div: integer division by zero");
+  const ErrorSlot zero_divisor = watch_kernel_errors(
+      out.device(), current_raw_stream(out.device()),
+      [](const KernelErrorValues&) -> std::string { return "div: integer division by zero"; });
+  launch_elementwise<T, T, 2>("div", out, {a, b}, IntegerDivOp{zero_divisor});
 }
 
 template <class T>

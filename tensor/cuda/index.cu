@@ -1,4 +1,4 @@
-// CUDA index_select, gather and scatter_add.
+// CUDA index_select, gather and scatter_add, and check_index_range.
 //
 // The names follow tensor/cpu/index.cpp: X is the tensor addressed through
 // the index along `dim`, Y the one addressed by the position j along `dim`,
@@ -16,13 +16,13 @@
 //   an embedding) are many.
 //
 // An index value outside [0, size) is skipped by the kernel and reported
-// through an ErrorFlag (Note [CUDA kernel errors] in
-// tensor/cuda/error_flag.cuh); the op then throws as the CPU's does.
+// when the host next waits for the stream (Note [CUDA kernel errors] in
+// tensor/cuda/kernel_errors.h), with the CPU's message.
 #include "tensor/cuda/check.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/device.h"
 #include "tensor/cuda/dtype.cuh"
-#include "tensor/cuda/error_flag.cuh"
+#include "tensor/cuda/kernel_errors.h"
 #include "tensor/cuda/launch.cuh"
 #include "tensor/cuda/stream.h"
 #include "tensor/cuda/strided.cuh"
@@ -31,11 +31,12 @@ namespace kiln::cuda {
 
 namespace {
 
-// Waits for the launches that `bad` watched and throws when one of them
-// found an index value outside [0, limit).
-void check_indices(const ErrorFlag& bad, const char* op, int64_t dim, int64_t limit) {
-  const auto found = bad.read();
-  KILN_CHECK(!found, op, ": index ", (*found)[0], " is out of range for dim ", dim, " of size ", limit);
+// Watches the launches of `op` that are about to be queued on `stream` for
+// an index value outside [0, limit), with the CPU's message.
+ErrorSlot watch_indices(Device device, cudaStream_t stream, const char* op, int64_t dim, int64_t limit) {
+  return watch_kernel_errors(device, stream, [op, dim, limit](const KernelErrorValues& v) {
+    return kiln::detail::str(op, ": index ", v[0], " is out of range for dim ", dim, " of size ", limit);
+  });
 }
 
 // `t` viewed with `sizes` (the iteration shape) minus `dim`, keeping t's strides.
@@ -79,16 +80,15 @@ void gather_like(const char* op, const Tensor& out, const Tensor& in, int64_t di
   in_strides[dim] = 0;  // the index supplies the position along dim
   Tensor in_view = in.as_strided(out.shape(), in_strides, in.storage_offset());
   const int64_t limit = in.size(dim), x_dim_stride = in.stride(dim);
-  ErrorFlag bad(out.device(), stream);
+  const ErrorSlot bad = watch_indices(out.device(), stream, op, dim, limit);
   visit_element_bits(out.dtype(), [&]<class B>() {
     for_each_strided_launch<3>({out, in_view, index}, [&](const std::array<Tensor, 3>& part,
                                                           const StridedOffsets<3>& layout) {
       launch_gather(static_cast<B*>(part[0].data_ptr()), static_cast<const B*>(part[1].data_ptr()),
                     static_cast<const int64_t*>(part[2].data_ptr()), layout, part[0].numel(), x_dim_stride, limit,
-                    bad.slot(), stream);
+                    bad, stream);
     });
   });
-  check_indices(bad, op, dim, limit);
 }
 
 // For each outer coordinate o (layout operands 0 = x, 1 = y, 2 = index, of
@@ -122,7 +122,32 @@ void launch_scatter_add(D* x, const D* y, const int64_t* index, const StridedOff
   KILN_CUDA_CHECK_LAUNCH("scatter_add_kernel");
 }
 
+// Records a value of `index` outside [0, limit); one thread per element.
+__global__ void check_range_kernel(const int64_t* index, StridedOffsets<1> layout, int64_t n, int64_t limit,
+                                   ErrorSlot bad) {
+  for (int64_t i = global_thread_index(); i < n; i += grid_stride()) {
+    int64_t offset[1];
+    layout.offsets(i, offset);
+    const int64_t v = index[offset[0]];
+    if (static_cast<uint64_t>(v) >= static_cast<uint64_t>(limit)) bad.record(v);
+  }
+}
+
 }  // namespace
+
+void CudaBackend::check_index_range(const Tensor& index, int64_t limit, const IndexErrorMessage& message) {
+  DeviceGuard guard(index.device(), "check_index_range");
+  cudaStream_t stream = current_raw_stream(index.device());
+  const ErrorSlot bad = watch_kernel_errors(index.device(), stream,
+                                            [message](const KernelErrorValues& v) { return message(v[0]); });
+  if (bad.words == nullptr) return;  // capturing a graph: nothing would be reported
+  for_each_strided_launch<1>({index}, [&](const std::array<Tensor, 1>& part, const StridedOffsets<1>& layout) {
+    const int64_t n = part[0].numel();
+    check_range_kernel<<<grid_for(n), kThreadsPerBlock, 0, stream>>>(static_cast<const int64_t*>(part[0].data_ptr()),
+                                                                       layout, n, limit, bad);
+    KILN_CUDA_CHECK_LAUNCH("check_range_kernel");
+  });
+}
 
 void CudaBackend::index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) {
   // index: (K,) seen as out's shape with stride 0 outside dim.
@@ -142,7 +167,7 @@ void CudaBackend::scatter_add(const Tensor& out, int64_t dim, const Tensor& inde
   Tensor xo = outer_view(out, shape, dim), yo = outer_view(src, shape, dim), io = outer_view(index, shape, dim);
   const int64_t limit = out.size(dim), count = shape[dim];
   const int64_t x_dim_stride = out.stride(dim), y_dim_stride = src.stride(dim), index_dim_stride = index.stride(dim);
-  ErrorFlag bad(out.device(), stream);
+  const ErrorSlot bad = watch_indices(out.device(), stream, "scatter_add", dim, limit);
   visit_dtype(out.dtype(), [&]<class T>() {
     using D = DeviceType<T>;
     for_each_strided_launch<3>({xo, yo, io}, [&](const std::array<Tensor, 3>& part,
@@ -151,10 +176,9 @@ void CudaBackend::scatter_add(const Tensor& out, int64_t dim, const Tensor& inde
       if (outer == 0) return;
       launch_scatter_add(static_cast<D*>(part[0].data_ptr()), static_cast<const D*>(part[1].data_ptr()),
                          static_cast<const int64_t*>(part[2].data_ptr()), layout, outer, count, x_dim_stride,
-                         y_dim_stride, index_dim_stride, limit, bad.slot(), stream);
+                         y_dim_stride, index_dim_stride, limit, bad, stream);
     });
   });
-  check_indices(bad, "scatter_add", dim, limit);
 }
 
 }  // namespace kiln::cuda

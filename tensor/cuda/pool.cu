@@ -13,11 +13,14 @@
 //   output rows ascending, and within a row output columns descending,
 //   because the CPU walks kernel columns outside output columns), so the
 //   sums round alike.
-// - max pooling's backward gets only the winners' indices, which may point
-//   anywhere in the plane, so it runs one thread per plane walking its
-//   outputs in order, as the CPU does. Its parallelism is the N*C planes.
-// 16-bit floats accumulate in float, as on the CPU: max pooling's backward
-// through a float32 scratch copy of grad_x.
+// - max pooling's backward runs one thread per input element too, which
+//   visits the outputs whose windows cover it and adds the gradient of
+//   those whose winner it is, in ascending output order: the order in
+//   which the CPU's scatter loop reaches that element. (A winner always
+//   lies in its own window; one that does not is never visited, as in
+//   torch's kernel.) The same threads check every index against the plane.
+// 16-bit floats accumulate in float, as on the CPU.
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -25,7 +28,7 @@
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/device.h"
 #include "tensor/cuda/dtype.cuh"
-#include "tensor/cuda/error_flag.cuh"
+#include "tensor/cuda/kernel_errors.h"
 #include "tensor/cuda/launch.cuh"
 #include "tensor/cuda/stream.h"
 
@@ -65,33 +68,6 @@ __global__ void max_pool_kernel(D* values, int64_t* indices, const D* x, PoolGeo
     values[i] = from_compute<D>(best);
     if (indices != nullptr) indices[i] = where;
   }
-}
-
-// acc: (P, H, W) zeroed, A the accumulation type; grad_out, indices: (P, oh, ow).
-// One thread per plane; a bad index is recorded as (index, position, plane).
-template <class D, class A>
-__global__ void max_pool_backward_kernel(A* acc, const D* grad_out, const int64_t* indices, int64_t planes,
-                                         int64_t plane_size, int64_t out_plane, ErrorSlot bad) {
-  for (int64_t p = global_thread_index(); p < planes; p += grid_stride()) {
-    A* dst = acc + p * plane_size;
-    const D* g = grad_out + p * out_plane;
-    const int64_t* where = indices + p * out_plane;
-    for (int64_t i = 0; i < out_plane; ++i) {
-      const int64_t at = where[i];
-      if (at == -1) continue;
-      if (at < 0 || at >= plane_size) {
-        bad.record(at, i, p);
-        continue;
-      }
-      dst[at] = dst[at] + static_cast<A>(to_compute(g[i]));
-    }
-  }
-}
-
-// dst[i] = D(src[i]): the 16-bit result of a float accumulation.
-template <class D>
-__global__ void round_kernel(D* dst, const float* src, int64_t n) {
-  for (int64_t i = global_thread_index(); i < n; i += grid_stride()) dst[i] = from_compute<D>(src[i]);
 }
 
 // ---- average pooling ----
@@ -146,6 +122,37 @@ __device__ void covering_outputs(int64_t i, int64_t kernel, int64_t stride, int6
   const int64_t first = i + pad - kernel + 1;  // o*stride >= first
   lo = first <= 0 ? 0 : (first + stride - 1) / stride;
   hi = min((i + pad) / stride, out - 1);
+}
+
+// grad_x: (P, H, W), overwritten; grad_out, indices: (P, oh, ow). Threads
+// i < n_in gather input element i's gradient; threads o < n_out check index
+// o, recording a bad one as (index, position, plane).
+template <class D>
+__global__ void max_pool_backward_kernel(D* grad_x, const D* grad_out, const int64_t* indices, PoolGeometry g,
+                                         int64_t n_in, int64_t n_out, ErrorSlot bad) {
+  const int64_t plane_size = g.height * g.width, out_plane = g.out_h * g.out_w;
+  // The extent of a window: its taps span (kernel - 1) * dilation + 1 inputs.
+  const int64_t span_h = (g.kernel_h - 1) * g.dilation_h + 1, span_w = (g.kernel_w - 1) * g.dilation_w + 1;
+  for (int64_t i = global_thread_index(); i < n_in; i += grid_stride()) {
+    const int64_t at = i % plane_size, p = i / plane_size;
+    int64_t oy_lo, oy_hi, ox_lo, ox_hi;
+    covering_outputs(at / g.width, span_h, g.stride_h, g.pad_h, g.out_h, oy_lo, oy_hi);
+    covering_outputs(at % g.width, span_w, g.stride_w, g.pad_w, g.out_w, ox_lo, ox_hi);
+    const D* go = grad_out + p * out_plane;
+    const int64_t* won = indices + p * out_plane;
+    Acc<D> acc{};
+    for (int64_t oy = oy_lo; oy <= oy_hi; ++oy) {
+      for (int64_t ox = ox_lo; ox <= ox_hi; ++ox) {
+        const int64_t o = oy * g.out_w + ox;
+        if (won[o] == at) acc = acc + to_compute(go[o]);
+      }
+    }
+    grad_x[i] = from_compute<D>(acc);
+  }
+  for (int64_t o = global_thread_index(); o < n_out; o += grid_stride()) {
+    const int64_t at = indices[o];
+    if (at != -1 && (at < 0 || at >= plane_size)) bad.record(at, o % out_plane, o / out_plane);
+  }
 }
 
 // grad_x: (P, H, W), overwritten; grad_out: (P, oh, ow).
@@ -251,34 +258,23 @@ void CudaBackend::max_pool2d(const Tensor& values, const Tensor& indices, const 
   });
 }
 
-void CudaBackend::max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices) {
-  if (grad_x.numel() == 0) return;
+void CudaBackend::max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
+                                      const PoolGeometry& g) {
+  const int64_t n_in = grad_x.numel(), n_out = grad_out.numel();
+  if (n_in == 0) return;
   DeviceGuard guard(grad_x.device(), "max_pool2d_backward");
   cudaStream_t stream = current_raw_stream(grad_x.device());
-  const int64_t planes = grad_x.size(0), plane_size = grad_x.size(1) * grad_x.size(2);
-  const int64_t out_plane = grad_out.size(1) * grad_out.size(2);
-  ErrorFlag bad(grad_x.device(), stream);
-  visit_floating(grad_x.dtype(), "max_pool2d_backward", [&]<class D>() {
-    using A = Acc<D>;
-    // acc: (P, H, W), grad_x itself unless D is a 16-bit float.
-    Tensor acc = std::is_same_v<A, D> ? grad_x : Tensor::empty(grad_x.shape(), {DType::Float32, grad_x.device()});
-    KILN_CUDA_CHECK(cudaMemsetAsync(acc.data_ptr(), 0, acc.nbytes(), stream));
-    if (out_plane > 0) {
-      max_pool_backward_kernel<D, A><<<grid_for(planes), kThreadsPerBlock, 0, stream>>>(
-          static_cast<A*>(acc.data_ptr()), static_cast<const D*>(grad_out.data_ptr()),
-          static_cast<const int64_t*>(indices.data_ptr()), planes, plane_size, out_plane, bad.slot());
-      KILN_CUDA_CHECK_LAUNCH("max_pool_backward_kernel");
-    }
-    if constexpr (!std::is_same_v<A, D>) {
-      const int64_t n = grad_x.numel();
-      round_kernel<D><<<grid_for(n), kThreadsPerBlock, 0, stream>>>(static_cast<D*>(grad_x.data_ptr()),
-                                                                     static_cast<const float*>(acc.data_ptr()), n);
-      KILN_CUDA_CHECK_LAUNCH("round_kernel");
-    }
+  const int64_t height = g.height, width = g.width;
+  const ErrorSlot bad = watch_kernel_errors(grad_x.device(), stream, [height, width](const KernelErrorValues& v) {
+    return kiln::detail::str("max_pool2d_backward: index ", v[0], " at position ", v[1], " of plane ", v[2],
+                             " is outside the input plane of ", height, " x ", width, " elements");
   });
-  const auto found = bad.read();
-  KILN_CHECK(!found, "max_pool2d_backward: index ", (*found)[0], " at position ", (*found)[1], " of plane ",
-             (*found)[2], " is outside the input plane of ", grad_x.size(1), " x ", grad_x.size(2), " elements");
+  visit_floating(grad_x.dtype(), "max_pool2d_backward", [&]<class D>() {
+    max_pool_backward_kernel<D><<<grid_for(std::max(n_in, n_out)), kThreadsPerBlock, 0, stream>>>(
+        static_cast<D*>(grad_x.data_ptr()), static_cast<const D*>(grad_out.data_ptr()),
+        static_cast<const int64_t*>(indices.data_ptr()), g, n_in, n_out, bad);
+    KILN_CUDA_CHECK_LAUNCH("max_pool_backward_kernel");
+  });
 }
 
 void CudaBackend::avg_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool count_include_pad,

@@ -12,6 +12,7 @@
 
 #include "tensor/cuda/check.h"
 #include "tensor/cuda/device.h"
+#include "tensor/cuda/kernel_errors.h"
 
 namespace kiln::cuda {
 
@@ -88,6 +89,7 @@ bool Stream::query() const {
 void Stream::synchronize() const {
   DeviceGuard guard(device_, "Stream::synchronize");
   KILN_CUDA_CHECK(cudaStreamSynchronize(handle_));
+  check_kernel_errors(device_, handle_);  // Note [CUDA kernel errors]
 }
 
 Stream default_stream(Device device) { return Stream(device); }
@@ -179,6 +181,7 @@ float Event::elapsed_time(const Event& end) const {
 void synchronize(Device device) {
   DeviceGuard guard(device, "cuda::synchronize");
   KILN_CUDA_CHECK(cudaDeviceSynchronize());
+  check_kernel_errors(device);  // Note [CUDA kernel errors]
 }
 
 }  // namespace kiln::cuda

@@ -59,7 +59,9 @@ class Stream {
 
   // True when all work queued so far has finished; never blocks.
   bool query() const;
-  // Blocks the host until all work queued so far has finished.
+  // Blocks the host until all work queued so far has finished, then throws
+  // the first error a kernel on this stream recorded since the last wait
+  // (Note [CUDA kernel errors] in kernel_errors.h).
   void synchronize() const;
 
   bool operator==(const Stream& other) const = default;
@@ -138,7 +140,9 @@ class Event {
   bool timing_;
 };
 
-// Blocks the host until all work on `device`, on every stream, has finished.
+// Blocks the host until all work on `device`, on every stream, has finished,
+// then throws the first error a kernel recorded since the last wait (Note
+// [CUDA kernel errors] in kernel_errors.h).
 void synchronize(Device device);
 
 }  // namespace kiln::cuda

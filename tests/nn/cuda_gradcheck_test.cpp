@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln.h"
@@ -129,6 +130,40 @@ TEST(CudaGradcheck, GradientsEqualTheCpuGradients) {
       ASSERT_TRUE(gpu_grads[i].device().is_cuda()) << "input " << i;
       EXPECT_TRUE(allclose(gpu_grads[i].cpu(), cpu_grads[i], 1e-10, 1e-12)) << "input " << i;
     }
+  }
+}
+
+// Not a gradient, but the same ops' bad input on the GPU: a class target or
+// an embedding index out of range is found by a kernel and thrown, with
+// the op's own message, when the host next waits (here: item()), not
+// inside the op (Note [CUDA kernel errors] in tensor/cuda/kernel_errors.h).
+TEST(CudaLosses, BadTargetsAndIndicesThrowAtTheNextWait) {
+  SKIP_WITHOUT_GPU();
+  const Tensor logits = zeros({2, 3}, {DType::Float32, kGpu});
+  const Tensor high = from_vector<int64_t>({0, 3}, {2}).to(kGpu), low = from_vector<int64_t>({-1, 0}, {2}).to(kGpu);
+  const std::pair<Tensor, std::string> cases[] = {
+      {high, "cross_entropy: target 3 is out of bounds for 3 classes (and is not ignore_index = -100)"},
+      {low, "cross_entropy: target -1 is out of bounds for 3 classes"}};
+  for (const auto& [target, expected] : cases) {
+    Tensor loss;
+    ASSERT_NO_THROW(loss = F::cross_entropy(logits, target));
+    try {
+      (void)loss.item<double>();
+      ADD_FAILURE() << "expected kiln::Error containing: " << expected;
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find(expected), std::string::npos) << e.message();
+    }
+  }
+  // An ignored target is not checked.
+  const Tensor ignored = from_vector<int64_t>({-100, 2}, {2}).to(kGpu);
+  EXPECT_NO_THROW((void)F::cross_entropy(logits, ignored).item<double>());
+  const Tensor weight = zeros({4, 2}, {DType::Float32, kGpu});
+  try {
+    (void)F::embedding(from_vector<int64_t>({0, 4}, {2}).to(kGpu), weight).cpu();
+    ADD_FAILURE() << "expected kiln::Error from embedding";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("embedding: index 4 is out of range for 4 embeddings"), std::string::npos)
+        << e.message();
   }
 }
 

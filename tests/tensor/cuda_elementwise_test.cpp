@@ -6,6 +6,8 @@
 
 #ifdef KILN_WITH_CUDA
 
+#include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -129,7 +131,12 @@ TEST(CudaElementwise, IntegerDivisionByZeroThrows) {
   Tensor b = random_tensor({100}, DType::Int32, 5, /*nonzero=*/true);
   set_flat(b, 50, 0);
   Tensor out = Tensor::empty({100}, {DType::Int32, gpu()});
-  expect_error([&] { cuda_backend().binary(BinaryOp::Div, out, a, b.to(gpu())); }, "div: integer division by zero");
+  expect_error(
+      [&] {
+        cuda_backend().binary(BinaryOp::Div, out, a, b.to(gpu()));
+        (void)out.cpu();  // the error comes at the wait (Note [CUDA kernel errors])
+      },
+      "div: integer division by zero");
   // INT_MIN / -1 wraps instead of trapping.
   Tensor lo = from_vector<int32_t>({std::numeric_limits<int32_t>::min(), 7}, {2}).to(gpu());
   Tensor minus_one = from_vector<int32_t>({-1, -2}, {2}).to(gpu());
@@ -186,6 +193,21 @@ TEST(CudaElementwise, EveryUnaryOpAndDTypeMatchesTheCpu) {
       if (!is_floating(dtype)) continue;
       for (UnaryOp op : kFloatOnly) check_unary(op, dtype, layout);
     }
+  }
+}
+
+// expect_matches compares values, where -0.0 == +0.0: the sign of a negated
+// zero is checked bit by bit (1 / -x at x = +0 is -inf on both devices).
+TEST(CudaElementwise, NegOfZeroIsNegativeZeroAsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
+    Tensor zeros_in = from_vector<double>({0.0, -0.0}, {2}).to(dtype);
+    Tensor expected = Tensor::empty({2}, dtype), got = Tensor::empty({2}, {dtype, gpu()});
+    cpu_backend().unary(UnaryOp::Neg, expected, zeros_in);
+    cuda_backend().unary(UnaryOp::Neg, got, zeros_in.to(gpu()));
+    Tensor host = got.cpu();
+    EXPECT_EQ(std::memcmp(host.data_ptr(), expected.data_ptr(), expected.nbytes()), 0) << dtype_name(dtype);
+    EXPECT_TRUE(std::signbit(host.to(DType::Float64).data<double>()[0])) << dtype_name(dtype);
   }
 }
 

@@ -1,7 +1,8 @@
 // CUDA index_select, gather and scatter_add against the CPU backend: exact
 // for every dtype (the ops copy, and scatter_add sums in the CPU's order),
 // on contiguous, transposed and sliced operands, and the same errors for an
-// index out of range.
+// index out of range, thrown when the host next waits for the device (Note
+// [CUDA kernel errors] in tensor/cuda/kernel_errors.h).
 #ifdef KILN_WITH_CUDA
 
 #include <gtest/gtest.h>
@@ -10,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "tensor/cuda/kernel_errors.h"
+#include "tensor/cuda/stream.h"
 #include "tests/tensor/cuda_test_util.h"
 
 namespace kiln {
@@ -101,15 +104,73 @@ TEST(CudaIndex, OutOfRangeIndicesThrowNamingTheOpAndTheValue) {
   SKIP_WITHOUT_GPU();
   Tensor x = random_tensor({5, 3}, DType::Float32, 8).to(gpu());
   Tensor bad = from_vector<int64_t>({0, 7, 1}, {3}).to(gpu());
-  expect_error([&] { index_select(x, 0, bad); }, "index_select: index 7 is out of range for dim 0 of size 5");
+  // Each op queues its kernel and returns; the copy to the host waits and throws.
+  expect_error([&] { index_select(x, 0, bad).cpu(); }, "index_select: index 7 is out of range for dim 0 of size 5");
   Tensor negative = from_vector<int64_t>({-1, 0, 1, 2, 0, 1}, {2, 3}).to(gpu());
-  expect_error([&] { gather(x, 1, negative); }, "gather: index -1 is out of range for dim 1 of size 3");
+  expect_error([&] { gather(x, 1, negative).cpu(); }, "gather: index -1 is out of range for dim 1 of size 3");
   Tensor y = zeros({5, 3}, {DType::Float32, gpu()});
   Tensor big = from_vector<int64_t>({5, 0, 0}, {1, 3}).to(gpu());
-  expect_error([&] { scatter_add_(y, 0, big, x); }, "scatter_add: index 5 is out of range for dim 0 of size 5");
-  // The flag is per call: a good call afterwards succeeds.
+  expect_error(
+      [&] {
+        scatter_add_(y, 0, big, x);
+        cuda::synchronize(gpu());
+      },
+      "scatter_add: index 5 is out of range for dim 0 of size 5");
+  // A reported error is forgotten: a good call afterwards succeeds.
   Tensor good = from_vector<int64_t>({4, 0, 1}, {3}).to(gpu());
   expect_matches(index_select(x.cpu(), 0, good.cpu()), index_select(x, 0, good), "after error", 0);
+}
+
+TEST(CudaIndex, AnErrorComesAtTheNextWaitNamingTheOpThatFoundIt) {
+  SKIP_WITHOUT_GPU();
+  Tensor x = random_tensor({5, 3}, DType::Float32, 9).to(gpu());
+  Tensor bad = from_vector<int64_t>({2, 9}, {2}).to(gpu());
+  Tensor picked = index_select(x, 0, bad);  // no wait, no error yet
+  Tensor more = mul(picked, 2.0);           // later work queues behind it
+  try {
+    (void)sum(more).cpu();
+    ADD_FAILURE() << "expected kiln::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("index_select: index 9 is out of range for dim 0 of size 5 (found on cuda:0 by a "
+                               "kernel queued earlier; reported when the host next waited for the device)"),
+              std::string::npos)
+        << e.message();
+  }
+  // Reported once: the next wait is clean.
+  EXPECT_NO_THROW(cuda::synchronize(gpu()));
+}
+
+TEST(CudaIndex, AWaitOnOneStreamLeavesAnotherStreamsErrorPending) {
+  SKIP_WITHOUT_GPU();
+  Tensor x = random_tensor({5, 3}, DType::Float32, 10).to(gpu());
+  Tensor bad = from_vector<int64_t>({0, 5}, {2}).to(gpu());
+  cuda::synchronize(gpu());
+  cuda::Stream side = cuda::Stream::create(gpu());
+  {
+    cuda::StreamGuard on_side(side);
+    (void)index_select(x, 0, bad);
+  }
+  // The default stream's wait knows nothing of the side stream's launch...
+  EXPECT_NO_THROW((void)x.cpu());
+  // ...the side stream's own wait reports it.
+  expect_error([&] { side.synchronize(); }, "index_select: index 5 is out of range for dim 0 of size 5");
+}
+
+TEST(CudaIndex, ManyLaunchesWithoutAWaitCheckByThemselves) {
+  SKIP_WITHOUT_GPU();
+  Tensor x = random_tensor({5, 3}, DType::Float32, 11).to(gpu());
+  Tensor bad = from_vector<int64_t>({7}, {1}).to(gpu());
+  Tensor good = from_vector<int64_t>({1}, {1}).to(gpu());
+  cuda::synchronize(gpu());
+  (void)index_select(x, 0, bad);
+  // The list of watched launches is bounded: within kMaxWatchedLaunches more
+  // watched launches, and with no wait of ours, one of them reports it.
+  expect_error(
+      [&] {
+        for (size_t i = 0; i < cuda::kMaxWatchedLaunches; ++i) (void)index_select(x, 0, good);
+      },
+      "index_select: index 7 is out of range for dim 0 of size 5");
+  EXPECT_NO_THROW(cuda::synchronize(gpu()));
 }
 
 }  // namespace

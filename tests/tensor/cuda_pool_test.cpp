@@ -53,8 +53,9 @@ TEST(CudaPool, MaxPoolValuesIndicesAndBackwardMatchTheCpu) {
       expect_matches(cpu.values, max_pool2d(x.to(gpu()), mc.options), what + " values only", 0);
       // Overlapping windows send several gradients to one input element.
       Tensor grad_out = random_tensor(cpu.values.shape(), dtype, 20 + c);
-      expect_matches(max_pool2d_backward(grad_out, x.shape(), cpu.indices),
-                     max_pool2d_backward(grad_out.to(gpu()), x.shape(), dev.indices), what + " backward", 0);
+      expect_matches(max_pool2d_backward(grad_out, x.shape(), cpu.indices, mc.options),
+                     max_pool2d_backward(grad_out.to(gpu()), x.shape(), dev.indices, mc.options), what + " backward",
+                     0);
     }
   }
 }
@@ -63,7 +64,7 @@ TEST(CudaPool, MaxPoolBackwardRejectsAnIndexOutsideThePlane) {
   SKIP_WITHOUT_GPU();
   Tensor grad_out = ones({1, 1, 2, 2}, {DType::Float32, gpu()});
   Tensor indices = from_vector<int64_t>({0, 3, 16, -1}, {1, 1, 2, 2}).to(gpu());
-  expect_error([&] { max_pool2d_backward(grad_out, {1, 1, 4, 4}, indices); },
+  expect_error([&] { max_pool2d_backward(grad_out, {1, 1, 4, 4}, indices, {.kernel = 2}).cpu(); },
                "max_pool2d_backward: index 16 at position 2 of plane 0 is outside the input plane of 4 x 4 elements");
 }
 

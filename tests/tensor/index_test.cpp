@@ -292,5 +292,19 @@ TEST(OneHot, Errors) {
                "one_hot: cannot infer num_classes from an empty labels tensor");
 }
 
+TEST(CheckIndexRange, ThrowsTheCallersMessageForTheFirstValueOutOfRange) {
+  auto message = [](int64_t v) { return detail::str("op: value ", v, " is out of range"); };
+  // Strided (a column of a transposed tensor): values read through the strides.
+  Tensor index = from_vector<int64_t>({0, 1, 2, 3, 4, -5}, {2, 3}).t();
+  expect_error([&] { check_index_range(index, 4, message); }, "op: value 4 is out of range");
+  expect_error([&] { check_index_range(index.narrow(0, 0, 1), 3, message); }, "op: value 3 is out of range");
+  EXPECT_NO_THROW(check_index_range(index.narrow(0, 0, 1), 4, message));
+  expect_error([&] { check_index_range(from_vector<int64_t>({2, -1}, {2}), 3, message); },
+               "op: value -1 is out of range");
+  EXPECT_NO_THROW(check_index_range(zeros({0}, {DType::Int64}), 0, message));
+  expect_error([&] { check_index_range(zeros({2}), 3, message); },
+               "check_index_range: index must be a defined int64 tensor");
+}
+
 }  // namespace
 }  // namespace kiln

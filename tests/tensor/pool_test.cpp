@@ -306,7 +306,8 @@ TEST(MaxPool2d, WindowWithNoTapInsideGivesMinusInfAndIndexMinusOne) {
   ASSERT_EQ(r.values.shape(), (Shape{1, 1, 1, 1}));
   EXPECT_EQ(r.values.at<double>({0, 0, 0, 0}), -kInf);
   EXPECT_EQ(r.indices.at<int64_t>({0, 0, 0, 0}), -1);
-  Tensor g = max_pool2d_backward(make({3.0}, {1, 1, 1, 1}), x.shape(), r.indices);
+  Tensor g = max_pool2d_backward(make({3.0}, {1, 1, 1, 1}), x.shape(), r.indices,
+                                 {.kernel = 2, .stride = 1, .padding = 1, .dilation = 2});
   EXPECT_EQ(values_of(g), std::vector<double>{0.0});
 }
 
@@ -346,7 +347,7 @@ TEST(MaxPool2d, BackwardScatterAddsAlongIndices) {
       want[p * d.h * d.w + idx[o]] += gv[o];
     }
     for (auto [dtype, tol] : {std::pair{DType::Float64, 1e-15}, {DType::Float32, 1e-6}, {DType::BFloat16, 2e-2}}) {
-      Tensor gx = max_pool2d_backward(make(gv, r.values.shape(), dtype), c.shape, r.indices);
+      Tensor gx = max_pool2d_backward(make(gv, r.values.shape(), dtype), c.shape, r.indices, max_options(c));
       EXPECT_EQ(gx.shape(), c.shape);
       EXPECT_EQ(gx.dtype(), dtype);
       expect_close(values_of(gx), want, tol, describe(c) + " " + std::string(dtype_name(dtype)));
@@ -359,10 +360,10 @@ TEST(MaxPool2d, LeNetShapesGiveTheSameResultOnAnyThreadCount) {
   int threads = get_num_threads();
   set_num_threads(1);
   PoolResult one = max_pool2d_with_indices(x, {.kernel = 2});
-  Tensor g_one = max_pool2d_backward(one.values, x.shape(), one.indices);
+  Tensor g_one = max_pool2d_backward(one.values, x.shape(), one.indices, {.kernel = 2});
   set_num_threads(4);
   PoolResult four = max_pool2d_with_indices(x, {.kernel = 2});
-  Tensor g_four = max_pool2d_backward(four.values, x.shape(), four.indices);
+  Tensor g_four = max_pool2d_backward(four.values, x.shape(), four.indices, {.kernel = 2});
   set_num_threads(threads);
   EXPECT_EQ(values_of(one.values), values_of(four.values));
   EXPECT_EQ(indices_of(one.indices), indices_of(four.indices));
@@ -441,7 +442,7 @@ TEST(Pool2d, EmptyBatchGivesEmptyResults) {
   Tensor x = Tensor::empty({0, 3, 8, 8});
   PoolResult r = max_pool2d_with_indices(x, {.kernel = 2});
   EXPECT_EQ(r.values.shape(), (Shape{0, 3, 4, 4}));
-  EXPECT_EQ(max_pool2d_backward(r.values, x.shape(), r.indices).shape(), x.shape());
+  EXPECT_EQ(max_pool2d_backward(r.values, x.shape(), r.indices, {.kernel = 2}).shape(), x.shape());
   EXPECT_EQ(avg_pool2d(x, {.kernel = 3}).shape(), (Shape{0, 3, 2, 2}));
   EXPECT_EQ(adaptive_avg_pool2d(x, 1).shape(), (Shape{0, 3, 1, 1}));
 }
@@ -478,23 +479,28 @@ TEST(Pool2d, RejectsBadArgumentsWithHelpfulMessages) {
 TEST(Pool2d, BackwardRejectsMismatchedGradients) {
   Tensor x = Tensor::empty({2, 3, 6, 6});
   PoolResult r = max_pool2d_with_indices(zeros({2, 3, 6, 6}), {.kernel = 2});
-  expect_error([&] { max_pool2d_backward(zeros({2, 3, 3, 2}), x.shape(), r.indices); },
+  const MaxPool2dOptions k2{.kernel = 2};
+  expect_error([&] { max_pool2d_backward(zeros({2, 3, 3, 2}), x.shape(), r.indices, k2); },
                "max_pool2d_backward: grad_out of shape [2, 3, 3, 2] does not match indices of shape [2, 3, 3, 3]");
-  expect_error([&] { max_pool2d_backward(r.values, x.shape(), r.indices.to(DType::Int32)); },
+  expect_error([&] { max_pool2d_backward(r.values, x.shape(), r.indices.to(DType::Int32), k2); },
                "max_pool2d_backward: expected int64 indices, got int32");
-  expect_error([&] { max_pool2d_backward(r.values, {2, 4, 6, 6}, r.indices); },
+  expect_error([&] { max_pool2d_backward(r.values, {2, 4, 6, 6}, r.indices, k2); },
                "max_pool2d_backward: grad_out of shape [2, 3, 3, 3] does not fit input shape [2, 4, 6, 6] "
                "(expected the same rank and the same sizes but the last two)");
-  expect_error([&] { max_pool2d_backward(r.values, {6, 6}, r.indices); },
+  expect_error([&] { max_pool2d_backward(r.values, {6, 6}, r.indices, k2); },
                "max_pool2d_backward: expected a 3-d (C, H, W) or 4-d (N, C, H, W) input shape, got shape [6, 6]");
-  expect_error([&] { max_pool2d_backward(r.values.to(DType::Int64), x.shape(), r.indices); },
+  expect_error([&] { max_pool2d_backward(r.values.to(DType::Int64), x.shape(), r.indices, k2); },
                "max_pool2d_backward: expected a floating point grad_out, got int64");
   Tensor bad = full({1, 1, 1, 1}, 4, DType::Int64);
-  expect_error([&] { max_pool2d_backward(zeros({1, 1, 1, 1}), {1, 1, 2, 2}, bad); },
+  expect_error([&] { max_pool2d_backward(zeros({1, 1, 1, 1}), {1, 1, 2, 2}, bad, k2); },
                "max_pool2d_backward: index 4 at position 0 of plane 0 is outside the input plane of 2 x 2 elements");
   Tensor negative = full({1, 2, 1, 1}, -2, DType::Int64);
-  expect_error([&] { max_pool2d_backward(zeros({1, 2, 1, 1}), {1, 2, 2, 2}, negative); },
+  expect_error([&] { max_pool2d_backward(zeros({1, 2, 1, 1}), {1, 2, 2, 2}, negative, k2); },
                "max_pool2d_backward: index -2 at position 0 of plane 0 is outside the input plane of 2 x 2 elements");
+  // grad_out must have the shape the options give the input.
+  expect_error([&] { max_pool2d_backward(zeros({2, 3, 2, 2}), x.shape(), zeros({2, 3, 2, 2}, DType::Int64), k2); },
+               "max_pool2d_backward: expected grad_out of shape [2, 3, 3, 3] for input shape [2, 3, 6, 6], got "
+               "[2, 3, 2, 2]");
   expect_error([&] { avg_pool2d_backward(zeros({2, 3, 3, 2}), x.shape(), {.kernel = 2}); },
                "avg_pool2d_backward: expected grad_out of shape [2, 3, 3, 3] for input shape [2, 3, 6, 6], got "
                "[2, 3, 3, 2]");

@@ -137,7 +137,7 @@ TEST(Pool2d, MatchesTorch) {
     PoolResult r = max_pool2d_with_indices(x, o);
     expect_close(values_of(r.values), torch_out[line++], 0, what + " values");
     EXPECT_EQ(values_of(r.indices), torch_out[line++]) << what << " indices";
-    expect_close(values_of(max_pool2d_backward(grad_for(r.values), shape, r.indices)), torch_out[line++], 1e-14,
+    expect_close(values_of(max_pool2d_backward(grad_for(r.values), shape, r.indices, o)), torch_out[line++], 1e-14,
                  what + " grad");
   };
   check_max({.kernel = 2}, "max 2x2");
