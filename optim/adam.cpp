@@ -9,6 +9,7 @@
 #include <string>
 
 #include "autograd/grad_mode.h"
+#include "tensor/backend.h"
 #include "tensor/fused_optim.h"
 #include "tensor/ops.h"
 
@@ -109,6 +110,18 @@ void adam_update(Tensor param, const Tensor& grad, TensorDict& state, const Adam
   ops::add_(param, update);
 }
 
+// Adam's bias corrections come from the step count, read on the host at
+// each step; a CUDA graph replay would repeat the captured step's
+// corrections for ever. torch refuses such a capture too (unless the
+// optimizer is made "capturable", which Kiln does not offer).
+void refuse_capture(const std::vector<Tensor>& params, std::string_view op) {
+  for (const Tensor& param : params) {
+    KILN_CHECK(!capturing(param.device()), op, ": cannot be captured in a CUDA graph (", param.device(),
+               " is capturing): the bias corrections depend on the step count, which a replay would not advance; "
+               "run the optimizer step outside the graph");
+  }
+}
+
 // One fused step (ops::adam_step_) over the parameters of a group that have
 // a gradient, when their tensors allow it; returns false, having changed
 // nothing, otherwise (also for the cases that adam_update rejects, so that
@@ -170,6 +183,7 @@ void Adam::step() {
   NoGradGuard no_grad;
   for (size_t g = 0; g < num_param_groups(); ++g) {
     const AdamHyperparameters h = hyperparameters_of(options(g), /*decoupled=*/false);
+    refuse_capture(params(g), "Adam::step");
     if (options(g).fused &&
         adam_fused_update(params(g), h, [&](const Tensor& param) -> TensorDict& { return mutable_state(param); })) {
       continue;
@@ -196,6 +210,7 @@ void AdamW::step() {
   NoGradGuard no_grad;
   for (size_t g = 0; g < num_param_groups(); ++g) {
     const AdamHyperparameters h = hyperparameters_of(options(g), /*decoupled=*/true);
+    refuse_capture(params(g), "AdamW::step");
     if (options(g).fused &&
         adam_fused_update(params(g), h, [&](const Tensor& param) -> TensorDict& { return mutable_state(param); })) {
       continue;

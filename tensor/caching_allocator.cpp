@@ -104,6 +104,11 @@ CachingAllocator::Block* CachingAllocator::new_segment(Pool& pool, size_t rounde
   ++stats_.malloc_calls;
   void* ptr = source_->malloc(size);
   if (ptr == nullptr) {
+    // Nothing can be given back during a capture (Note [Caching allocator]).
+    if (source_->capture_underway()) {
+      ++stats_.ooms;
+      throw_out_of_memory(requested, size);
+    }
     // What the cache holds may be what the device lacks: give back every
     // whole cached segment (other streams' included) and try once more.
     ++stats_.alloc_retries;
@@ -159,6 +164,19 @@ void CachingAllocator::deallocate(void* ptr) {
   stats_.allocated_bytes -= block->size;
   stats_.requested_bytes -= block->requested;
   --stats_.active_blocks;
+  if (block->stream_uses.empty()) {
+    free_block(block);
+  } else if (source_->capture_underway()) {
+    deferred_.push_back(block);  // its events are recorded once the capture ends
+    ++stats_.pending_event_blocks;
+  } else {
+    release_after_uses(block);
+  }
+}
+
+// Records an event on each stream that used `block` and keeps it pending
+// until they complete, or frees it at once when no event is needed.
+void CachingAllocator::release_after_uses(Block* block) {
   std::vector<void*> events;
   for (StreamHandle stream : block->stream_uses) {
     if (void* event = source_->record_event(stream)) events.push_back(event);
@@ -194,6 +212,12 @@ void CachingAllocator::free_block(Block* block) {
 }
 
 void CachingAllocator::process_events(bool wait) {
+  if (source_->capture_underway()) return;  // Note [Caching allocator]
+  for (Block* block : deferred_) {
+    --stats_.pending_event_blocks;
+    release_after_uses(block);
+  }
+  deferred_.clear();
   auto done = [&](std::pair<Block*, std::vector<void*>>& entry) {
     for (void* event : entry.second) {
       if (wait) {
@@ -242,6 +266,8 @@ void CachingAllocator::record_stream(void* ptr, StreamHandle stream) {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
+  KILN_CHECK(!source_->capture_underway(), owner_, ": empty_cache on ", device_,
+             " while a CUDA graph capture is underway: memory cannot be given back during a capture");
   process_events(/*wait=*/true);
   release_cached_segments();
 }
@@ -260,7 +286,11 @@ void CachingAllocator::reset_peak_stats() {
 void CachingAllocator::throw_out_of_memory(size_t requested, size_t segment) {
   const CachingAllocatorStats& s = stats_;
   KILN_FAIL(owner_, ": out of memory on ", device_, ": tried to allocate ", requested, " bytes (", mib(requested),
-            ", a new segment of ", mib(segment), ") after returning the cache; the allocator holds ",
+            ", a new segment of ", mib(segment), ") ",
+            source_->capture_underway()
+                ? "during a CUDA graph capture, which cannot return the cache (capture with more memory free)"
+                : "after returning the cache",
+            "; the allocator holds ",
             mib(s.allocated_bytes), " allocated in ", s.active_blocks, " blocks, ", mib(s.reserved_bytes),
             " reserved in ", s.segments, " segments (", mib(s.reserved_bytes - s.allocated_bytes),
             " cached but not reusable for this request), peak allocated ", mib(s.peak_allocated_bytes), ", ",

@@ -23,6 +23,13 @@
 //   block is used on other streams too, the user says so with record_stream;
 //   its free then records an event on each of those streams, and the block
 //   returns to the cache only when all events have completed.
+// - While a CUDA graph is being captured (source->capture_underway()) the
+//   device refuses to record, query or wait for events and to free memory
+//   (those calls would also break the capture). The allocator then makes
+//   none: a block freed with uses on other streams waits, with its streams,
+//   until the capture has ended and its events can be recorded; pending
+//   events are left alone; and an allocation that finds no room fails at
+//   once, as nothing can be given back.
 // - When the device runs out, the cached blocks that are whole segments are
 //   given back (waiting for pending events first) and the request retried;
 //   if that fails too, kiln::Error says how much was asked for and what the
@@ -63,6 +70,9 @@ class DeviceMemorySource {
   virtual bool event_done(void* event) = 0;
   virtual void wait_event(void* event) = 0;
   virtual void destroy_event(void* event) = 0;
+  // Whether a CUDA graph capture is running (see the Note): no event may be
+  // recorded, queried or waited for then, and no memory freed.
+  virtual bool capture_underway() { return false; }
   // Appended to the out-of-memory message: what the device itself reports
   // (free and total memory), starting with "; ".
   virtual std::string device_memory_report() { return ""; }
@@ -77,7 +87,7 @@ struct CachingAllocatorStats {
   size_t peak_reserved_bytes = 0;
   int64_t active_blocks = 0;         // allocations not yet freed
   int64_t segments = 0;              // raw allocations held
-  int64_t pending_event_blocks = 0;  // freed, waiting for other streams
+  int64_t pending_event_blocks = 0;  // freed, waiting for other streams (or for a capture to end)
   int64_t malloc_calls = 0;          // DeviceMemorySource::malloc, failed ones included
   int64_t free_calls = 0;
   int64_t alloc_retries = 0;  // requests that emptied the cache and tried again
@@ -105,7 +115,8 @@ class CachingAllocator {
   // if `ptr` is not a block handed out by this allocator.
   void record_stream(void* ptr, StreamHandle stream);
   // Gives every cached whole segment back to the device (after waiting for
-  // blocks whose events are pending).
+  // blocks whose events are pending). Throws kiln::Error while a capture is
+  // underway.
   void empty_cache();
 
   CachingAllocatorStats stats() const;
@@ -135,6 +146,7 @@ class CachingAllocator {
   Block* new_segment(Pool& pool, size_t rounded, StreamHandle stream, size_t requested);
   Block* split(Block* block, size_t rounded);
   void free_block(Block* block);
+  void release_after_uses(Block* block);
   void process_events(bool wait);
   void release_cached_segments();
   [[noreturn]] void throw_out_of_memory(size_t requested, size_t rounded);
@@ -148,6 +160,8 @@ class CachingAllocator {
   std::unordered_map<void*, Block*> allocated_;
   // Freed blocks waiting for their events, in the order they were freed.
   std::vector<std::pair<Block*, std::vector<void*>>> pending_;
+  // Freed during a capture with uses on other streams: no events yet.
+  std::vector<Block*> deferred_;
   CachingAllocatorStats stats_;
 };
 

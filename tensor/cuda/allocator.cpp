@@ -68,6 +68,8 @@ class QuietDeviceSwitch {
   int previous_ = -1;
 };
 
+std::atomic<int> captures_running{0};
+
 // Lets the calling thread make calls that a stream capture would otherwise
 // refuse (cudaMalloc) for a scope.
 class RelaxedCaptureMode {
@@ -136,9 +138,13 @@ class CudaMemorySource final : public DeviceMemorySource {
     const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));
     if (status == cudaSuccess) return true;
     (void)cudaGetLastError();
-    // Any other failure is a fault after which no queued work will run.
-    return status != cudaErrorNotReady;
+    // Not yet; or refused because a capture began meanwhile on another
+    // thread (the work may still run). Any other failure is a fault after
+    // which no queued work will run.
+    return status != cudaErrorNotReady && !detail::refused_by_capture(status);
   }
+
+  bool capture_underway() override { return cuda::capture_underway(); }
 
   void wait_event(void* event) override {
     if (cudaEventSynchronize(static_cast<cudaEvent_t>(event)) != cudaSuccess) (void)cudaGetLastError();
@@ -358,5 +364,11 @@ GraphMemoryPoolScope::GraphMemoryPoolScope(std::shared_ptr<GraphMemoryPool> pool
 GraphMemoryPoolScope::~GraphMemoryPoolScope() { t_pool_scope = {}; }
 
 MemoryStats graph_memory_pool_stats(const GraphMemoryPool& pool) { return to_memory_stats(pool.cache.stats()); }
+
+CaptureUnderway::CaptureUnderway() { captures_running.fetch_add(1); }
+
+CaptureUnderway::~CaptureUnderway() { captures_running.fetch_sub(1); }
+
+bool capture_underway() { return captures_running.load() > 0; }
 
 }  // namespace kiln::cuda

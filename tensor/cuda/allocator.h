@@ -90,4 +90,19 @@ class GraphMemoryPoolScope {
 // What `pool` holds, in memory_stats' terms.
 MemoryStats graph_memory_pool_stats(const GraphMemoryPool& pool);
 
+// Counts a CUDA graph capture as running, on any thread and device, while
+// it lives (a Graph holds one from capture_begin to capture_end). While any
+// capture runs, CUDA refuses event queries, waits and frees, and a call
+// from another thread would break the capture: the allocators (this one and
+// the pinned host allocator) put that work off until no capture runs (Note
+// [Caching allocator] in tensor/caching_allocator.h).
+class CaptureUnderway {
+ public:
+  CaptureUnderway();
+  ~CaptureUnderway();
+  CaptureUnderway(const CaptureUnderway&) = delete;
+  CaptureUnderway& operator=(const CaptureUnderway&) = delete;
+};
+bool capture_underway();
+
 }  // namespace kiln::cuda

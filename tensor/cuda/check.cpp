@@ -24,4 +24,10 @@ void check_launch(const char* kernel, const char* file, int line) {
   throw_status_error("CUDA", call.c_str(), cudaGetErrorName(status), cudaGetErrorString(status), file, line);
 }
 
+bool refused_by_capture(cudaError_t status) {
+  return status == cudaErrorStreamCaptureUnsupported || status == cudaErrorStreamCaptureImplicit ||
+         status == cudaErrorCapturedEvent || status == cudaErrorStreamCaptureInvalidated ||
+         status == cudaErrorStreamCaptureWrongThread;
+}
+
 }  // namespace kiln::cuda::detail

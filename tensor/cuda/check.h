@@ -34,6 +34,11 @@ namespace kiln::cuda::detail {
 // image for this GPU); `kernel` names it in the message.
 void check_launch(const char* kernel, const char* file, int line);
 
+// Whether `status` is a running CUDA graph capture refusing the call (an
+// event query, a wait, a free, made while any thread captures): the call's
+// work is not done, and nothing is broken past the capture.
+bool refused_by_capture(cudaError_t status);
+
 }  // namespace kiln::cuda::detail
 
 #define KILN_CUDA_CHECK(call)                                                               \

@@ -9,12 +9,14 @@
 
 namespace kiln::cuda {
 
-// What holds a capture together while it runs: the capture stream made
-// current for the capturing thread, and that thread's allocations routed to
-// the graph's pool.
+// What holds a capture together while it runs: the capture counted as
+// running (the allocators put off what a capture forbids), the capture
+// stream made current for the capturing thread, and that thread's
+// allocations routed to the graph's pool.
 struct Graph::Capture {
   explicit Capture(const std::shared_ptr<GraphMemoryPool>& pool, const Stream& stream)
       : pool_scope(pool, stream), stream_guard(stream) {}
+  CaptureUnderway underway;
   GraphMemoryPoolScope pool_scope;
   StreamGuard stream_guard;
 };
@@ -32,6 +34,15 @@ void Graph::capture_begin(const Stream& stream) {
   DeviceGuard device(stream.device(), "cuda::Graph::capture_begin");
   KILN_CHECK(!stream_capturing(stream.handle()), "cuda::Graph::capture_begin: the stream on ", stream.device(),
              " is already being captured");
+  // Before anything is queued or waited for: a device synchronization
+  // while another capture runs would invalidate that capture.
+  KILN_CHECK(!capture_underway(), "cuda::Graph::capture_begin: another CUDA graph capture is underway in this "
+             "process; Kiln captures one graph at a time (Note [CUDA graphs])");
+  // As torch.cuda.graph: the work queued so far finishes first (its errors
+  // are reported here, not blamed on the capture), and the shared cache
+  // goes back to the driver, as the capture cannot free memory for its pool.
+  synchronize(stream.device());
+  empty_cache();
   if (pool_ == nullptr) pool_ = make_graph_memory_pool(stream.device());
   auto capture = std::make_unique<Capture>(pool_, stream);
   KILN_CUDA_CHECK(cudaStreamBeginCapture(stream.handle(), cudaStreamCaptureModeGlobal));
@@ -68,7 +79,7 @@ void Graph::replay() {
   KILN_CHECK(exec_ != nullptr, "cuda::Graph::replay: nothing captured yet",
              capture_ ? " (the capture has not ended: call capture_end first)" : "");
   DeviceGuard device(stream_->device(), "cuda::Graph::replay");
-  KILN_CUDA_CHECK(cudaGraphLaunch(exec_, stream_->handle()));
+  KILN_CUDA_CHECK(cudaGraphLaunch(exec_, current_raw_stream(stream_->device())));
 }
 
 void Graph::abandon_capture() noexcept {

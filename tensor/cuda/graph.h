@@ -25,6 +25,10 @@
 //   graph.capture_end();
 //   for (...) { static_x.copy_(batch_x); static_y.copy_(batch_y); graph.replay(); }
 //
+// A replay queues on the calling thread's current stream, as torch's, so it
+// is ordered with the copies before it and the reads after it on that
+// stream (the default one in the loop above).
+//
 // What a capture needs, and what Kiln does for it:
 // - Memory. Every allocation the capturing thread makes on the capture
 //   stream comes from the graph's private pool (GraphMemoryPool in
@@ -40,12 +44,12 @@
 //   to the host, Stream::synchronize. CUDA refuses them (the op throws
 //   kiln::Error with CUDA's "operation not permitted when stream is
 //   capturing"), the capture is then invalid, and capture_end throws; the
-//   Graph is left empty and may capture again. Kiln's own checks that read
-//   values back (the index bounds of gather, index_select, scatter_add and
-//   max-pool backward, Note [CUDA kernel errors]; cross_entropy's and
-//   nll_loss's class targets; embedding's indices) see
-//   Backend::capturing() and are skipped while capturing: a replay has no
-//   way to report them, so check the data before copying it into the static
+//   Graph is left empty and may capture again. Kiln's checks of index
+//   values made by kernels (gather, index_select, scatter_add, max-pool
+//   backward, integer division; cross_entropy's and nll_loss's class
+//   targets; embedding's indices: Note [CUDA kernel errors] in
+//   kernel_errors.h) are not watched while capturing: a replay has no way
+//   to report them, so check the data before copying it into the static
 //   inputs. The kernels still skip an out-of-range index rather than read
 //   outside memory.
 // - Static shapes and values: a replay cannot change a shape, and a scalar
@@ -55,7 +59,9 @@
 // Capture mode is CUDA's global mode: an unsafe call from any thread while
 // the capture runs invalidates it, which catches a data loader thread
 // synchronizing in the middle (the private pool's own cudaMalloc calls are
-// exempted, as they are not steps of the graph).
+// exempted, as they are not steps of the graph). For the same reason one
+// capture runs at a time in a process: capture_begin waits for the device,
+// which would invalidate a capture already running.
 #pragma once
 
 #include <memory>
@@ -77,17 +83,19 @@ class Graph {
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
 
-  // Starts capturing the calling thread's work on `stream`, which becomes
-  // its current stream on that device until capture_end. Throws kiln::Error
+  // Waits for the device's queued work and gives the shared cache back to
+  // the driver (as torch.cuda.graph), then starts capturing the calling
+  // thread's work on `stream`, which becomes its current stream on that
+  // device until capture_end. Throws kiln::Error
   // for a default stream, a stream already capturing, a graph that already
-  // holds a capture (reset() it first), or a thread already capturing.
+  // holds a capture (reset() it first), or while another capture runs.
   void capture_begin(const Stream& stream);
   // Ends the capture and makes the graph ready to replay. Throws kiln::Error
   // when the capture was invalidated (see the Note), leaving the graph empty.
   // Call on the thread that called capture_begin.
   void capture_end();
-  // Queues the captured work on the stream it was captured on; returns
-  // without waiting for it, as any kernel launch.
+  // Queues the captured work on the calling thread's current stream of the
+  // graph's device; returns without waiting for it, as any kernel launch.
   void replay();
   // Frees the captured graph (the private pool lives on while tensors
   // allocated from it do).

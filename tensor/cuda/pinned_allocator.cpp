@@ -19,6 +19,12 @@
 // in `pending_` until every event has completed and only then joins the
 // cache, as in PyTorch's CachingHostAllocator. Pending blocks are looked at
 // on every allocation, so they return to use as soon as their copies end.
+// While a CUDA graph capture runs (capture_underway() in allocator.h) no
+// event is recorded, queried or waited for and nothing is freed, as in the
+// device allocator: a block freed then waits in `deferred_`, with its uses
+// if any, until the capture has ended. cudaHostAlloc runs in relaxed
+// capture mode, so that a DataLoader thread pinning a batch does not break a
+// capture on another thread.
 //
 // Blocks are allocated with cudaHostAllocPortable, so they count as pinned
 // for every device's context, not only the one current in the calling thread
@@ -34,6 +40,7 @@
 #include <utility>
 #include <vector>
 
+#include "tensor/cuda/allocator.h"
 #include "tensor/cuda/check.h"
 #include "tensor/cuda/device.h"
 
@@ -85,26 +92,32 @@ class PinnedHostAllocator final : public Allocator {
       uses = std::move(it->second);
       uses_.erase(it);
     }
-    std::vector<cudaEvent_t> events;
-    for (const Use& use : uses) {
-      if (cudaEvent_t event = record_event(use)) events.push_back(event);
+    // Even a block no stream used waits: caching it may mean freeing it
+    // (a full cache), and cudaFreeHost would break the capture.
+    if (capture_underway()) {
+      deferred_.push_back({ptr, size, std::move(uses)});
+      return;
     }
-    if (events.empty()) {
-      cache_or_free(ptr, size);
-    } else {
-      pending_.push_back({ptr, size, std::move(events)});
-    }
+    release_after_uses(ptr, size, uses);
   }
 
   void empty_cache() {
     std::unordered_multimap<size_t, void*> blocks;
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      KILN_CHECK(!capture_underway(), "CUDA pinned allocator: empty_cache while a CUDA graph capture is underway: "
+                 "memory cannot be given back during a capture");
       process_pending(/*wait=*/true);
       blocks.swap(cache_);
       cached_bytes_ = 0;
     }
-    for (auto& [size, ptr] : blocks) KILN_CUDA_CHECK(cudaFreeHost(ptr));
+    // Every block is given back even if one fails; the first failure is reported.
+    cudaError_t first = cudaSuccess;
+    for (auto& [size, ptr] : blocks) {
+      const cudaError_t status = cudaFreeHost(ptr);
+      if (status != cudaSuccess && first == cudaSuccess) first = status;
+    }
+    KILN_CUDA_CHECK(first);
   }
 
   size_t cached_bytes() {
@@ -126,6 +139,12 @@ class PinnedHostAllocator final : public Allocator {
     void* ptr;
     size_t size;
     std::vector<cudaEvent_t> events;
+  };
+  // A block freed during a capture, before any event could be recorded.
+  struct DeferredBlock {
+    void* ptr;
+    size_t size;
+    std::vector<Use> uses;
   };
 
   // An event after the work queued so far on the use's stream, or nullptr
@@ -160,15 +179,33 @@ class PinnedHostAllocator final : public Allocator {
     if (cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();
   }
 
+  // With mutex_ held: records an event on each stream that used the block
+  // and keeps it pending until they complete, or caches it at once.
+  void release_after_uses(void* ptr, size_t size, const std::vector<Use>& uses) {
+    std::vector<cudaEvent_t> events;
+    for (const Use& use : uses) {
+      if (cudaEvent_t event = record_event(use)) events.push_back(event);
+    }
+    if (events.empty()) {
+      cache_or_free(ptr, size);
+    } else {
+      pending_.push_back({ptr, size, std::move(events)});
+    }
+  }
+
   // With mutex_ held: moves pending blocks whose events have completed (all
-  // of them, waiting, when `wait`) into the cache.
+  // of them, waiting, when `wait`) into the cache; nothing while a capture
+  // runs, and then first records the deferred blocks' events.
   void process_pending(bool wait) {
+    if (capture_underway()) return;
+    for (const DeferredBlock& block : deferred_) release_after_uses(block.ptr, block.size, block.uses);
+    deferred_.clear();
     auto done = [&](PendingBlock& block) {
       for (cudaEvent_t event : block.events) {
         const cudaError_t status = wait ? cudaEventSynchronize(event) : cudaEventQuery(event);
-        if (status == cudaErrorNotReady) {
+        if (status == cudaErrorNotReady || detail::refused_by_capture(status)) {
           (void)cudaGetLastError();
-          return false;
+          return false;  // not yet, or a capture began meanwhile on another thread
         }
         // Any other failure is a fault after which the copy will not run.
         if (status != cudaSuccess) (void)cudaGetLastError();
@@ -193,13 +230,27 @@ class PinnedHostAllocator final : public Allocator {
     return ptr;
   }
 
+  // cudaHostAlloc in relaxed capture mode: pinning is no step of a graph.
+  static cudaError_t pin(void** ptr, size_t size) {
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    const bool relaxed = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+    const cudaError_t status = cudaHostAlloc(ptr, size, cudaHostAllocPortable);
+    if (relaxed) (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    return status;
+  }
+
   void* host_alloc(size_t size, size_t requested) {
     void* ptr = nullptr;
-    cudaError_t status = cudaHostAlloc(&ptr, size, cudaHostAllocPortable);
+    cudaError_t status = pin(&ptr, size);
+    if (status == cudaErrorMemoryAllocation && capture_underway()) {
+      (void)cudaGetLastError();
+      KILN_FAIL("CUDA pinned allocator: out of page-lockable host memory: tried to allocate ", requested,
+                " bytes during a CUDA graph capture, which cannot return the cache");
+    }
     if (status == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();  // not sticky: retry after giving the cache back
       empty_cache();
-      status = cudaHostAlloc(&ptr, size, cudaHostAllocPortable);
+      status = pin(&ptr, size);
       if (status == cudaErrorMemoryAllocation) {
         (void)cudaGetLastError();
         KILN_FAIL("CUDA pinned allocator: out of page-lockable host memory: tried to allocate ", requested,
@@ -216,6 +267,7 @@ class PinnedHostAllocator final : public Allocator {
   size_t cached_bytes_ = 0;
   std::unordered_map<void*, std::vector<Use>> uses_;  // blocks in use -> streams that used them
   std::vector<PendingBlock> pending_;
+  std::vector<DeferredBlock> deferred_;
 };
 
 PinnedHostAllocator& the_pinned_allocator() {

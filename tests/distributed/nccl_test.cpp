@@ -22,6 +22,7 @@
 #include "multi_process.h"
 #include "store_test_util.h"
 #include "tensor/cuda/device.h"
+#include "tensor/cuda/graph.h"
 #include "tensor/cuda/stream.h"
 #include "tensor/factory.h"
 
@@ -212,6 +213,20 @@ TEST_F(NcclOneRank, RefusesCpuTensorsNamingTheGlooBackend) {
   // Nothing was issued, so the group is still usable.
   Tensor t = make({1, 2}, DType::Float32, device_);
   group_->all_reduce(t)->wait();
+  EXPECT_EQ(values_of(t), (std::vector<double>{1, 2}));
+}
+
+TEST_F(NcclOneRank, ACollectiveInsideACudaGraphCaptureIsRefused) {
+  cuda::Stream side = cuda::Stream::create(device_);
+  Tensor t = make({1, 2}, DType::Float32, device_);
+  cuda::synchronize(device_);
+  cuda::Graph graph;
+  graph.capture_begin(side);
+  const std::string error = error_of([&] { group_->all_reduce(t); });
+  graph.capture_end();  // nothing reached the NCCL stream: the capture is intact
+  EXPECT_NE(error.find("nccl: all_reduce on rank 0 of group '"), std::string::npos) << error;
+  EXPECT_NE(error.find("is capturing a CUDA graph; collectives cannot be captured"), std::string::npos) << error;
+  group_->all_reduce(t)->wait();  // and the group still works
   EXPECT_EQ(values_of(t), (std::vector<double>{1, 2}));
 }
 

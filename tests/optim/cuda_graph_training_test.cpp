@@ -98,6 +98,34 @@ TEST(CudaGraphTraining, AReplayedLeNetStepTrainsAsTheEagerStep) {
   EXPECT_GT(max(abs(graphed->named_parameters().at("conv1.weight").cpu() - conv1_before)).item<double>(), 1e-4);
 }
 
+// Adam's bias corrections come from a step count the host reads: a replay
+// would repeat the captured step's for ever, so Adam refuses the capture
+// (as torch's does unless capturable) and the capture itself stays usable.
+TEST(CudaGraphTraining, AdamRefusesToBeCaptured) {
+  if (!cuda::cuda_available()) GTEST_SKIP() << "no CUDA device on this machine (cuda::device_count() == 0)";
+  const Device dev = cuda_device(0);
+  Tensor w = full({4}, 1.0, {DType::Float32, dev});
+  w.requires_grad_();
+  sum(mul(w, w)).backward();
+  for (const bool fused : {false, true}) {
+    optim::Adam adam({w}, optim::AdamOptions{.lr = 0.1, .fused = fused});
+    cuda::Stream side = cuda::Stream::create(dev);
+    cuda::synchronize(dev);
+    cuda::Graph graph;
+    graph.capture_begin(side);
+    try {
+      adam.step();
+      ADD_FAILURE() << "expected kiln::Error (fused " << fused << ")";
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find("Adam::step: cannot be captured in a CUDA graph (cuda:0 is capturing)"),
+                std::string::npos)
+          << e.message();
+    }
+    graph.capture_end();
+    EXPECT_EQ(sum(w.cpu()).item<double>(), 4.0) << "the refused step changed the parameter (fused " << fused << ")";
+  }
+}
+
 }  // namespace
 }  // namespace kiln
 

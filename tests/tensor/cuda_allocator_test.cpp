@@ -35,6 +35,7 @@ class FakeDevice final : public DeviceMemorySource {
     return ptr;
   }
   void free(void* ptr) override {
+    if (capturing) ++calls_during_capture;
     used_ -= live_.at(ptr);
     live_.erase(ptr);
     std::free(ptr);
@@ -45,11 +46,16 @@ class FakeDevice final : public DeviceMemorySource {
     bool done = false;
   };
   void* record_event(StreamHandle stream) override {
+    if (capturing) ++calls_during_capture;
     events_.push_back(new Event{stream});
     return events_.back();
   }
-  bool event_done(void* event) override { return static_cast<Event*>(event)->done; }
+  bool event_done(void* event) override {
+    if (capturing) ++calls_during_capture;
+    return static_cast<Event*>(event)->done;
+  }
   void wait_event(void* event) override {
+    if (capturing) ++calls_during_capture;
     ++waits;
     static_cast<Event*>(event)->done = true;
   }
@@ -60,11 +66,14 @@ class FakeDevice final : public DeviceMemorySource {
   std::string device_memory_report() override {
     return detail::str("; the fake device has ", capacity_ - used_, " bytes free");
   }
+  bool capture_underway() override { return capturing; }
 
   // Events not yet destroyed, oldest first.
   const std::vector<Event*>& events() const { return events_; }
   size_t used() const { return used_; }
   int waits = 0;
+  bool capturing = false;        // a CUDA graph capture is running
+  int calls_during_capture = 0;  // event or free calls made while one was: a real device refuses them
 
  private:
   size_t capacity_;
@@ -237,6 +246,51 @@ TEST(CachingAllocator, EmptyCacheWaitsForPendingEvents) {
   cache.deallocate(a);
   cache.empty_cache();
   EXPECT_EQ(device.waits, 1);
+  EXPECT_EQ(cache.stats().reserved_bytes, 0u);
+  EXPECT_EQ(device.used(), 0u);
+}
+
+// During a capture (Note [Caching allocator]) no event is recorded, queried
+// or waited for and nothing is freed; the deferred work happens once the
+// capture has ended.
+TEST(CachingAllocator, ACaptureDefersEventsAndFreesUntilItEnds) {
+  FakeDevice device(24 * kMiB);
+  CachingAllocator cache("fake allocator", "fake:0", &device);
+  void* before = cache.allocate(4096, stream(1));
+  void* during = cache.allocate(4096, stream(1));
+  cache.record_stream(before, stream(2));
+  cache.record_stream(during, stream(2));
+  cache.deallocate(before);  // an event on stream 2, as usual
+  ASSERT_EQ(device.events().size(), 1u);
+
+  device.capturing = true;
+  cache.deallocate(during);  // no event can be recorded: deferred
+  EXPECT_EQ(device.events().size(), 1u);
+  EXPECT_EQ(cache.stats().pending_event_blocks, 2);
+  device.events()[0]->done = true;
+  void* other = cache.allocate(4096, stream(1));  // cached memory still serves...
+  EXPECT_NE(other, before);                      // ...but the completed event is not even queried
+  EXPECT_NE(other, during);
+  EXPECT_EQ(cache.stats().pending_event_blocks, 2);
+  // No room and nothing may be given back: out of memory at once, saying why.
+  expect_error([&] { cache.allocate(23 * kMiB, stream(3)); },
+               "during a CUDA graph capture, which cannot return the cache (capture with more memory free)");
+  EXPECT_EQ(cache.stats().alloc_retries, 0);
+  expect_error([&] { cache.empty_cache(); },
+               "fake allocator: empty_cache on fake:0 while a CUDA graph capture is underway");
+  EXPECT_EQ(device.calls_during_capture, 0);
+
+  device.capturing = false;
+  cache.deallocate(other);
+  void* after = cache.allocate(4096, stream(1));  // processes the events: `before` is free again
+  EXPECT_EQ(after, before);
+  ASSERT_EQ(device.events().size(), 1u);  // `during`'s event, recorded now
+  EXPECT_EQ(device.events()[0]->stream, stream(2));
+  EXPECT_EQ(cache.stats().pending_event_blocks, 1);
+  device.events()[0]->done = true;
+  cache.deallocate(after);
+  cache.empty_cache();
+  EXPECT_EQ(cache.stats().pending_event_blocks, 0);
   EXPECT_EQ(cache.stats().reserved_bytes, 0u);
   EXPECT_EQ(device.used(), 0u);
 }

@@ -51,10 +51,10 @@ TEST(CudaGraph, AReplayRecomputesFromTheStaticInputsValues) {
 
   for (double shift : {0.0, 5.0, -3.5}) {
     Tensor values = add(arange(0, 1000, 1, DType::Float32), shift);
+    // No waits: the copy, the replay and the read queue in that order on
+    // the default stream, the calling thread's current one.
     x.copy_(values.to(dev));
-    cuda::synchronize(dev);
     graph.replay();
-    side.synchronize();
     EXPECT_TRUE(allclose(y.cpu(), add(mul(values, 2.0), 1.0), 0, 0)) << "shift " << shift;
   }
 }
@@ -81,6 +81,44 @@ TEST(CudaGraph, TheCapturesTemporariesComeFromItsPrivatePool) {
   // Tensors made after the capture, on any stream, come from the shared cache.
   Tensor later = ones({1 << 20}, {DType::Float32, dev});
   EXPECT_GT(cuda::memory_stats(dev).allocated_bytes, shared_before);
+}
+
+// What a DataLoader thread does beside a capture: frees memory that another
+// stream used (a pinned batch after its asynchronous upload, a device block
+// after record_stream) and pins a new batch. The allocators must not record,
+// query or wait for events then (CUDA refuses it and the capture breaks):
+// they put it off until the capture ends (Note [Caching allocator]).
+TEST(CudaGraph, FreesOfMemoryOtherStreamsUsedWaitForTheCaptureToEnd) {
+  SKIP_WITHOUT_GPU();
+  const Device dev = cuda_device(0);
+  cuda::Stream side = cuda::Stream::create(dev), other = cuda::Stream::create(dev);
+  Tensor batch = full({1 << 16}, 2.0).pin_memory();
+  Tensor uploaded = batch.to(dev);  // asynchronous: the pinned block is recorded as used
+  Tensor shared = full({1 << 16}, 3.0, {DType::Float32, dev});
+  cuda::record_stream(shared, other);
+  Tensor x = full({16}, 2.0, {DType::Float32, dev});
+  cuda::synchronize(dev);
+
+  cuda::Graph graph;
+  graph.capture_begin(side);
+  Tensor y = mul(x, x);
+  batch = Tensor();   // the pinned block: deferred, no event
+  shared = Tensor();  // the device block: deferred, no event
+  EXPECT_EQ(cuda::memory_stats(dev).pending_event_blocks, 1);
+  Tensor next_batch = full({1 << 16}, 5.0).pin_memory();  // no event query
+  ASSERT_NO_THROW(graph.capture_end());
+
+  graph.replay();
+  side.synchronize();
+  EXPECT_EQ(sum(y).cpu().item<double>(), 64.0);
+  EXPECT_EQ(sum(uploaded).cpu().item<double>(), 2.0 * (1 << 16));
+  EXPECT_EQ(sum(next_batch.to(dev)).cpu().item<double>(), 5.0 * (1 << 16));
+  // After the capture the deferred block gets its event, and once that has
+  // completed the block comes back.
+  Tensor after = ones({16}, {DType::Float32, dev});  // records the event
+  cuda::synchronize(dev);
+  Tensor later = ones({16}, {DType::Float32, dev});  // finds it completed
+  EXPECT_EQ(cuda::memory_stats(dev).pending_event_blocks, 0);
 }
 
 TEST(CudaGraph, AHostSynchronizationInsideACaptureFailsAndTheGraphCanCaptureAgain) {
@@ -117,7 +155,8 @@ TEST(CudaGraph, MisuseIsRefusedWithAMessage) {
   cuda::Stream another = cuda::Stream::create(dev);
   while (another == side) another = cuda::Stream::create(dev);  // the pool hands streams out round robin
   cuda::Graph other;
-  expect_error([&] { other.capture_begin(another); }, "one capture per thread at a time");
+  // Refused before it waits for the device, which would break the running capture.
+  expect_error([&] { other.capture_begin(another); }, "another CUDA graph capture is underway in this process");
   graph.capture_end();
   expect_error([&] { graph.capture_begin(side); }, "already holds a capture; reset() it");
   graph.reset();

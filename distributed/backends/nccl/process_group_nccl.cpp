@@ -14,6 +14,7 @@
 #include "distributed/backends/nccl/event_work.h"
 #include "distributed/backends/nccl/nccl_check.h"
 #include "distributed/backends/nccl/nccl_types.h"
+#include "tensor/backend.h"
 #include "tensor/cuda/allocator.h"
 #include "tensor/cuda/check.h"
 #include "tensor/cuda/device.h"
@@ -204,6 +205,10 @@ std::shared_ptr<ProcessGroup> ProcessGroupNCCL::run_new_subgroup(const std::vect
 
 WorkPtr ProcessGroupNCCL::launch(const std::string& what, std::vector<Tensor> tensors,
                                  const std::function<void(ncclComm_t comm, cudaStream_t stream)>& issue) {
+  // A collective in a CUDA graph would pull the NCCL stream into the capture
+  // and leave its Work's event unusable; Kiln does not capture collectives.
+  KILN_CHECK(!capturing(device_), "nccl: ", what, " on rank ", rank(), " of group '", name(), "': ", device_,
+             " is capturing a CUDA graph; collectives cannot be captured (run them outside the graph)");
   std::lock_guard lock(launch_mutex_);
   cuda::DeviceGuard guard(device_, "nccl");
   cuda::Event ready;
