@@ -20,14 +20,23 @@
 //   float32 to TF32 on Ampere and later; CUDNN_FMA_MATH keeps float32 exact;
 // - needs at most kMaxWorkspaceBytes of workspace (FFT variants can ask for
 //   gigabytes). The workspace is a device tensor from Kiln's CUDA allocator.
+// The ranking is a guess: an algorithm in it can still decline these
+// descriptors or pointers (a status in cuDNN's NOT_SUPPORTED range, or a
+// misaligned pointer) when its workspace is queried or when it runs. So the
+// first time a key (which holds the pointers' alignment) is seen, the
+// acceptable algorithms are tried in ranking order, as torch does, and the
+// first that runs is the one cached.
 // Tensors reach cuDNN with their strides when every (H, W) plane is
 // contiguous, which covers a group's channel slice of a contiguous batch;
 // other layouts are copied to contiguous memory first (inputs) or computed
 // in a contiguous buffer and copied back (outputs). cuDNN's legacy API takes
 // int sizes, so each tensor must have fewer than 2^31 elements.
 #include <climits>
+#include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "tensor/cuda/conv_direct.h"
@@ -95,13 +104,25 @@ cudnnMathType_t math_type(DType dtype) {
   return CUDNN_DEFAULT_MATH;
 }
 
+// The largest power of two up to 16 that divides t's address. A group's
+// channel slice starts at an offset into the batch, so groups of one
+// convolution share a key but not an alignment, and an algorithm that ran on
+// group 0's aligned pointers may refuse group 1's (as in torch, whose key
+// holds the alignment too).
+int64_t alignment(const Tensor& t) {
+  const auto address = reinterpret_cast<uintptr_t>(t.data_ptr());
+  int64_t a = 1;
+  while (a < 16 && address % (2 * a) == 0) a *= 2;
+  return a;
+}
+
 // Everything the best algorithm depends on.
 std::vector<int64_t> algorithm_key(Direction direction, const Tensor& x, const Tensor& weight, const Tensor& y,
                                    const ConvGeometry& g, cudnnMathType_t math) {
   std::vector<int64_t> key{static_cast<int64_t>(direction), static_cast<int64_t>(x.dtype()), math,
                            x.device().index,                weight.size(0),
                            g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.dilation_h,
-                           g.dilation_w};
+                           g.dilation_w, alignment(x), alignment(weight), alignment(y)};
   for (const Tensor* t : {&x, &y}) {
     key.insert(key.end(), t->shape().begin(), t->shape().end());
     key.insert(key.end(), t->strides().begin(), t->strides().end());
@@ -116,21 +137,19 @@ struct Choice {
 };
 
 // Chosen algorithms by key, shared by all threads (Note [cuDNN convolution
-// algorithms]).
+// algorithms]). Two threads that meet a new key at once both try the
+// ranking and cache the same algorithm.
 class AlgorithmCache {
  public:
-  template <class Choose>
-  Choice get(const std::vector<int64_t>& key, const Choose& choose) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto found = choices_.find(key);
-      if (found != choices_.end()) return found->second;
-    }
-    // Chosen outside the lock: two threads that race here choose the same.
-    Choice choice = choose();
+  std::optional<Choice> find(const std::vector<int64_t>& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = choices_.find(key);
+    if (found == choices_.end()) return std::nullopt;
+    return found->second;
+  }
+  void put(const std::vector<int64_t>& key, Choice choice) {
     std::lock_guard<std::mutex> lock(mutex_);
     choices_.emplace(key, choice);
-    return choice;
   }
 
  private:
@@ -143,21 +162,24 @@ AlgorithmCache& algorithm_cache() {
   return cache;
 }
 
-// The first acceptable entry of cuDNN's ranking (Note [cuDNN convolution
-// algorithms]); Perf is one of the three cudnnConvolution*AlgoPerf_t.
+// The acceptable entries of cuDNN's ranking, deterministic ones first (Note
+// [cuDNN convolution algorithms]); Perf is one of the three
+// cudnnConvolution*AlgoPerf_t.
 template <class Perf>
-Choice pick(const Perf* ranked, int count, cudnnMathType_t math, const char* op) {
-  for (bool need_deterministic : {true, false}) {
+std::vector<Choice> acceptable(const Perf* ranked, int count, cudnnMathType_t math, const char* op) {
+  std::vector<Choice> choices;
+  for (bool deterministic : {true, false}) {
     for (int i = 0; i < count; ++i) {
       const Perf& p = ranked[i];
       if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxWorkspaceBytes) continue;
-      if (need_deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
+      if ((p.determinism == CUDNN_DETERMINISTIC) != deterministic) continue;
       if (math == CUDNN_FMA_MATH && p.mathType != CUDNN_FMA_MATH && p.mathType != CUDNN_DEFAULT_MATH) continue;
-      return {static_cast<int>(p.algo), math == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : p.mathType};
+      choices.push_back({static_cast<int>(p.algo), math == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : p.mathType});
     }
   }
-  KILN_FAIL(op, ": cuDNN offers no algorithm for this convolution (", count,
-            " ranked, none usable within a workspace of ", kMaxWorkspaceBytes >> 20, " MiB)");
+  KILN_CHECK(!choices.empty(), op, ": cuDNN offers no algorithm for this convolution (", count,
+             " ranked, none usable within a workspace of ", kMaxWorkspaceBytes >> 20, " MiB)");
+  return choices;
 }
 
 // A device buffer of `bytes` for cuDNN's scratch, or an undefined tensor for 0.
@@ -167,6 +189,47 @@ Tensor workspace(size_t bytes, Device device) {
 }
 
 void* data_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+// Whether cuDNN declined an algorithm for these descriptors or pointers (its
+// NOT_SUPPORTED statuses, 3000 to 3999, and a misaligned pointer), rather
+// than failed.
+bool declined(cudnnStatus_t status) {
+  const int code = static_cast<int>(status);
+  return status == CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER ||
+         (code >= static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED) &&
+          code < static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED) + 1000);
+}
+
+// Runs one direction of the convolution with the algorithm cached for
+// `key`, or, for a new key, with each of rank()'s choices in turn until one
+// runs, and caches that one (Note [cuDNN convolution algorithms]).
+//   workspace_size(algorithm, &bytes) and run(algorithm, scratch, bytes)
+// wrap the direction's cuDNN calls (named by `call`) and return their status.
+template <class Rank, class WorkspaceSize, class Run>
+void run_convolution(const std::vector<int64_t>& key, const ConvolutionDescriptor& conv, Device device, const char* op,
+                     const char* call, const Rank& rank, const WorkspaceSize& workspace_size, const Run& run) {
+  const std::optional<Choice> cached = algorithm_cache().find(key);
+  const std::vector<Choice> choices = cached ? std::vector<Choice>{*cached} : rank();
+  std::string declines;
+  for (const Choice& choice : choices) {
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), choice.math));
+    size_t bytes = 0;
+    cudnnStatus_t status = workspace_size(choice.algorithm, &bytes);
+    if (status == CUDNN_STATUS_SUCCESS && bytes > kMaxWorkspaceBytes) status = CUDNN_STATUS_NOT_SUPPORTED;
+    if (status == CUDNN_STATUS_SUCCESS) {
+      Tensor scratch = workspace(bytes, device);
+      status = run(choice.algorithm, data_or_null(scratch), bytes);
+    }
+    if (status == CUDNN_STATUS_SUCCESS) {
+      if (!cached) algorithm_cache().put(key, choice);
+      return;
+    }
+    if (!declined(status)) detail::throw_cudnn_error(status, call, __FILE__, __LINE__);
+    declines += kiln::detail::str(declines.empty() ? "" : ", ", "algorithm ", choice.algorithm, ": ",
+                                  cudnnGetErrorString(status));
+  }
+  KILN_FAIL(op, ": cuDNN declined every algorithm it ranked for this convolution (", declines, ")");
+}
 
 // 1 and 0 in the type cuDNN wants for alpha and beta: double for float64
 // data, float otherwise.
@@ -203,23 +266,25 @@ void forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Ten
   const Device device = out.device();
   ConvDescriptors d(x, weight, out, g, op);
   cudnnHandle_t handle = cudnn_handle(device);
-  const Choice choice = algorithm_cache().get(algorithm_key(Direction::Forward, x, weight, out, g, d.math), [&] {
-    cudnnConvolutionFwdAlgoPerf_t ranked[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    int count = 0;
-    KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
-                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, ranked));
-    return pick(ranked, count, d.math, op);
-  });
-  KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), choice.math));
-  const auto algorithm = static_cast<cudnnConvolutionFwdAlgo_t>(choice.algorithm);
-  size_t bytes = 0;
-  KILN_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(handle, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
-                                                           algorithm, &bytes));
-  Tensor scratch = workspace(bytes, device);
   const Scaling scaling(x.dtype());
-  KILN_CUDNN_CHECK(cudnnConvolutionForward(handle, scaling.one(), d.x.get(), x.data_ptr(), d.w.get(),
-                                           weight.data_ptr(), d.conv.get(), algorithm, data_or_null(scratch),
-                                           bytes, scaling.zero(), d.y.get(), out.data_ptr()));
+  run_convolution(
+      algorithm_key(Direction::Forward, x, weight, out, g, d.math), d.conv, device, op, "cudnnConvolutionForward",
+      [&] {
+        cudnnConvolutionFwdAlgoPerf_t ranked[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        int count = 0;
+        KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
+                                                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, ranked));
+        return acceptable(ranked, count, d.math, op);
+      },
+      [&](int algorithm, size_t* bytes) {
+        return cudnnGetConvolutionForwardWorkspaceSize(handle, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
+                                                       static_cast<cudnnConvolutionFwdAlgo_t>(algorithm), bytes);
+      },
+      [&](int algorithm, void* scratch, size_t bytes) {
+        return cudnnConvolutionForward(handle, scaling.one(), d.x.get(), x.data_ptr(), d.w.get(), weight.data_ptr(),
+                                       d.conv.get(), static_cast<cudnnConvolutionFwdAlgo_t>(algorithm), scratch, bytes,
+                                       scaling.zero(), d.y.get(), out.data_ptr());
+      });
   if (bias.defined()) {
     // bias: (OC) seen as (1, OC, 1, 1), added to every position of out.
     Tensor b = bias.contiguous();
@@ -236,25 +301,29 @@ void backward_data(const Tensor& grad_input, const Tensor& grad_out, const Tenso
   const Device device = grad_input.device();
   ConvDescriptors d(grad_input, weight, grad_out, g, op);
   cudnnHandle_t handle = cudnn_handle(device);
-  const Choice choice = algorithm_cache().get(
-      algorithm_key(Direction::BackwardData, grad_input, weight, grad_out, g, d.math), [&] {
+  const Scaling scaling(grad_input.dtype());
+  run_convolution(
+      algorithm_key(Direction::BackwardData, grad_input, weight, grad_out, g, d.math), d.conv, device, op,
+      "cudnnConvolutionBackwardData",
+      [&] {
         cudnnConvolutionBwdDataAlgoPerf_t ranked[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
         int count = 0;
         KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w.get(), d.y.get(), d.conv.get(),
                                                                      d.x.get(), CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
                                                                      &count, ranked));
-        return pick(ranked, count, d.math, op);
+        return acceptable(ranked, count, d.math, op);
+      },
+      [&](int algorithm, size_t* bytes) {
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d.w.get(), d.y.get(), d.conv.get(), d.x.get(),
+                                                            static_cast<cudnnConvolutionBwdDataAlgo_t>(algorithm),
+                                                            bytes);
+      },
+      [&](int algorithm, void* scratch, size_t bytes) {
+        return cudnnConvolutionBackwardData(handle, scaling.one(), d.w.get(), weight.data_ptr(), d.y.get(),
+                                            grad_out.data_ptr(), d.conv.get(),
+                                            static_cast<cudnnConvolutionBwdDataAlgo_t>(algorithm), scratch, bytes,
+                                            scaling.zero(), d.x.get(), grad_input.data_ptr());
       });
-  KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), choice.math));
-  const auto algorithm = static_cast<cudnnConvolutionBwdDataAlgo_t>(choice.algorithm);
-  size_t bytes = 0;
-  KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d.w.get(), d.y.get(), d.conv.get(),
-                                                                d.x.get(), algorithm, &bytes));
-  Tensor scratch = workspace(bytes, device);
-  const Scaling scaling(grad_input.dtype());
-  KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(handle, scaling.one(), d.w.get(), weight.data_ptr(), d.y.get(),
-                                                grad_out.data_ptr(), d.conv.get(), algorithm, data_or_null(scratch),
-                                                bytes, scaling.zero(), d.x.get(), grad_input.data_ptr()));
 }
 
 void backward_filter(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x, const ConvGeometry& g) {
@@ -262,25 +331,29 @@ void backward_filter(const Tensor& grad_weight, const Tensor& grad_out, const Te
   const Device device = grad_weight.device();
   ConvDescriptors d(x, grad_weight, grad_out, g, op);
   cudnnHandle_t handle = cudnn_handle(device);
-  const Choice choice = algorithm_cache().get(
-      algorithm_key(Direction::BackwardFilter, x, grad_weight, grad_out, g, d.math), [&] {
+  const Scaling scaling(x.dtype());
+  run_convolution(
+      algorithm_key(Direction::BackwardFilter, x, grad_weight, grad_out, g, d.math), d.conv, device, op,
+      "cudnnConvolutionBackwardFilter",
+      [&] {
         cudnnConvolutionBwdFilterAlgoPerf_t ranked[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
         int count = 0;
-        KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-            handle, d.x.get(), d.y.get(), d.conv.get(), d.w.get(), CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count,
-            ranked));
-        return pick(ranked, count, d.math, op);
+        KILN_CUDNN_CHECK(
+            cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, d.x.get(), d.y.get(), d.conv.get(), d.w.get(),
+                                                          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, ranked));
+        return acceptable(ranked, count, d.math, op);
+      },
+      [&](int algorithm, size_t* bytes) {
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, d.x.get(), d.y.get(), d.conv.get(), d.w.get(),
+                                                              static_cast<cudnnConvolutionBwdFilterAlgo_t>(algorithm),
+                                                              bytes);
+      },
+      [&](int algorithm, void* scratch, size_t bytes) {
+        return cudnnConvolutionBackwardFilter(handle, scaling.one(), d.x.get(), x.data_ptr(), d.y.get(),
+                                              grad_out.data_ptr(), d.conv.get(),
+                                              static_cast<cudnnConvolutionBwdFilterAlgo_t>(algorithm), scratch, bytes,
+                                              scaling.zero(), d.w.get(), grad_weight.data_ptr());
       });
-  KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), choice.math));
-  const auto algorithm = static_cast<cudnnConvolutionBwdFilterAlgo_t>(choice.algorithm);
-  size_t bytes = 0;
-  KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, d.x.get(), d.y.get(), d.conv.get(),
-                                                                  d.w.get(), algorithm, &bytes));
-  Tensor scratch = workspace(bytes, device);
-  const Scaling scaling(x.dtype());
-  KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, scaling.one(), d.x.get(), x.data_ptr(), d.y.get(),
-                                                  grad_out.data_ptr(), d.conv.get(), algorithm, data_or_null(scratch),
-                                                  bytes, scaling.zero(), d.w.get(), grad_weight.data_ptr()));
 }
 
 // Kiln's direct kernels when they are chosen and take the layer (Note
