@@ -33,12 +33,20 @@ std::string unfusable(const Tensor& param, const Tensor& grad, std::initializer_
   return "";
 }
 
+// Why parameter i cannot join parameter 0's launch: one launch serves one device.
+std::string other_device(const std::vector<Tensor>& params, size_t i) {
+  if (i == 0 || params[i].device() == params[0].device()) return "";
+  return detail::str("it is on ", params[i].device(), ", parameter 0 on ", params[0].device());
+}
+
 // Why parameter i's Adam tensors cannot be fused, or "" when they can.
 std::string adam_unfusable(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                            const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                            const std::vector<Tensor>& max_exp_avg_sqs, size_t i) {
-  return unfusable(params[i], grads[i],
-                   {&grads[i], &exp_avgs[i], &exp_avg_sqs[i], max_exp_avg_sqs.empty() ? nullptr : &max_exp_avg_sqs[i]});
+  const std::string why = unfusable(
+      params[i], grads[i],
+      {&grads[i], &exp_avgs[i], &exp_avg_sqs[i], max_exp_avg_sqs.empty() ? nullptr : &max_exp_avg_sqs[i]});
+  return why.empty() ? other_device(params, i) : why;
 }
 
 }  // namespace
@@ -48,10 +56,8 @@ bool sgd_step_fusable(const std::vector<Tensor>& params, const std::vector<Tenso
   if (params.size() != grads.size()) return false;
   if (!momentum_buffers.empty() && momentum_buffers.size() != params.size()) return false;
   for (size_t i = 0; i < params.size(); ++i) {
-    if (!unfusable(params[i], grads[i], {&grads[i], momentum_buffers.empty() ? nullptr : &momentum_buffers[i]})
-             .empty()) {
-      return false;
-    }
+    const Tensor* buffer = momentum_buffers.empty() ? nullptr : &momentum_buffers[i];
+    if (!unfusable(params[i], grads[i], {&grads[i], buffer}).empty() || !other_device(params, i).empty()) return false;
   }
   return true;
 }
@@ -66,7 +72,8 @@ void sgd_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& gra
              "sgd_step_: ", params.size(), " parameters, ", momentum_buffers.size(), " momentum buffers and ",
              first_step.size(), " first-step flags with momentum ", step.momentum);
   for (size_t i = 0; i < params.size(); ++i) {
-    const std::string why = unfusable(params[i], grads[i], {&grads[i], momentum ? &momentum_buffers[i] : nullptr});
+    std::string why = unfusable(params[i], grads[i], {&grads[i], momentum ? &momentum_buffers[i] : nullptr});
+    if (why.empty()) why = other_device(params, i);
     KILN_CHECK(why.empty(), "sgd_step_: cannot fuse parameter ", i, ": ", why);
   }
   if (params.empty()) return;

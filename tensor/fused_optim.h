@@ -28,7 +28,8 @@ using kiln::SgdStep;
 
 // Whether sgd_step_ takes these tensors: params[i], grads[i] and (with
 // momentum) momentum_buffers[i] contiguous, of one shape, one float32 or
-// float64 dtype and one device each, on a device whose backend fuses.
+// float64 dtype and one device each, all on params[0]'s device (one launch
+// serves one device), on a device whose backend fuses.
 bool sgd_step_fusable(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                       const std::vector<Tensor>& momentum_buffers);
 

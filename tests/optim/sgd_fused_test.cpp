@@ -1,6 +1,7 @@
 // The fused SGD step (Note [Fused optimizer steps]) against the same step
 // written as tensor ops: bitwise equal for every option, in float32 and
 // float64; and the cases that fall back to the ops.
+#include "../tensor/test_util.h"
 #include "optim/sgd.h"
 #include "optim_test_util.h"
 #include "tensor/fused_optim.h"
@@ -85,6 +86,25 @@ TEST(SGDFused, ErrorsNameTheOpAndTheParameter) {
   } catch (const Error& e) {
     EXPECT_NE(e.message().find("sgd_step_: 1 parameters, 0 momentum buffers"), std::string::npos) << e.message();
   }
+}
+
+// One launch serves one device: a list spanning two is not fusable (the
+// optimizers then take the ops, per parameter), and sgd_step_ and
+// adam_step_ refuse it before any kernel runs (so no GPU is needed here).
+TEST(SGDFused, ParametersOnTwoDevicesShareNoLaunch) {
+  Tensor on_cpu = zeros({4});
+  Tensor on_cuda = tensor_claiming_device(cuda_device(0), 4), grad_on_cuda = tensor_claiming_device(cuda_device(0), 4);
+  EXPECT_FALSE(ops::sgd_step_fusable({on_cpu, on_cuda}, {zeros({4}), grad_on_cuda}, {}));
+  EXPECT_FALSE(ops::adam_step_fusable({on_cpu, on_cuda}, {zeros({4}), grad_on_cuda}, {zeros({4}), grad_on_cuda},
+                                      {zeros({4}), grad_on_cuda}, {}));
+  expect_error([&] { ops::sgd_step_({on_cpu, on_cuda}, {zeros({4}), grad_on_cuda}, {}, {}, {.lr = 0.1}); },
+               "sgd_step_: cannot fuse parameter 1: it is on cuda:0, parameter 0 on cpu");
+  expect_error(
+      [&] {
+        ops::adam_step_({on_cpu, on_cuda}, {zeros({4}), grad_on_cuda}, {zeros({4}), grad_on_cuda},
+                        {zeros({4}), grad_on_cuda}, {}, {1.0, 1.0}, {.lr = 0.1, .beta1 = 0.9, .beta2 = 0.999});
+      },
+      "adam_step_: cannot fuse parameter 1: it is on cuda:0, parameter 0 on cpu");
 }
 
 }  // namespace
