@@ -61,6 +61,18 @@ void GradScaler::unscale_(Optimizer& optimizer) {
   // As torch: the reciprocal in double, rounded once to float32, so that a
   // power-of-two scale unscales exactly.
   const double inv_scale = static_cast<double>(static_cast<float>(1.0 / static_cast<double>(scale_)));
+  // Every gradient is checked before any is changed, so that a refusal
+  // leaves them all as they were (as torch).
+  for (size_t g = 0; g < optimizer.num_param_groups(); ++g) {
+    const std::vector<Tensor>& params = optimizer.params(g);
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Tensor grad = params[i].grad();
+      KILN_CHECK(!grad.defined() || grad.dtype() != DType::Float16, "GradScaler::unscale_: parameter ", i,
+                 " of group ", g,
+                 " has a float16 gradient; keep the parameters float32 (autocast casts copies of them) so that "
+                 "the unscaled gradients and the update are float32");
+    }
+  }
   NoGradGuard no_grad;
   // One running float64 total per device: the sum of every unscaled
   // gradient's elements, finite exactly when they all are (Note [Dynamic
@@ -71,9 +83,6 @@ void GradScaler::unscale_(Optimizer& optimizer) {
     for (size_t i = 0; i < params.size(); ++i) {
       Tensor grad = params[i].grad();
       if (!grad.defined()) continue;
-      KILN_CHECK(grad.dtype() != DType::Float16, "GradScaler::unscale_: parameter ", i, " of group ", g,
-                 " has a float16 gradient; keep the parameters float32 (autocast casts copies of them) so that "
-                 "the unscaled gradients and the update are float32");
       ops::mul_(grad, inv_scale);
       Tensor sum = ops::sum(grad).to(DType::Float64);  // 0-dim
       auto it = std::find_if(totals.begin(), totals.end(), [&](const auto& t) { return t.first == grad.device(); });

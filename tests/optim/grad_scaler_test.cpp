@@ -161,6 +161,12 @@ TEST(GradScaler, RefusesFloat16GradientsAndBadOptions) {
   set_grad_values(p, {1, 1});
   GradScaler scaler;
   expect_error([&] { scaler.unscale_(sgd); }, "GradScaler::unscale_: parameter 0 of group 0 has a float16 gradient");
+  // A float16 gradient after float32 ones: refused before any is unscaled.
+  Tensor first = make_param({1, 2}, {2});
+  SGD mixed({first, p}, SGDOptions{.lr = 1.0, .fused = false});
+  set_grad_values(first, {4, 8});
+  expect_error([&] { scaler.unscale_(mixed); }, "GradScaler::unscale_: parameter 1 of group 0 has a float16 gradient");
+  EXPECT_EQ(values_of(first.grad()), (std::vector<double>{4, 8}));
   expect_error([] { GradScaler g({.init_scale = 0}); }, "GradScaler: init_scale must be positive and finite, got 0");
   expect_error([] { GradScaler g({.growth_factor = 1}); }, "GradScaler: growth_factor must be > 1, got 1");
   expect_error([] { GradScaler g({.backoff_factor = 1}); }, "GradScaler: backoff_factor must be in (0, 1), got 1");
