@@ -50,8 +50,8 @@ void check_device(Device device, const char* op) {
     KILN_FAIL(op, ": cannot use ", device, ": no CUDA device is available (", why,
               "); Kiln was built with CUDA but this machine has no usable GPU or NVIDIA driver");
   }
-  KILN_CHECK(device.index < devices.count, op, ": cannot use ", device, ": this process sees ", devices.count,
-             " CUDA device(s), cuda:0 to cuda:", devices.count - 1);
+  KILN_CHECK(device.index >= 0 && device.index < devices.count, op, ": cannot use ", device, ": this process sees ",
+             devices.count, " CUDA device(s), cuda:0 to cuda:", devices.count - 1);
 }
 
 DeviceGuard::DeviceGuard(Device device, const char* op) {
