@@ -13,8 +13,13 @@
 # the toolkit there and the cuDNN and NCCL of its Python's nvidia packages,
 # which gpu-run.sh finds.
 #
+# The kit also holds the LeNet trainer, the JPEG-to-binary converter the
+# benchmarks use, and CIFAR-10 (the JPEG archive from $KILN_DATA or
+# ../shared/data, 19 MB) when it is found, so that the GPU run trains on the
+# real data: nothing outside the working tree reaches the GPU machine.
+#
 # Usage (here):  bash scripts/gpu-kit.sh           # about 10 minutes on 2 cores
-# Then (device): run(command="bash scripts/gpu-run.sh", carry=[".gpu-kit"])
+# Then (device): run(command="bash scripts/gpu-run.sh", carry=[".gpu-kit"], timeout_s=600)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${KILN_GPU_KIT_BUILD:-$root/build-gpu-kit}"
@@ -25,7 +30,7 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_GL
 cmake --build "$build" -j"$(nproc)"
 
 rm -rf "$kit"
-mkdir -p "$kit/lib" "$kit/tests" "$kit/bench"
+mkdir -p "$kit/lib" "$kit/tests" "$kit/bench" "$kit/apps/lenet" "$kit/apps/tools"
 # The name the programs ask for (libkiln's SONAME), as a file: the device
 # tool carries links as links.
 cp -L "$build/libkiln.so.0" "$kit/lib/libkiln.so.0"
@@ -33,7 +38,22 @@ cp "$build"/tests/kiln_*_tests "$kit/tests/"
 for program in lenet cuda_ops conv gemm; do
   if [[ -x "$build/bench/$program" ]]; then cp "$build/bench/$program" "$kit/bench/"; fi
 done
-strip --strip-unneeded "$kit"/lib/libkiln.so.0 "$kit"/tests/* "$kit"/bench/*
+# At the paths bench/cifar_binary.sh and gpu-run.sh look for them under a build.
+cp "$build/apps/lenet/kiln-lenet" "$kit/apps/lenet/"
+cp "$build/apps/tools/kiln-image-folder-to-cifar" "$kit/apps/tools/"
+strip --strip-unneeded "$kit"/lib/libkiln.so.0 "$kit"/tests/* "$kit"/bench/* "$kit"/apps/*/*
+archive="${KILN_DATA:-$root/../shared/data}/cifar10-jpeg.tar.gz"
+if [[ -f "$archive" ]]; then
+  mkdir -p "$kit/data"
+  cp "$archive" "$kit/data/"
+else
+  echo "gpu-kit: no CIFAR-10 archive at $archive: the GPU run will train and benchmark on synthetic data" >&2
+fi
 git -C "$root" describe --always --dirty >"$kit/COMMIT"
-du -sh "$kit"
+# The device tool carries at most 64 MiB with the working tree.
+kib="$(du -sk "$kit" | cut -f1)"
+echo "gpu-kit: $((kib / 1024)) MiB"
+if ((kib > 60 * 1024)); then
+  echo "gpu-kit: the kit is over 60 MiB; with the working tree it may not fit the 64 MiB a device call carries" >&2
+fi
 echo "gpu-kit: $kit holds the build of $(cat "$kit/COMMIT"); carry it with scripts/gpu-run.sh"

@@ -2,19 +2,31 @@
 # Runs Kiln's GPU checks on the lent GPU machine from the kit that
 # scripts/gpu-kit.sh built (see there for why a kit), in one device call:
 #   run(command="bash scripts/gpu-run.sh", carry=[".gpu-kit"], timeout_s=600)
+# A session has about 15 minutes of device time, machine start included, so
+# the run is planned to end in about 5 minutes, leaving room to fix what it
+# finds and run again; each step has its own time limit, and what a step
+# printed before its limit stays in the log.
 # 1. finds the CUDA libraries libkiln needs (the toolkit's runtime and cuBLAS,
 #    cuDNN and NCCL from the Python nvidia packages) and stops at once,
-#    naming them, if one is missing;
-# 2. runs every test suite of the kit (kiln_apps_tests only for its CUDA
-#    tests: its other tests start programs at paths of the machine that built
-#    the kit); on a machine with a GPU the Cuda*, CudaGraph*, Nccl* ... tests
-#    run instead of skipping;
-# 3. runs the CUDA benchmarks: bench/lenet_vs_pytorch.sh --device cuda (Kiln
-#    eager and with a CUDA graph against PyTorch eager), the same with
-#    KILN_CUDA_CONV=kiln (Kiln's direct convolution kernels), and cuda_ops.
-# Everything goes to $OUT/gpu-run.log (what the device tool brings back);
-# the summary is printed last. KILN_GPU_FILTER narrows the tests
-# (a --gtest_filter pattern); KILN_GPU_SKIP_BENCH=1 skips step 3.
+#    naming them, if one is missing, or if the runtime sees no GPU;
+# 2. starts the LeNet trainer in the background on the GPU, the default
+#    recipe (30 epochs) in float32 and with --amp (float16 autocast and
+#    GradScaler), when the kit holds CIFAR-10 (KILN_GPU_SKIP_TRAIN=1: not);
+# 3. meanwhile runs every test suite of the kit, side by side (kiln_apps_tests
+#    only for its CUDA tests: its other tests start programs at paths of the
+#    machine that built the kit); on a machine with a GPU the Cuda*,
+#    CudaGraph*, Nccl* ... tests run instead of skipping;
+# 4. waits for the trainer and prints each run's final test accuracy;
+# 5. then, with the GPU to themselves, the CUDA benchmarks:
+#    bench/lenet_vs_pytorch.sh --device cuda (Kiln eager and with a CUDA
+#    graph against PyTorch eager), the same with KILN_CUDA_CONV=kiln (Kiln's
+#    direct convolution kernels), and cuda_ops.
+# Everything goes to $OUT/gpu-run.log (what the device tool brings back), the
+# trainer's logs to $OUT/lenet_fp32.jsonl and $OUT/lenet_amp.jsonl; the summary
+# is printed last. KILN_GPU_FILTER narrows the tests (a --gtest_filter
+# pattern); KILN_GPU_SKIP_BENCH=1 skips step 5; KILN_GPU_SANITIZE=1 also runs
+# the tensor suite's CUDA tests under compute-sanitizer (memcheck, then
+# racecheck; slow, up to 4 minutes each) after step 3.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 kit="$root/.gpu-kit"
@@ -58,34 +70,101 @@ if [[ -n "$missing" ]]; then
   say "gpu-run: libkiln cannot load; missing: $missing"
   exit 1
 fi
+# The runtime libkiln loads must see the GPU: with a driver older than the
+# runtime (CUDA 13 needs r580 or later) it sees none, every GPU test would
+# skip, and the run would look green with nothing checked.
+if ! python3 - <<'EOF' 2>&1 | tee -a "$summary"; then
+import ctypes, sys
+runtime = ctypes.CDLL("libcudart.so.13")
+count, driver, version = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
+status = runtime.cudaGetDeviceCount(ctypes.byref(count))
+runtime.cudaDriverGetVersion(ctypes.byref(driver))
+runtime.cudaRuntimeGetVersion(ctypes.byref(version))
+print(f"cuda runtime {version.value}, driver API {driver.value}, {count.value} device(s), cudaGetDeviceCount status {status}")
+sys.exit(0 if status == 0 and count.value > 0 else 1)
+EOF
+  say "gpu-run: the CUDA runtime sees no device; stopping (every GPU test would only skip)"
+  exit 1
+fi
 
-# 2. The test suites.
+# 2. The trainer, in the background (step 4 waits for it).
+lenet="$kit/apps/lenet/kiln-lenet"
+archive="$kit/data/cifar10-jpeg.tar.gz"
+trainer_pids=()
+if [[ "${KILN_GPU_SKIP_TRAIN:-0}" != 1 && -x "$lenet" && -f "$archive" ]]; then
+  for run in fp32 amp; do
+    flags=(--device cuda --workers 4 --data "$archive" --log "$out/lenet_$run.jsonl")
+    [[ "$run" == amp ]] && flags+=(--amp)
+    OMP_NUM_THREADS=2 timeout "${KILN_GPU_TRAIN_TIMEOUT:-240}" "$lenet" "${flags[@]}" >"$out/lenet_$run.out" 2>&1 &
+    trainer_pids+=($!)
+  done
+  say "trainer: kiln-lenet --device cuda, default recipe, float32 and --amp, started"
+else
+  say "trainer: not run (KILN_GPU_SKIP_TRAIN=1, or the kit holds no kiln-lenet or no CIFAR-10 archive)"
+fi
+
+# 3. The test suites, side by side: each its own log, two CPU threads each
+# (16 cores), a time limit each.
 filter="${KILN_GPU_FILTER:-*}"
 status=0
+suite_pids=()
 for suite in "$kit"/tests/kiln_*_tests; do
   name="$(basename "$suite")"
   suite_filter="$filter"
   [[ "$name" == kiln_apps_tests ]] && suite_filter="*Cuda*"
-  echo "==== $name --gtest_filter=$suite_filter" >>"$log"
-  "$suite" --gtest_filter="$suite_filter" >>"$log" 2>&1
-  code=$?
-  [[ $code -ne 0 ]] && status=1
-  passed="$(grep -c '^\[       OK \]' <(sed -n "/^==== $name /,/^==== /p" "$log"))"
-  failed="$(sed -n "/^==== $name /,/^==== /p" "$log" | grep '^\[  FAILED  \]' | grep -v 'listed below' | sort -u)"
-  skipped="$(sed -n "/^==== $name /,/^==== /p" "$log" | grep -c '^\[  SKIPPED \] .* ([0-9]* ms)$')"
-  say "$name: exit $code, $passed passed, $skipped skipped"
+  echo "==== $name --gtest_filter=$suite_filter" >"$out/$name.part"
+  (
+    OMP_NUM_THREADS=2 timeout "${KILN_GPU_SUITE_TIMEOUT:-240}" "$suite" --gtest_filter="$suite_filter" \
+      >>"$out/$name.part" 2>&1
+    echo "==== exit $?" >>"$out/$name.part"
+  ) &
+  suite_pids+=($!)
+done
+wait "${suite_pids[@]}"
+for part in "$out"/kiln_*_tests.part; do
+  name="$(basename "$part" .part)"
+  cat "$part" >>"$log"
+  code="$(sed -n 's/^==== exit //p' "$part")"
+  [[ "$code" != 0 ]] && status=1
+  passed="$(grep -c '^\[       OK \]' "$part")"
+  failed="$(grep '^\[  FAILED  \]' "$part" | grep -v 'listed below' | sort -u)"
+  skipped="$(grep -c '^\[  SKIPPED \] .* ([0-9]* ms)$' "$part")"
+  say "$name: exit $code (124: timed out), $passed passed, $skipped skipped"
   [[ -n "$failed" ]] && say "$failed"
+  rm -f "$part"
 done
 
-# 3. The benchmarks.
+# 3b. Optional: the CUDA kernels under compute-sanitizer.
+if [[ "${KILN_GPU_SANITIZE:-0}" == 1 ]]; then
+  sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+  for tool in memcheck racecheck; do
+    echo "==== compute-sanitizer --tool $tool kiln_tensor_tests --gtest_filter=Cuda*" >>"$log"
+    timeout 240 "$sanitizer" --tool "$tool" --error-exitcode 3 "$kit/tests/kiln_tensor_tests" \
+      --gtest_filter='Cuda*' >>"$log" 2>&1
+    say "compute-sanitizer $tool: exit $? (0 clean, 3 errors found, 124 timed out)"
+  done
+fi
+
+# 4. The trainer's outcome: the last epoch of each log.
+if ((${#trainer_pids[@]} > 0)); then
+  wait "${trainer_pids[@]}"
+  for run in fp32 amp; do
+    cat "$out/lenet_$run.out" >>"$log"
+    last="$(tail -n 1 "$out/lenet_$run.jsonl" 2>/dev/null)"
+    say "trainer $run: ${last:-no epoch finished (see lenet_$run.out in the log)}"
+    rm -f "$out/lenet_$run.out"
+  done
+fi
+
+# 5. The benchmarks, alone on the GPU.
 if [[ "${KILN_GPU_SKIP_BENCH:-0}" != 1 ]]; then
   {
     echo "==== bench/lenet_vs_pytorch.sh --device cuda"
-    bash "$root/bench/lenet_vs_pytorch.sh" "$kit" --device cuda
+    KILN_DATA="$kit/data" timeout 150 bash "$root/bench/lenet_vs_pytorch.sh" "$kit" --device cuda
     echo "==== the same with KILN_CUDA_CONV=kiln"
-    KILN_CUDA_CONV=kiln bash "$root/bench/lenet_vs_pytorch.sh" "$kit" --device cuda
+    KILN_DATA="$kit/data" KILN_CUDA_CONV=kiln timeout 90 bash "$root/bench/lenet_vs_pytorch.sh" "$kit" --device cuda
     echo "==== cuda_ops"
-    "$kit/bench/cuda_ops"
+    timeout 60 "$kit/bench/cuda_ops"
   } >>"$log" 2>&1
   grep -E '^(lenet_train_cuda|cuda_ops|gemm|elementwise)|ratio=' "$log" | tee -a "$summary"
 fi
