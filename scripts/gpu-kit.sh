@@ -42,6 +42,12 @@ done
 cp "$build/apps/lenet/kiln-lenet" "$kit/apps/lenet/"
 cp "$build/apps/tools/kiln-image-folder-to-cifar" "$kit/apps/tools/"
 strip --strip-unneeded "$kit"/lib/libkiln.so.0 "$kit"/tests/* "$kit"/bench/* "$kit"/apps/*/*
+# libkiln's system libraries, for a GPU machine whose image lacks them
+# (gpu-run.sh adds them only then; they are small).
+mkdir -p "$kit/fallback"
+for library in libgomp.so.1 libz.so.1; do
+  cp -L "$(ldconfig -p | awk -v name="$library" '$1 == name { print $NF; exit }')" "$kit/fallback/"
+done
 archive="${KILN_DATA:-$root/../shared/data}/cifar10-jpeg.tar.gz"
 if [[ -f "$archive" ]]; then
   mkdir -p "$kit/data"

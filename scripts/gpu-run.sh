@@ -67,6 +67,12 @@ export LD_LIBRARY_PATH="$kit/lib${libdirs:+:$libdirs}:/usr/local/cuda/lib64${LD_
 say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 missing="$(ldd "$kit"/lib/libkiln.so.* | grep 'not found' | sort -u)"
 if [[ -n "$missing" ]]; then
+  # The system libraries the kit brought (OpenMP's runtime, zlib), as a last resort.
+  say "gpu-run: missing here: $missing; adding the kit's fallback libraries"
+  export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$kit/fallback"
+  missing="$(ldd "$kit"/lib/libkiln.so.* | grep 'not found' | sort -u)"
+fi
+if [[ -n "$missing" ]]; then
   say "gpu-run: libkiln cannot load; missing: $missing"
   exit 1
 fi
@@ -151,7 +157,7 @@ if ((${#trainer_pids[@]} > 0)); then
   for run in fp32 amp; do
     cat "$out/lenet_$run.out" >>"$log"
     last="$(tail -n 1 "$out/lenet_$run.jsonl" 2>/dev/null)"
-    say "trainer $run: ${last:-no epoch finished (see lenet_$run.out in the log)}"
+    say "trainer $run: ${last:-no epoch finished; its last line: $(tail -n 1 "$out/lenet_$run.out")}"
     rm -f "$out/lenet_$run.out"
   done
 fi
@@ -166,7 +172,8 @@ if [[ "${KILN_GPU_SKIP_BENCH:-0}" != 1 ]]; then
     echo "==== cuda_ops"
     timeout 60 "$kit/bench/cuda_ops"
   } >>"$log" 2>&1
-  grep -E '^(lenet_train_cuda|cuda_ops|gemm|elementwise)|ratio=' "$log" | tee -a "$summary"
+  results="$(sed -n '/^==== bench\/lenet_vs_pytorch.sh/,$p' "$log" | grep -E '^(lenet_train_cuda|cuda_ops|gemm|elementwise)|ratio=')"
+  say "${results:-benchmarks: no result lines; see the end of gpu-run.log}"
 fi
 echo "---- summary ($summary; full log $log)"
 cat "$summary"
