@@ -61,6 +61,7 @@ class CollectiveWork : public Work {
   void wait(std::optional<std::chrono::milliseconds> timeout) override {
     const auto limit = timeout.value_or(group_->timeout());
     if (wait_for(limit)) return;
+    inner_->abandon("its wait timed out after " + std::to_string(limit.count()) + " ms");
     FlightRecorder::instance().set_state(record_id_, RecordState::TimedOut);
     fail("did not finish within " + std::to_string(limit.count()) + " ms");
   }

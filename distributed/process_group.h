@@ -94,6 +94,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   virtual std::string backend_name() const = 0;
   // Throws if `device` cannot be used with this backend ("nccl: CPU tensors...").
   virtual void check_device(const Device& device, const char* op) const = 0;
+  // Where the small tensors that carry bookkeeping between ranks (DDP's
+  // parameter descriptors and unused-parameter flags, a trainer's summed
+  // counts) must live for this backend: the CPU for gloo and MPI, the
+  // group's GPU for NCCL, which moves CUDA memory only.
+  virtual Device collective_device() const { return kCPU; }
 
   // ---- collectives (Note [Collective front-end]) --------------------------
 

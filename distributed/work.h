@@ -21,6 +21,7 @@
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <string>
 
 namespace kiln::distributed {
 
@@ -45,6 +46,12 @@ class Work {
 
   // The error the operation ended with, or null (also while it runs).
   virtual std::exception_ptr exception() = 0;
+
+  // Called when wait() gives up on the operation, whose group is then
+  // broken: a backend whose operations run on a device stops them there
+  // (NCCL aborts the communicator, so that its kernels end and the peers
+  // see an error instead of waiting for this rank). The others need not.
+  virtual void abandon(const std::string& reason) { (void)reason; }
 };
 
 // A Work finished by another thread: the backend's communication thread

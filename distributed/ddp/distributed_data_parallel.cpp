@@ -67,9 +67,11 @@ void DistributedDataParallel::check_same_parameters_on_every_rank() {
   const TensorDict named = module_->named_parameters();
   const int size = group_->size();
   // First the counts: the descriptors below must have one length everywhere.
-  Tensor count = full({1}, static_cast<double>(named.size()), DType::Int64);
-  Tensor counts = empty({size}, DType::Int64);
+  const Device where = group_->collective_device();  // the CPU, or NCCL's GPU
+  Tensor count = full({1}, static_cast<double>(named.size()), {DType::Int64, where});
+  Tensor counts = empty({size}, {DType::Int64, where});
   group_->all_gather_into_tensor(counts, count)->wait();
+  counts = counts.cpu();
   for (int r = 0; r < size; ++r) {
     KILN_CHECK(counts.at<int64_t>({r}) == static_cast<int64_t>(named.size()), "DistributedDataParallel: rank ",
                group_->rank(), " has ", named.size(), " parameters but rank ", r, " has ", counts.at<int64_t>({r}),
@@ -85,8 +87,9 @@ void DistributedDataParallel::check_same_parameters_on_every_rank() {
     names.push_back(name);
   }
   Tensor mine = from_vector<int64_t>(values, {n, kDescriptorLength});
-  Tensor all = empty({size, n, kDescriptorLength}, DType::Int64);
-  if (n > 0) group_->all_gather_into_tensor(all, mine)->wait();
+  Tensor all = empty({size, n, kDescriptorLength}, {DType::Int64, where});
+  if (n > 0) group_->all_gather_into_tensor(all, mine.to(where))->wait();
+  all = all.cpu();
   for (int64_t i = 0; i < n; ++i) {
     std::vector<int64_t> here(kDescriptorLength);
     for (int64_t j = 0; j < kDescriptorLength; ++j) here[j] = mine.at<int64_t>({i, j});

@@ -233,8 +233,9 @@ void Reducer::drop_gradients_no_rank_has() {
   // One all_reduce (max) of the "has a gradient" flags decides, the same on
   // every rank, as PyTorch's DDP does with its local-used map.
   std::vector<int32_t> flags(has_gradient_.begin(), has_gradient_.end());
-  Tensor any = from_vector<int32_t>(flags, {static_cast<int64_t>(flags.size())});
+  Tensor any = from_vector<int32_t>(flags, {static_cast<int64_t>(flags.size())}).to(group_->collective_device());
   group_->all_reduce(any, ReduceOp::Max)->wait();
+  any = any.cpu();
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (any.at<int32_t>({static_cast<int64_t>(i)}) == 0) parameters_[i].set_grad(Tensor());
   }

@@ -9,8 +9,9 @@ namespace {
 template <class T>
 void sum_in_place(std::vector<T>& values, ProcessGroup& group) {
   if (values.empty()) return;
-  Tensor t = from_vector<T>(values, {static_cast<int64_t>(values.size())});
+  Tensor t = from_vector<T>(values, {static_cast<int64_t>(values.size())}).to(group.collective_device());
   group.all_reduce(t, ReduceOp::Sum)->wait();
+  t = t.cpu();
   for (size_t i = 0; i < values.size(); ++i) values[i] = t.at<T>({static_cast<int64_t>(i)});
 }
 
@@ -32,9 +33,9 @@ uint64_t per_rank_seed(uint64_t seed, int rank) {
 }
 
 bool any_rank_wants(bool wanted, ProcessGroup& group) {
-  Tensor flag = full({1}, wanted ? 1.0 : 0.0, DType::Int32);
+  Tensor flag = full({1}, wanted ? 1.0 : 0.0, {DType::Int32, group.collective_device()});
   group.all_reduce(flag, ReduceOp::Max)->wait();
-  return flag.at<int32_t>({0}) != 0;
+  return flag.cpu().at<int32_t>({0}) != 0;
 }
 
 }  // namespace kiln::distributed

@@ -59,6 +59,7 @@ void check_default_group(int rank, int world_size) {
   EXPECT_EQ(get_rank(), rank);
   EXPECT_EQ(get_world_size(), world_size);
   EXPECT_EQ(default_group().backend_name(), "gloo");
+  EXPECT_EQ(default_group().collective_device(), kCPU);  // gloo moves host memory
   Tensor t = full({3}, double(rank + 1), DType::Float64);
   all_reduce(t);
   EXPECT_EQ(t.at<double>({2}), world_size * (world_size + 1) / 2.0);

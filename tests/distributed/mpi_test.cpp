@@ -68,6 +68,7 @@ TEST(MpiWorld, RankAndSizeComeFromMpirun) {
     EXPECT_EQ(world->size(), 3);
     EXPECT_EQ(ProcessGroupMPI::world_size(), 3);
     EXPECT_EQ(world->backend_name(), "mpi");
+    EXPECT_EQ(world->collective_device(), kCPU);
     // The store create_world made: every rank reaches rank 0's server.
     ASSERT_NE(world->store(), nullptr);
     world->store()->set("hello/" + std::to_string(rank), "from " + std::to_string(rank));

@@ -12,11 +12,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "distributed/ddp/distributed_data_parallel.h"
+#include "distributed/ddp/training_helpers.h"
 #include "distributed/file_store.h"
 #include "distributed/init.h"
 #include "multi_process.h"
@@ -24,7 +28,9 @@
 #include "tensor/cuda/device.h"
 #include "tensor/cuda/graph.h"
 #include "tensor/cuda/stream.h"
+#include "nn/linear.h"
 #include "tensor/factory.h"
+#include "tensor/ops.h"
 
 namespace kiln::distributed::testing {
 namespace {
@@ -228,6 +234,66 @@ TEST_F(NcclOneRank, ACollectiveInsideACudaGraphCaptureIsRefused) {
   EXPECT_NE(error.find("is capturing a CUDA graph; collectives cannot be captured"), std::string::npos) << error;
   group_->all_reduce(t)->wait();  // and the group still works
   EXPECT_EQ(values_of(t), (std::vector<double>{1, 2}));
+}
+
+// Two layers on the GPU, of which a forward may skip the second.
+class TwoLayers : public nn::Module {
+ public:
+  explicit TwoLayers(Device device) {
+    first = register_module("first", std::make_shared<nn::Linear>(4, 3));
+    second = register_module("second", std::make_shared<nn::Linear>(3, 2));
+    to(device);
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = first->forward(x);
+    return use_second ? second->forward(h) : h;
+  }
+  std::shared_ptr<nn::Linear> first, second;
+  bool use_second = true;
+};
+
+// DDP's own exchanges (the parameter check at construction, the flags of
+// find_unused_parameters) and the training helpers carry small tensors
+// between ranks; on NCCL, which moves CUDA memory only, they must travel on
+// the group's GPU (ProcessGroup::collective_device). A world of one rank
+// averages over itself: DDP's gradients are the plain model's.
+TEST_F(NcclOneRank, DistributedDataParallelAndTheTrainingHelpersRunOnTheGpu) {
+  EXPECT_EQ(group_->collective_device(), device_);
+  auto model = std::make_shared<TwoLayers>(device_);
+  const Tensor x = from_vector<double>({1, -2, 3, 0.5, -1, 2, 0.25, 4}, {2, 4}).to(DType::Float32).to(device_);
+  ops::sum(ops::mul(model->forward(x), model->forward(x))).backward();
+  std::map<std::string, std::vector<double>> plain;
+  for (const auto& [name, p] : model->named_parameters()) {
+    plain[name] = values_of(p.grad());
+    p.set_grad(Tensor());
+  }
+
+  DDPOptions options;
+  options.group = group_;
+  options.find_unused_parameters = true;
+  auto ddp = std::make_shared<DistributedDataParallel>(model, options);
+  Tensor y = ddp->forward(x);
+  ops::sum(ops::mul(y, y)).backward();
+  for (const auto& [name, p] : model->named_parameters()) {
+    ASSERT_TRUE(p.grad().defined()) << name;
+    EXPECT_EQ(p.grad().device(), device_) << name;
+    const std::vector<double> got = values_of(p.grad()), want = plain[name];
+    ASSERT_EQ(got.size(), want.size()) << name;
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << name;
+    p.set_grad(Tensor());
+  }
+  // A step that skips the second layer leaves its gradients undefined, as in one process.
+  model->use_second = false;
+  y = ddp->forward(x);
+  ops::sum(y).backward();
+  EXPECT_TRUE(model->first->named_parameters().at("weight").grad().defined());
+  EXPECT_FALSE(model->second->named_parameters().at("weight").grad().defined());
+
+  std::vector<double> sums = {1.5, -2};
+  all_reduce_sum(sums, *group_);
+  EXPECT_EQ(sums, (std::vector<double>{1.5, -2}));
+  EXPECT_TRUE(any_rank_wants(true, *group_));
+  EXPECT_FALSE(any_rank_wants(false, *group_));
 }
 
 TEST_F(NcclOneRank, TensorsOnAnotherGpuAreRefused) {

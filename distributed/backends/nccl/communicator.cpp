@@ -79,8 +79,11 @@ std::shared_ptr<Communicator> Communicator::split(bool member, int key, std::str
     if (child->handle_ != nullptr) settle(child->handle_, "ncclCommSplit (the new communicator)", timeout);
     KILN_CHECK(!member || child->handle_ != nullptr, "ncclCommSplit returned no communicator for a member");
   } catch (const std::exception& e) {
-    child->abort_locked("creating it failed");  // not shared yet: no lock needed
+    // The parent first: NCCL writes the child's handle only when the split
+    // job ends, and aborting the parent ends it, so that the child's abort
+    // then finds the handle to abort (not shared yet: no lock needed).
     abort_locked("new_group failed");
+    child->abort_locked("creating it failed");
     KILN_FAIL("nccl new_group on ", description_, ": could not split off ", child->description_, " (timeout ",
               timeout.count(), " ms): ", e.what(),
               "; every rank of the parent group must call new_group with the same ranks; the parent's "

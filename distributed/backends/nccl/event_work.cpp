@@ -90,6 +90,8 @@ bool EventWork::is_completed() {
   }
 }
 
+void EventWork::abandon(const std::string& reason) { comm_->abort(what_ + " was abandoned: " + reason); }
+
 std::exception_ptr EventWork::exception() {
   std::lock_guard lock(mutex_);
   return error_;

@@ -44,6 +44,9 @@ class EventWork : public Work {
   // communicator's lock (the flight recorder calls it while writing an error).
   bool is_completed() override;
   std::exception_ptr exception() override;
+  // Aborts the communicator: the kernel would otherwise go on waiting for
+  // its peers after the group has given up on it.
+  void abandon(const std::string& reason) override;
 
  private:
   // True once the event is done. Throws, and keeps the error for later

@@ -104,6 +104,7 @@ class ProcessGroupNCCL : public ProcessGroup {
   std::string backend_name() const override { return "nccl"; }
   // Only CUDA tensors on the group's device.
   void check_device(const Device& device, const char* op) const override;
+  Device collective_device() const override { return device_; }
   // The GPU this process drives.
   Device device() const { return device_; }
 
