@@ -19,6 +19,9 @@
 #include "apps/lenet/options.h"
 #include "data/cifar10.h"
 #include "kiln.h"
+#ifdef KILN_WITH_CUDA
+#include "tensor/cuda/device.h"
+#endif
 
 namespace kiln::apps::lenet::testing {
 
@@ -40,6 +43,15 @@ class TempDir {
 
 // Two epochs of 10 steps on the synthetic set in `dir`: fast, and enough to
 // learn. One thread, so that sums go in one order and runs compare bitwise.
+// Whether this build has CUDA and this machine a GPU it can use.
+inline bool gpu_present() {
+#ifdef KILN_WITH_CUDA
+  return cuda::cuda_available();
+#else
+  return false;
+#endif
+}
+
 inline TrainerOptions small_run(const TempDir& dir, int workers = 0) {
   TrainerOptions o;
   o.data = dir.path().string();

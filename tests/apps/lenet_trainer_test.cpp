@@ -5,14 +5,12 @@
 #include <sstream>
 
 #include "apps/lenet/trainer.h"
-#ifdef KILN_WITH_CUDA
-#include "tensor/cuda/device.h"
-#endif
 #include "lenet_test_data.h"
 
 namespace kiln::apps::lenet {
 namespace {
 
+using testing::gpu_present;
 using testing::TempDir;
 
 // The trainer's runs load their batches on two worker threads.
@@ -193,14 +191,6 @@ TEST(LenetTrainer, MissingDataNamesThePathAndWhatWasLookedFor) {
   }
 }
 
-bool gpu_present() {
-#ifdef KILN_WITH_CUDA
-  return cuda::cuda_available();
-#else
-  return false;
-#endif
-}
-
 // Without a GPU (or in a build without CUDA) --device cuda is refused with a
 // message saying so, before any data is read; main() prints it.
 TEST(LenetTrainer, CudaDeviceWithoutAGpuFailsSayingSo) {
@@ -239,7 +229,8 @@ TEST(LenetTrainer, CudaDeviceTrainsAsTheCpuDoes) {
   for (size_t i = 0; i < cpu.history.size(); ++i) {
     EXPECT_NEAR(gpu.history[i].train_loss, cpu.history[i].train_loss, 1e-3 * cpu.history[i].train_loss) << i;
     EXPECT_NEAR(gpu.history[i].test_loss, cpu.history[i].test_loss, 1e-3 * cpu.history[i].test_loss) << i;
-    EXPECT_NEAR(gpu.history[i].test_accuracy, cpu.history[i].test_accuracy, 0.01) << i;
+    // One image of the 100 flipped is 0.01 (plus rounding).
+    EXPECT_NEAR(gpu.history[i].test_accuracy, cpu.history[i].test_accuracy, 0.015) << i;
   }
 }
 
