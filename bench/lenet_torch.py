@@ -137,6 +137,11 @@ def main():
         train_images, train_labels = make_data(train_n, 1)
         eval_images, _ = make_data(args.eval_images, 2)
     if args.device == "cuda":
+        # Full float32 arithmetic, as Kiln's (TF32 is an explicit setting
+        # there, off by default): PyTorch's cuDNN would otherwise round the
+        # convolutions' inputs to TF32 on an H100.
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
         images = train_images[:args.train_images].cuda()
         labels = train_labels[:args.train_images].cuda()
         for batch in args.batch:

@@ -74,11 +74,15 @@ if [[ "$device" == "cuda" ]]; then
     fi
   done
   echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-  kiln_out="$("$build/bench/lenet" --device cuda "${data_args[@]}" "$@")"
+  # A failing program keeps what it printed, and the other still runs: on a
+  # GPU either may fail for the first time here.
+  kiln_out="$("$build/bench/lenet" --device cuda "${data_args[@]}" "$@")" ||
+    echo "lenet_vs_pytorch: bench/lenet --device cuda exited with status $?" >&2
   echo "$kiln_out"
   torch_out=""
   if [[ -n "$python" ]]; then
-    torch_out="$("$python" "$here/lenet_torch.py" --device cuda "${data_args[@]}" "$@")"
+    torch_out="$("$python" "$here/lenet_torch.py" --device cuda "${data_args[@]}" "$@")" ||
+      echo "lenet_vs_pytorch: lenet_torch.py --device cuda exited with status $?" >&2
     echo "$torch_out"
   else
     echo "lenet_vs_pytorch: no python with torch and CUDA found; skipping the anchor" >&2
@@ -91,7 +95,7 @@ if [[ "$device" == "cuda" ]]; then
       if [[ -n "$torch_out" ]]; then
         torch="$(awk -v b="batch=$batch" '$1 == "lenet_train_cuda" && $2 == b { split($3, kv, "="); print kv[2] }' <<<"$torch_out")"
         awk -v k="$kind" -v b="$batch" -v kiln="$kiln" -v t="$torch" \
-          'BEGIN { printf "%s batch=%s kiln_img_s=%.0f pytorch_img_s=%.0f ratio=%.2f\n", k, b, kiln, t, kiln / t }'
+          'BEGIN { printf "%s batch=%s kiln_img_s=%.0f pytorch_img_s=%.0f ratio=%.2f\n", k, b, kiln, t, t > 0 ? kiln / t : 0 }'
       else
         echo "$kind batch=$batch kiln_img_s=$kiln"
       fi
