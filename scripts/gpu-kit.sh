@@ -56,6 +56,11 @@ else
   echo "gpu-kit: no CIFAR-10 archive at $archive: the GPU run will train and benchmark on synthetic data" >&2
 fi
 git -C "$root" describe --always --dirty >"$kit/COMMIT"
+# The tests name paths of this machine (the sources, for scripts they run;
+# kiln-lenet in the build tree, which they start); gpu-run.sh makes them
+# resolve there.
+echo "$root" >"$kit/SOURCE_DIR"
+echo "$build" >"$kit/BUILD_DIR"
 # The device tool carries at most 64 MiB with the working tree.
 kib="$(du -sk "$kit" | cut -f1)"
 echo "gpu-kit: $((kib / 1024)) MiB"

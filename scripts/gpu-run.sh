@@ -13,9 +13,9 @@
 #    recipe (30 epochs) in float32 and with --amp (float16 autocast and
 #    GradScaler), when the kit holds CIFAR-10 (KILN_GPU_SKIP_TRAIN=1: not);
 # 3. meanwhile runs every test suite of the kit, side by side (kiln_apps_tests
-#    only for its CUDA tests: its other tests start programs at paths of the
-#    machine that built the kit); on a machine with a GPU the Cuda*,
-#    CudaGraph*, Nccl* ... tests run instead of skipping;
+#    only for its CUDA tests: the others run in CI, and several need Gloo,
+#    which the kit is built without); on a machine with a GPU the Cuda*, CudaGraph*,
+#    Nccl* ... tests run instead of skipping;
 # 4. waits for the trainer and prints each run's final test accuracy;
 # 5. then, with the GPU to themselves, the CUDA benchmarks:
 #    bench/lenet_vs_pytorch.sh --device cuda (Kiln eager and with a CUDA
@@ -91,6 +91,17 @@ sys.exit(0 if status == 0 and count.value > 0 else 1)
 EOF
   say "gpu-run: the CUDA runtime sees no device; stopping (every GPU test would only skip)"
   exit 1
+fi
+
+# The paths the test programs were built with (gpu-kit.sh), made to resolve
+# here: the sources, and kiln-lenet in the kit's build tree.
+source_dir="$(cat "$kit/SOURCE_DIR" 2>/dev/null)"
+if [[ -n "$source_dir" && ! -e "$source_dir" ]]; then
+  mkdir -p "$(dirname "$source_dir")" && ln -s "$root" "$source_dir"
+fi
+build_dir="$(cat "$kit/BUILD_DIR" 2>/dev/null)"
+if [[ -n "$build_dir" && ! -e "$build_dir/apps/lenet/kiln-lenet" ]]; then
+  mkdir -p "$build_dir/apps/lenet" && ln -s "$kit/apps/lenet/kiln-lenet" "$build_dir/apps/lenet/kiln-lenet"
 fi
 
 # 2. The trainer, in the background (step 4 waits for it).
