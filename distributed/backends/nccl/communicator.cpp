@@ -123,9 +123,8 @@ void Communicator::abort(const std::string& reason) {
   abort_locked(reason);
 }
 
-std::string Communicator::aborted_because() {
-  std::lock_guard lock(mutex_);
-  return aborted_ ? gone_because_ : std::string();
+std::string Communicator::aborted_because() const {
+  return aborted_.load(std::memory_order_acquire) ? gone_because_ : std::string();
 }
 
 void Communicator::close() noexcept {
@@ -153,7 +152,7 @@ void Communicator::throw_if_gone_locked(const std::string& what) const {
 void Communicator::abort_locked(const std::string& reason) noexcept {
   if (handle_ == nullptr) return;
   gone_because_ = "it was aborted after " + reason;
-  aborted_ = true;
+  aborted_.store(true, std::memory_order_release);
   ncclComm_t handle = std::exchange(handle_, nullptr);
   // Not checked on purpose: ncclInProgress means NCCL finishes the teardown in
   // its own threads, and an error could not be acted on, the handle being

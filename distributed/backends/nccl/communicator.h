@@ -39,6 +39,7 @@
 
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -86,8 +87,10 @@ class Communicator {
 
   // Why the communicator was aborted ("it was aborted after all_reduce
   // failed"), or empty while it was not. An operation that had not been
-  // seen to complete before an abort may have been cut short by it.
-  std::string aborted_because();
+  // seen to complete before an abort may have been cut short by it. Takes
+  // no lock: a Work that has completed asks it, and must not wait behind
+  // another thread's operation, which holds the lock while NCCL settles.
+  std::string aborted_because() const;
 
   // Lets NCCL finish what was issued and frees the communicator
   // (ncclCommFinalize, then ncclCommDestroy), waiting at most the timeout;
@@ -108,8 +111,11 @@ class Communicator {
   const std::chrono::milliseconds timeout_;
   std::mutex mutex_;  // every use of handle_
   ncclComm_t handle_ = nullptr;
-  std::string gone_because_;  // why handle_ is null once it was aborted or closed
-  bool aborted_ = false;
+  // Why handle_ is null once it was aborted or closed. Written before
+  // aborted_ is set, and never after, so a reader that sees aborted_ true
+  // may read it without the lock.
+  std::string gone_because_;
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace kiln::distributed::nccl
