@@ -170,23 +170,6 @@ TEST(DistributedDataParallel, TheFirstBucketIsReducedWhileBackwardStillRuns) {
   });
 }
 
-// fc1 always; fc2 only when `use_second` (a model whose forward skips a
-// layer on some steps).
-class Branchy : public nn::Module {
- public:
-  Branchy() {
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(4, 3));
-    fc2 = register_module("fc2", std::make_shared<nn::Linear>(3, 3));
-    to(DType::Float64);
-  }
-  Tensor forward(const Tensor& x) override {
-    Tensor h = fc1->forward(x);
-    return use_second ? fc2->forward(h) : h;
-  }
-  std::shared_ptr<nn::Linear> fc1, fc2;
-  bool use_second = true;
-};
-
 TEST(DistributedDataParallel, UnusedParametersAreAllowedWithTheFlagAndNamedWithout) {
   run_on_ranks(2, [](int rank) {
     auto group = make_test_group("gloo", kTimeout);

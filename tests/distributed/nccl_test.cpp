@@ -25,10 +25,10 @@
 #include "distributed/init.h"
 #include "multi_process.h"
 #include "store_test_util.h"
+#include "training_test_util.h"
 #include "tensor/cuda/device.h"
 #include "tensor/cuda/graph.h"
 #include "tensor/cuda/stream.h"
-#include "nn/linear.h"
 #include "tensor/factory.h"
 #include "tensor/ops.h"
 
@@ -236,22 +236,6 @@ TEST_F(NcclOneRank, ACollectiveInsideACudaGraphCaptureIsRefused) {
   EXPECT_EQ(values_of(t), (std::vector<double>{1, 2}));
 }
 
-// Two layers on the GPU, of which a forward may skip the second.
-class TwoLayers : public nn::Module {
- public:
-  explicit TwoLayers(Device device) {
-    first = register_module("first", std::make_shared<nn::Linear>(4, 3));
-    second = register_module("second", std::make_shared<nn::Linear>(3, 2));
-    to(device);
-  }
-  Tensor forward(const Tensor& x) override {
-    Tensor h = first->forward(x);
-    return use_second ? second->forward(h) : h;
-  }
-  std::shared_ptr<nn::Linear> first, second;
-  bool use_second = true;
-};
-
 // DDP's own exchanges (the parameter check at construction, the flags of
 // find_unused_parameters) and the training helpers carry small tensors
 // between ranks; on NCCL, which moves CUDA memory only, they must travel on
@@ -259,7 +243,7 @@ class TwoLayers : public nn::Module {
 // averages over itself: DDP's gradients are the plain model's.
 TEST_F(NcclOneRank, DistributedDataParallelAndTheTrainingHelpersRunOnTheGpu) {
   EXPECT_EQ(group_->collective_device(), device_);
-  auto model = std::make_shared<TwoLayers>(device_);
+  auto model = std::make_shared<Branchy>(TensorOptions(DType::Float32, device_));
   const Tensor x = from_vector<double>({1, -2, 3, 0.5, -1, 2, 0.25, 4}, {2, 4}).to(DType::Float32).to(device_);
   ops::sum(ops::mul(model->forward(x), model->forward(x))).backward();
   std::map<std::string, std::vector<double>> plain;
@@ -286,8 +270,8 @@ TEST_F(NcclOneRank, DistributedDataParallelAndTheTrainingHelpersRunOnTheGpu) {
   model->use_second = false;
   y = ddp->forward(x);
   ops::sum(y).backward();
-  EXPECT_TRUE(model->first->named_parameters().at("weight").grad().defined());
-  EXPECT_FALSE(model->second->named_parameters().at("weight").grad().defined());
+  EXPECT_TRUE(model->fc1->named_parameters().at("weight").grad().defined());
+  EXPECT_FALSE(model->fc2->named_parameters().at("weight").grad().defined());
 
   std::vector<double> sums = {1.5, -2};
   all_reduce_sum(sums, *group_);

@@ -1,5 +1,6 @@
-// Shared by the data-parallel tests (ddp_test.cpp, data_parallel_test.cpp):
-// a float64 LeNet, seeded batches, and the largest parameter difference.
+// Shared by the data-parallel tests (ddp_test.cpp, data_parallel_test.cpp,
+// nccl_test.cpp): a float64 LeNet, a model that can skip a layer, seeded
+// batches, and the largest parameter difference.
 #pragma once
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <utility>
 
 #include "kiln.h"
+#include "nn/linear.h"
 #include "nn/models/lenet.h"
 
 namespace kiln::distributed::testing {
@@ -19,6 +21,24 @@ inline std::shared_ptr<nn::Module> make_lenet(uint64_t seed) {
   model->to(DType::Float64);
   return model;
 }
+
+// fc1 (4 -> 3) always; fc2 (3 -> 3) only when `use_second`: a model whose
+// forward skips a layer on some steps. Float64 on the CPU unless told.
+class Branchy : public nn::Module {
+ public:
+  explicit Branchy(TensorOptions options = DType::Float64) {
+    fc1 = register_module("fc1", std::make_shared<nn::Linear>(4, 3));
+    fc2 = register_module("fc2", std::make_shared<nn::Linear>(3, 3));
+    to(options.dtype);
+    to(options.device);
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = fc1->forward(x);
+    return use_second ? fc2->forward(h) : h;
+  }
+  std::shared_ptr<nn::Linear> fc1, fc2;
+  bool use_second = true;
+};
 
 // Step `step`'s whole batch, the same in every process: (batch, 3, 32, 32)
 // float64 images and int64 labels.
