@@ -75,8 +75,7 @@ TEST(CudaGraph, TheCapturesTemporariesComeFromItsPrivatePool) {
   EXPECT_GE(pool.allocated_bytes, size_t{4} << 20);  // `out`, still held
   EXPECT_GE(pool.peak_allocated_bytes, size_t{8} << 20);
   EXPECT_GE(pool.cuda_malloc_calls, 1);
-  graph.replay();
-  side.synchronize();
+  graph.replay();  // on the default stream: the reads below come after it
   EXPECT_EQ(sum(out).cpu().item<double>(), 6.0 * (1 << 20));
   // Tensors made after the capture, on any stream, come from the shared cache.
   Tensor later = ones({1 << 20}, {DType::Float32, dev});
@@ -108,8 +107,7 @@ TEST(CudaGraph, FreesOfMemoryOtherStreamsUsedWaitForTheCaptureToEnd) {
   Tensor next_batch = full({1 << 16}, 5.0).pin_memory();  // no event query
   ASSERT_NO_THROW(graph.capture_end());
 
-  graph.replay();
-  side.synchronize();
+  graph.replay();  // on the default stream: the reads below come after it
   EXPECT_EQ(sum(y).cpu().item<double>(), 64.0);
   EXPECT_EQ(sum(uploaded).cpu().item<double>(), 2.0 * (1 << 16));
   EXPECT_EQ(sum(next_batch.to(dev)).cpu().item<double>(), 5.0 * (1 << 16));
@@ -138,8 +136,7 @@ TEST(CudaGraph, AHostSynchronizationInsideACaptureFailsAndTheGraphCanCaptureAgai
   graph.capture_begin(side);
   Tensor z = mul(x, x);
   graph.capture_end();
-  graph.replay();
-  side.synchronize();
+  graph.replay();  // on the default stream: the reads below come after it
   EXPECT_EQ(sum(z).cpu().item<double>(), 64.0);
 }
 
