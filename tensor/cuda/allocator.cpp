@@ -70,27 +70,6 @@ class QuietDeviceSwitch {
 
 std::atomic<int> captures_running{0};
 
-// Lets the calling thread make calls that a stream capture would otherwise
-// refuse (cudaMalloc) for a scope.
-class RelaxedCaptureMode {
- public:
-  RelaxedCaptureMode() {
-    if (cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) {
-      (void)cudaGetLastError();
-      active_ = false;
-    }
-  }
-  ~RelaxedCaptureMode() {
-    if (active_ && cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) (void)cudaGetLastError();
-  }
-  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
-  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
-
- private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-  bool active_ = true;
-};
-
 // cudaMalloc, cudaFree and events of one device for its CachingAllocator.
 // A graph pool's source (`for_graph_pool`) allocates during a capture: the
 // memory is not a step of the graph but lives as long as the pool, so the
@@ -370,5 +349,16 @@ CaptureUnderway::CaptureUnderway() { captures_running.fetch_add(1); }
 CaptureUnderway::~CaptureUnderway() { captures_running.fetch_sub(1); }
 
 bool capture_underway() { return captures_running.load() > 0; }
+
+RelaxedCaptureMode::RelaxedCaptureMode() {
+  if (cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) {
+    (void)cudaGetLastError();
+    active_ = false;
+  }
+}
+
+RelaxedCaptureMode::~RelaxedCaptureMode() {
+  if (active_ && cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) (void)cudaGetLastError();
+}
 
 }  // namespace kiln::cuda

@@ -5,6 +5,8 @@
 //   std::cout << s.allocated_bytes << " of " << s.reserved_bytes << " bytes in use\n";
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -104,5 +106,21 @@ class CaptureUnderway {
   CaptureUnderway& operator=(const CaptureUnderway&) = delete;
 };
 bool capture_underway();
+
+// Lets the calling thread, for a scope, make calls that a stream capture
+// would otherwise refuse and be broken by (cudaMalloc, cudaHostAlloc): for
+// memory that is no step of a graph (a graph pool's segments, a pinned
+// batch, a stream's error buffer).
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode();
+  ~RelaxedCaptureMode();
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+  bool active_ = true;  // false when the mode could not be switched
+};
 
 }  // namespace kiln::cuda

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "tensor/cuda/allocator.h"
 #include "tensor/cuda/check.h"
 #include "tensor/cuda/device.h"
 #include "tensor/cuda/graph.h"
@@ -44,12 +45,11 @@ std::map<std::pair<int, cudaStream_t>, StreamErrors>& registry() {
 // The cudaMalloc runs in relaxed capture mode: another thread's CUDA graph
 // capture would otherwise refuse it, and the buffer is no step of a graph.
 unsigned long long* make_buffer(cudaStream_t stream) {
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  KILN_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
   void* words = nullptr;
-  const cudaError_t status = cudaMalloc(&words, kWords * sizeof(unsigned long long));
-  (void)cudaThreadExchangeStreamCaptureMode(&mode);
-  KILN_CUDA_CHECK(status);
+  {
+    RelaxedCaptureMode relaxed;
+    KILN_CUDA_CHECK(cudaMalloc(&words, kWords * sizeof(unsigned long long)));
+  }
   KILN_CUDA_CHECK(cudaMemsetAsync(words, 0, kWords * sizeof(unsigned long long), stream));
   return static_cast<unsigned long long*>(words);
 }

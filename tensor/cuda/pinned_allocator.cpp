@@ -232,11 +232,8 @@ class PinnedHostAllocator final : public Allocator {
 
   // cudaHostAlloc in relaxed capture mode: pinning is no step of a graph.
   static cudaError_t pin(void** ptr, size_t size) {
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    const bool relaxed = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
-    const cudaError_t status = cudaHostAlloc(ptr, size, cudaHostAllocPortable);
-    if (relaxed) (void)cudaThreadExchangeStreamCaptureMode(&mode);
-    return status;
+    RelaxedCaptureMode relaxed;
+    return cudaHostAlloc(ptr, size, cudaHostAllocPortable);
   }
 
   void* host_alloc(size_t size, size_t requested) {
