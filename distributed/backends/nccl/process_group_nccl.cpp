@@ -176,10 +176,12 @@ void ProcessGroupNCCL::check_device(const Device& device, const char* op) const 
   KILN_CHECK(device == device_, "nccl: ", op, ": group '", name(), "' (rank ", rank(), ") runs on ", device_,
              " but got a tensor on ", device, "; a process drives the one GPU that was current when its group was "
              "created (LOCAL_RANK's, under kiln-run)");
-  // Refused here, before the front-end queues anything or issues the
-  // collective (a failure there breaks the group): a collective in a CUDA
-  // graph would pull the NCCL stream into the capture and leave its Work's
-  // event unusable, so Kiln does not capture collectives.
+  // Here, before the front-end queues anything or issues the collective
+  // (a failure there breaks the group).
+  refuse_capture(op);
+}
+
+void ProcessGroupNCCL::refuse_capture(const std::string& op) const {
   KILN_CHECK(!capturing(device_), "nccl: ", op, " on rank ", rank(), " of group '", name(), "': ", device_,
              " is capturing a CUDA graph; collectives cannot be captured (run them outside the graph)");
 }
@@ -211,10 +213,9 @@ std::shared_ptr<ProcessGroup> ProcessGroupNCCL::run_new_subgroup(const std::vect
 
 WorkPtr ProcessGroupNCCL::launch(const std::string& what, std::vector<Tensor> tensors,
                                  const std::function<void(ncclComm_t comm, cudaStream_t stream)>& issue) {
-  // The collectives that take a tensor refused a capture in check_device;
-  // this catches the barrier, which breaks the group.
-  KILN_CHECK(!capturing(device_), "nccl: ", what, " on rank ", rank(), " of group '", name(), "': ", device_,
-             " is capturing a CUDA graph; collectives cannot be captured (run them outside the graph)");
+  // The collectives that take a tensor were refused in check_device; this
+  // catches the barrier, which breaks the group.
+  refuse_capture(what);
   std::lock_guard lock(launch_mutex_);
   cuda::DeviceGuard guard(device_, "nccl");
   cuda::Event ready;

@@ -129,6 +129,11 @@ class ProcessGroupNCCL : public ProcessGroup {
                                                  ProcessGroupOptions options) override;
 
  private:
+  // Throws while device_ is capturing a CUDA graph: a collective in a graph
+  // would pull the NCCL stream into the capture and leave its Work's event
+  // unusable, so Kiln does not capture collectives.
+  void refuse_capture(const std::string& op) const;
+
   ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options, Device device,
                    std::shared_ptr<nccl::Communicator> comm);
 
