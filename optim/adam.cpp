@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "autograd/grad_mode.h"
@@ -115,7 +116,10 @@ void adam_update(Tensor param, const Tensor& grad, TensorDict& state, const Adam
 // corrections for ever. torch refuses such a capture too (unless the
 // optimizer is made "capturable", which Kiln does not offer).
 void refuse_capture(const std::vector<Tensor>& params, std::string_view op) {
+  std::optional<Device> asked;  // a device is asked once: the parameters mostly share one
   for (const Tensor& param : params) {
+    if (asked == param.device()) continue;
+    asked = param.device();
     KILN_CHECK(!capturing(param.device()), op, ": cannot be captured in a CUDA graph (", param.device(),
                " is capturing): the bias corrections depend on the step count, which a replay would not advance; "
                "run the optimizer step outside the graph");
