@@ -166,8 +166,13 @@ class Backend {
   virtual void col2im(const Tensor& x, const Tensor& cols, const ConvGeometry& g) = 0;
 
   // ---- 2-d convolution (tensor/cpu/conv2d.cpp) ----
-  // One group of a convolution, float32 or float64 (the front-end in
-  // tensor/conv.cpp loops over groups and converts 16-bit floats).
+  // Whether conv2d and conv2d_backward take tensors of `dtype`: float32 and
+  // float64 everywhere; a backend whose library runs 16-bit convolutions
+  // (cuDNN, on tensor cores) takes float16 and bfloat16 too. The front-end
+  // (tensor/conv.cpp) computes any other floating dtype in float32.
+  virtual bool conv2d_takes(DType dtype) const { return dtype == DType::Float32 || dtype == DType::Float64; }
+  // One group of a convolution in a dtype conv2d_takes (the front-end in
+  // tensor/conv.cpp loops over groups).
   // x: (N, C, H, W), any strides; weight: (OC, C*kh*kw), any strides;
   // bias: (OC) or undefined; out: (N, OC, oh, ow) with every (oh, ow) plane
   // contiguous (stride(3) == 1, stride(2) == ow), overwritten.

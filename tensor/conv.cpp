@@ -98,10 +98,11 @@ ConvGeometry conv2d_geometry(const Tensor& x, const Tensor& weight, const Conv2d
   return g;
 }
 
-// The dtype kernels run in: 16-bit floats go through float32, whose GEMM
-// accumulates without losing the products' precision.
-DType compute_dtype(DType dtype) {
-  return dtype == DType::Float16 || dtype == DType::BFloat16 ? DType::Float32 : dtype;
+// The dtype the kernels of x's backend run in: the dtype itself when the
+// backend takes it, else float32 (16-bit floats on the CPU, whose GEMM
+// accumulates in float32 without losing the products' precision).
+DType compute_dtype(const Tensor& x) {
+  return backend_for(x.device()).conv2d_takes(x.dtype()) ? x.dtype() : DType::Float32;
 }
 
 }  // namespace
@@ -118,7 +119,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                "], got ", bias.shape());
   }
   const bool unbatched = x.dim() == 3;
-  const DType compute = compute_dtype(x.dtype());
+  const DType compute = compute_dtype(x);
   Tensor x4 = (unbatched ? x.unsqueeze(0) : x).to(compute);  // (N, C, H, W), any strides
   // (OC, C/groups * kh * kw): a view of a contiguous weight.
   Tensor w2 = weight.to(compute).reshape({out_channels, g.channels * g.kernel_h * g.kernel_w});
@@ -149,7 +150,7 @@ Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tenso
   KILN_CHECK(grad_out.dtype() == x.dtype() && grad_out.device() == x.device(), "conv2d_backward: grad_out is ",
              grad_out.dtype(), " on ", grad_out.device(), ", x is ", x.dtype(), " on ", x.device());
 
-  const DType compute = compute_dtype(x.dtype());
+  const DType compute = compute_dtype(x);
   Tensor x4 = (unbatched ? x.unsqueeze(0) : x).to(compute);  // (N, C, H, W), any strides
   // (N, OC, oh, ow) with contiguous planes, as the kernel needs; an expanded
   // grad_out (the gradient of a sum) becomes real memory here.

@@ -1,7 +1,7 @@
 // CUDA 2-d convolution through cuDNN, or Kiln's direct kernels for small
 // layers when chosen (Note [Direct CUDA convolution] in conv_direct.h): one
-// group per call, as the front-end (tensor/conv.cpp) makes them, float32 or
-// float64.
+// group per call, as the front-end (tensor/conv.cpp) makes them, in float32,
+// float64, float16 or bfloat16 (Note [16-bit cuDNN convolutions]).
 //
 // Note [cuDNN convolution algorithms]
 // cuDNN has several algorithms per direction (implicit GEMM, FFT, Winograd,
@@ -17,7 +17,9 @@
 //   nothing else is offered;
 // - does not use tensor-core math on float32 unless cuda::allow_tf32()
 //   (tensor/cuda/settings.h): cuDNN's default math would silently round
-//   float32 to TF32 on Ampere and later; CUDNN_FMA_MATH keeps float32 exact;
+//   float32 to TF32 on Ampere and later; CUDNN_FMA_MATH keeps float32 exact
+//   (16-bit convolutions are meant for tensor cores: Note [16-bit cuDNN
+//   convolutions]);
 // - needs at most kMaxWorkspaceBytes of workspace (FFT variants can ask for
 //   gigabytes). The workspace is a device tensor from Kiln's CUDA allocator.
 // The ranking is a guess: an algorithm in it can still decline these
@@ -31,6 +33,18 @@
 // other layouts are copied to contiguous memory first (inputs) or computed
 // in a contiguous buffer and copied back (outputs). cuDNN's legacy API takes
 // int sizes, so each tensor must have fewer than 2^31 elements.
+//
+// Note [16-bit cuDNN convolutions]
+// Under autocast (Note [Autocast]) conv2d runs in float16 or bfloat16, as
+// torch's does: the tensors cuDNN reads and writes are 16-bit, which halves
+// the memory traffic and lets it use tensor cores (CUDNN_TENSOR_OP_MATH),
+// while the products are summed in float32 (the convolution descriptor's
+// compute type; float16 accumulation would lose the small terms of a long
+// sum). The results are rounded to the 16-bit dtype once, as the CPU's
+// float32 convolution rounded to 16 bits is, so the two agree to a unit in
+// the last place; the bias is added to the rounded result by cudnnAddTensor,
+// which may round a second time. Kiln's direct kernels stay float32/float64,
+// so a 16-bit layer always goes to cuDNN.
 #include <climits>
 #include <cstdint>
 #include <map>
@@ -88,18 +102,26 @@ void describe_filter(const FilterDescriptor& desc, const Tensor& weight, const C
                                               to_int(g.kernel_w, op, "kernel")));
 }
 
+// The type cuDNN sums the products in: float32 for the 16-bit dtypes (Note
+// [16-bit cuDNN convolutions]), else the data's own.
+cudnnDataType_t compute_type(DType dtype) {
+  return dtype == DType::Float16 || dtype == DType::BFloat16 ? CUDNN_DATA_FLOAT : cudnn_data_type(dtype);
+}
+
 void describe_convolution(const ConvolutionDescriptor& desc, const ConvGeometry& g, DType dtype,
                           cudnnMathType_t math, const char* op) {
   KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
       desc.get(), to_int(g.pad_h, op, "padding"), to_int(g.pad_w, op, "padding"), to_int(g.stride_h, op, "stride"),
       to_int(g.stride_w, op, "stride"), to_int(g.dilation_h, op, "dilation"), to_int(g.dilation_w, op, "dilation"),
-      CUDNN_CROSS_CORRELATION, cudnn_data_type(dtype)));
+      CUDNN_CROSS_CORRELATION, compute_type(dtype)));
   KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(desc.get(), math));
 }
 
 // Tensor-core math for float32 only when TF32 is allowed (Note [cuDNN
-// convolution algorithms]); float64 has no tensor-core path to avoid.
+// convolution algorithms]), for the 16-bit dtypes always (Note [16-bit cuDNN
+// convolutions]); float64 has no tensor-core path to avoid.
 cudnnMathType_t math_type(DType dtype) {
+  if (dtype == DType::Float16 || dtype == DType::BFloat16) return CUDNN_TENSOR_OP_MATH;
   if (dtype == DType::Float32 && !allow_tf32()) return CUDNN_FMA_MATH;
   return CUDNN_DEFAULT_MATH;
 }
@@ -232,7 +254,7 @@ void run_convolution(const std::vector<int64_t>& key, const ConvolutionDescripto
 }
 
 // 1 and 0 in the type cuDNN wants for alpha and beta: double for float64
-// data, float otherwise.
+// data, float otherwise (16-bit data included).
 struct Scaling {
   double one64 = 1, zero64 = 0;
   float one32 = 1, zero32 = 0;
@@ -372,12 +394,18 @@ void write_into(const Tensor& target, bool in_place, const Compute& compute) {
   if (!result.is_same(target)) Tensor(target).copy_(result);  // a handle to target's storage
 }
 
+bool takes(DType dtype) {
+  return dtype == DType::Float32 || dtype == DType::Float64 || dtype == DType::Float16 || dtype == DType::BFloat16;
+}
+
 void check_dtype(DType dtype, const char* op) {
-  KILN_CHECK(dtype == DType::Float32 || dtype == DType::Float64, op,
-             ": the CUDA kernel takes float32 or float64, got ", dtype_name(dtype));
+  KILN_CHECK(takes(dtype), op, ": the CUDA convolution takes float32, float64, float16 or bfloat16, got ",
+             dtype_name(dtype));
 }
 
 }  // namespace
+
+bool CudaBackend::conv2d_takes(DType dtype) const { return takes(dtype); }
 
 void CudaBackend::conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
                          const ConvGeometry& g) {

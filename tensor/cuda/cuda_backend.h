@@ -48,6 +48,7 @@ class CudaBackend final : public Backend {
   void im2col(const Tensor& cols, const Tensor& x, const ConvGeometry& g) override;
   void col2im(const Tensor& x, const Tensor& cols, const ConvGeometry& g) override;
 
+  bool conv2d_takes(DType dtype) const override;  // also float16 and bfloat16, through cuDNN
   void conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
               const ConvGeometry& g) override;
   void conv2d_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x,

@@ -167,6 +167,60 @@ TEST(CudaLosses, BadTargetsAndIndicesThrowAtTheNextWait) {
   }
 }
 
+// Mixed precision on the GPU (Note [Autocast], Note [16-bit cuDNN
+// convolutions]): under a float16 autocast, conv2d and linear run in
+// float16 and the loss in float32, and the float32 parameters get float32
+// gradients. The CPU under a float16 autocast of its own computes each
+// 16-bit op in float32 and rounds it, as cuDNN and cuBLAS do, so the two
+// devices agree to float16 rounding.
+TEST(CudaAutocast, ConvolutionAndLinearRunInFloat16AsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  struct Result {
+    DType activation_dtype, loss_dtype;
+    Tensor loss, grad_conv_weight, grad_conv_bias, grad_linear_weight;  // on the CPU
+  };
+  auto train_step = [](Device device) {
+    Generator gen(11);
+    auto uniform = [&gen, device](const Shape& shape, double scale) {
+      return ops::mul(ops::sub(rand(shape, DType::Float32, &gen), 0.5), 2 * scale).to(device);
+    };
+    const Tensor x = uniform({4, 3, 12, 12}, 1.0);              // (N, C, H, W)
+    const Tensor w = uniform({5, 3, 3, 3}, 0.3).requires_grad_();  // (OC, C, kh, kw)
+    const Tensor b = uniform({5}, 0.3).requires_grad_();
+    const Tensor v = uniform({10, 5 * 12 * 12}, 0.03).requires_grad_();  // (classes, OC*H*W)
+    const Tensor target = from_vector<int64_t>({3, 0, 9, 5}, {4}).to(device);
+    Result r;
+    {
+      AutocastGuard autocast(device.type, DType::Float16);
+      const Tensor h = F::relu(F::conv2d(x, w, b, /*stride=*/1, /*padding=*/1));  // (4, 5, 12, 12)
+      const Tensor logits = F::linear(F::flatten(h, 1), v);                     // (4, 10)
+      r.activation_dtype = logits.dtype();
+      r.loss = F::cross_entropy(logits, target);
+      r.loss_dtype = r.loss.dtype();
+    }
+    r.loss.backward();
+    r.loss = r.loss.detach().cpu();
+    r.grad_conv_weight = w.grad().cpu(), r.grad_conv_bias = b.grad().cpu(), r.grad_linear_weight = v.grad().cpu();
+    return r;
+  };
+  const Result cpu = train_step(kCPU), gpu = train_step(kGpu);
+  EXPECT_EQ(gpu.activation_dtype, DType::Float16);
+  EXPECT_EQ(gpu.loss_dtype, DType::Float32);
+  const std::pair<const char*, std::pair<Tensor, Tensor>> compared[] = {
+      {"loss", {cpu.loss, gpu.loss}},
+      {"conv weight grad", {cpu.grad_conv_weight, gpu.grad_conv_weight}},
+      {"conv bias grad", {cpu.grad_conv_bias, gpu.grad_conv_bias}},
+      {"linear weight grad", {cpu.grad_linear_weight, gpu.grad_linear_weight}}};
+  for (const auto& [what, pair] : compared) {
+    const auto& [expected, actual] = pair;
+    EXPECT_EQ(actual.dtype(), DType::Float32) << what;
+    // float16 keeps 11 significant bits: a few roundings deep, relative to
+    // the largest element.
+    const double largest = ops::amax(ops::abs(expected)).item<double>();
+    EXPECT_TRUE(allclose(actual, expected, 0, 4e-3 * largest)) << what;
+  }
+}
+
 }  // namespace
 }  // namespace kiln
 

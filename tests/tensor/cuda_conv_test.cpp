@@ -43,6 +43,12 @@ std::string name_of(const ConvCase& k, DType dtype) {
 // Tolerances for a sum of C*kh*kw products of values in [-1, 1].
 double rtol_for(DType dtype) { return dtype == DType::Float32 ? 1e-5 : tolerance_for(dtype); }
 
+// The absolute tolerance per summed product of a gradient: the float32 (or
+// float64) sums of the CPU and of cuDNN differ by the order of addition; a
+// 16-bit gradient is summed in float32 on both (Note [16-bit cuDNN
+// convolutions]) and then differs by its rounding, which rtol_for covers.
+double atol_per_term(DType dtype) { return dtype == DType::Float64 ? 1e-12 : dtype == DType::Float32 ? 1e-5 : 1e-4; }
+
 TEST(CudaConv2d, ForwardMatchesCpu) {
   SKIP_WITHOUT_GPU();
   uint64_t seed = 1;
@@ -62,7 +68,7 @@ TEST(CudaConv2d, ForwardMatchesCpu) {
 TEST(CudaConv2d, BackwardMatchesCpu) {
   SKIP_WITHOUT_GPU();
   uint64_t seed = 100;
-  for (DType dtype : {DType::Float32, DType::Float64}) {
+  for (DType dtype : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
     for (const ConvCase& k : kCases) {
       Tensor x = random_tensor({k.n, k.c, k.h, k.w}, dtype, seed++);
       Tensor w = random_tensor({k.oc, k.c / k.p.groups, k.kh, k.kw}, dtype, seed++);
@@ -71,17 +77,19 @@ TEST(CudaConv2d, BackwardMatchesCpu) {
       Conv2dGrads expected = conv2d_backward(dy, x, w, k.p, {true, true, false});
       Conv2dGrads actual = conv2d_backward(dy.to(cuda_device(0)), x.to(cuda_device(0)), w.to(cuda_device(0)), k.p,
                                            {true, true, false});
-      const double rtol = rtol_for(dtype);
+      const double rtol = rtol_for(dtype), atol = atol_per_term(dtype);
       // grad_weight sums over N*oh*ow products, grad_input over OC*kh*kw.
-      expect_close(expected.grad_input, actual.grad_input, rtol, rtol * double(k.oc * k.kh * k.kw),
+      EXPECT_EQ(actual.grad_input.dtype(), dtype);
+      EXPECT_EQ(actual.grad_weight.dtype(), dtype);
+      expect_close(expected.grad_input, actual.grad_input, rtol, atol * double(k.oc * k.kh * k.kw),
                    name_of(k, dtype) + " grad_input");
-      expect_close(expected.grad_weight, actual.grad_weight, rtol, rtol * double(y.numel() / k.oc),
+      expect_close(expected.grad_weight, actual.grad_weight, rtol, atol * double(y.numel() / k.oc),
                    name_of(k, dtype) + " grad_weight");
       // Only one of the two asked for.
       Conv2dGrads only_weight = conv2d_backward(dy.to(cuda_device(0)), x.to(cuda_device(0)), w.to(cuda_device(0)),
                                                 k.p, {false, true, false});
       EXPECT_FALSE(only_weight.grad_input.defined());
-      expect_close(expected.grad_weight, only_weight.grad_weight, rtol, rtol * double(y.numel() / k.oc),
+      expect_close(expected.grad_weight, only_weight.grad_weight, rtol, atol * double(y.numel() / k.oc),
                    name_of(k, dtype) + " grad_weight alone");
     }
   }
@@ -125,6 +133,16 @@ TEST(CudaConv2d, DirectKernelsMatchCpuAndCudnn) {
       expect_close(actual.grad_weight, again.grad_weight, 0, 0, name_of(k, dtype) + " direct grad_weight rerun");
     }
   }
+}
+
+TEST(CudaConv2d, SixteenBitConvolutionsRunInTheirOwnDtypeOnlyOnTheGpu) {
+  // No GPU needed: which dtypes each backend takes (Note [16-bit cuDNN
+  // convolutions]); the CPU computes 16-bit convolutions in float32.
+  for (DType dtype : {DType::Float16, DType::BFloat16}) {
+    EXPECT_TRUE(backend_for(cuda_device(0)).conv2d_takes(dtype)) << dtype_name(dtype);
+    EXPECT_FALSE(backend_for(kCPU).conv2d_takes(dtype)) << dtype_name(dtype);
+  }
+  EXPECT_FALSE(backend_for(cuda_device(0)).conv2d_takes(DType::Int64));
 }
 
 TEST(CudaConv2d, DirectKernelsTakeOnlyWeightsThatFitSharedMemory) {

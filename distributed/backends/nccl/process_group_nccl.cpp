@@ -134,14 +134,14 @@ void grouped(Calls&& calls) {
 ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options)
     : ProcessGroup(store, rank, size, options),
       device_(current_device(options.name)),
-      stream_(cuda::Stream::create(device_)),
+      stream_(cuda::Stream::create(device_, /*priority=*/-1)),
       comm_(connect(store, rank, size, options, device_)) {}
 
 ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options,
                                    Device device, std::shared_ptr<nccl::Communicator> comm)
     : ProcessGroup(std::move(store), rank, size, std::move(options)),
       device_(device),
-      stream_(cuda::Stream::create(device)),
+      stream_(cuda::Stream::create(device, /*priority=*/-1)),
       comm_(std::move(comm)) {}
 
 ProcessGroupNCCL::~ProcessGroupNCCL() {

@@ -37,10 +37,13 @@
 // taking part, non-members with NCCL_SPLIT_NOCOLOR).
 //
 // Note [NCCL streams]
-// NCCL runs on a CUDA stream of the group's own (a pool stream of its device,
-// Note [Current stream]), so that communication overlaps the computation on
-// the caller's current stream. The two are ordered by events, as in
-// PyTorch's ProcessGroupNCCL:
+// NCCL runs on a CUDA stream of the group's own (a high-priority pool stream
+// of its device, Note [Current stream]), so that communication overlaps the
+// computation on the caller's current stream, and the GPU schedules a
+// collective's blocks ahead of queued computation, which would otherwise
+// delay every rank waiting in it (side streams are normal priority unless
+// asked, so NCCL does not share one with them). The two are ordered by
+// events, as in PyTorch's ProcessGroupNCCL:
 // - before each operation the NCCL stream waits for an event recorded on
 //   the caller's current stream, so NCCL reads what the caller's kernels
 //   wrote (the gradient computed a moment ago);
