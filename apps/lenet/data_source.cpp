@@ -2,6 +2,8 @@
 #include "apps/lenet/data_source.h"
 
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "data/archive_path.h"
@@ -149,14 +151,37 @@ Datasets open_image_folder_archive(const std::shared_ptr<const data::TarArchive>
   return image_folder_datasets(std::move(train), std::move(test), archive->name() + "/" + root);
 }
 
+namespace {
+
+// CIFAR-10's mean and std as (1, 3, 1, 1) float32 tensors on `device`, made
+// once per device: uploading them with every batch would make the host wait
+// for the GPU each time (a copy from pageable memory waits for its stream).
+struct ChannelStatistics {
+  Tensor mean, std;
+};
+
+const ChannelStatistics& channel_statistics(Device device) {
+  static std::mutex mutex;
+  // Never destroyed: GPU tensors must not outlive the CUDA runtime at exit.
+  static auto* made = new std::map<std::pair<DeviceType, int>, ChannelStatistics>();
+  std::lock_guard<std::mutex> lock(mutex);
+  auto [at, inserted] = made->try_emplace({device.type, device.index});
+  if (inserted) {
+    at->second.mean = from_vector<double>(kCifar10Mean, {1, 3, 1, 1}).to(DType::Float32, device);
+    at->second.std = from_vector<double>(kCifar10Std, {1, 3, 1, 1}).to(DType::Float32, device);
+  }
+  return at->second;
+}
+
+}  // namespace
+
 Tensor normalize_batch(const Tensor& images) {
   KILN_CHECK(images.dtype() == DType::UInt8 && images.dim() == 4 && images.size(1) == 3,
              "normalize_batch: expected (B, 3, H, W) uint8 images, got ", images.dtype(), " ", images.shape());
   // mean, std: (1, 3, 1, 1), broadcast over the batch and the pixels.
-  static const Tensor mean = from_vector<double>(kCifar10Mean, {1, 3, 1, 1}).to(DType::Float32);
-  static const Tensor std = from_vector<double>(kCifar10Std, {1, 3, 1, 1}).to(DType::Float32);
+  const ChannelStatistics& stats = channel_statistics(images.device());
   Tensor x = ops::div(images.to(DType::Float32), 255.0);  // x: (B, 3, H, W) in [0, 1]
-  return ops::div(ops::sub(x, mean), std);
+  return ops::div(ops::sub(x, stats.mean), stats.std);
 }
 
 }  // namespace kiln::apps::lenet

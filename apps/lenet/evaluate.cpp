@@ -19,7 +19,7 @@ Evaluation evaluate(nn::Module& model, data::DataLoader& loader, Device device, 
   {
     NoGradGuard no_grad;
     for (data::Batch& batch : loader) {
-      Tensor images = normalize_batch(batch.data).to(device);  // (B, 3, 32, 32) float32
+      Tensor images = normalize_batch(batch.data.to(device));  // (B, 3, 32, 32) float32
       Tensor labels = batch.target.to(device);                  // (B) int64
       Tensor logits = model(images);                            // (B, 10)
       loss_sum += F::cross_entropy(logits, labels, {.reduction = F::Reduction::Sum}).item<double>();

@@ -67,7 +67,7 @@ std::string ProgressLine::format(int64_t step, double running_loss, double image
   return text;
 }
 
-void ProgressLine::update(int64_t step, double running_loss, int64_t images) {
+void ProgressLine::update(int64_t step, const std::function<double()>& running_loss, int64_t images) {
   const Clock::time_point now = Clock::now();
   const bool last = step == total_steps_;
   if (interactive_) {
@@ -87,7 +87,7 @@ void ProgressLine::update(int64_t step, double running_loss, int64_t images) {
   // NVML lives in the CUDA part of libkiln; without it there is no GPU to show.
   if (gpu_) gpu = cuda::gpu_status(*gpu_);
 #endif
-  std::string text = format(step, running_loss, images_per_second, eta, gpu);
+  std::string text = format(step, running_loss(), images_per_second, eta, gpu);
   if (interactive_) {
     // Spaces over the tail of a longer previous line.
     const size_t width = text.size();

@@ -8,12 +8,13 @@
 // ("gpu 87% 1.2/80 GiB"), or without them where NVML cannot answer.
 //
 //   ProgressLine progress(std::cout, isatty(1), "epoch 3/30", loader.size());
-//   for (...) { ...; progress.update(step + 1, running_loss, images_seen); }
+//   for (...) { ...; progress.update(step + 1, [&] { return loss_sum / images_seen; }, images_seen); }
 //   progress.finish();   // clears the in-place line
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -38,9 +39,11 @@ class ProgressLine {
   // speed and ETA leave out.
   ProgressLine(std::ostream& out, bool interactive, std::string label, int64_t total_steps, int64_t first_step = 0);
 
-  // After `step` of total_steps steps (1-based), with the mean loss so far
-  // and the images processed since the line started.
-  void update(int64_t step, double running_loss, int64_t images);
+  // After `step` of total_steps steps (1-based), with the images processed
+  // since the line started. `running_loss` returns the mean loss so far; it
+  // is called only when the line is drawn, because reading a loss computed
+  // on a GPU makes the host wait for the GPU.
+  void update(int64_t step, const std::function<double()>& running_loss, int64_t images);
   // Ends the in-place line (erases it) so that the epoch summary follows.
   void finish();
   // Appends the status of CUDA device `device` to every update (nothing

@@ -126,6 +126,29 @@ Position from_extra(const std::map<std::string, std::string>& extra, const Train
   return p;
 }
 
+// An epoch's sum of loss * batch size, kept on the device the losses are
+// computed on. On a GPU, reading each step's loss (item()) would make the
+// host wait for the step to finish before it could queue the next one, so
+// the sum is read only when it is shown or saved. The sum starts from the
+// position's and adds the terms in the same order and float64 arithmetic as
+// a host double would, so a resumed epoch reports the same loss.
+class RunningLossSum {
+ public:
+  explicit RunningLossSum(double start) : start_(start) {}
+
+  // loss: a scalar of any floating dtype.
+  void add(const Tensor& loss, int64_t batch_images) {
+    if (!sum_.defined()) sum_ = full({}, start_, {DType::Float64, loss.device()});
+    const Tensor term = ops::mul(loss.detach().to(DType::Float64), static_cast<double>(batch_images));
+    sum_ = ops::add(sum_, term);
+  }
+  double read() const { return sum_.defined() ? sum_.item<double>() : start_; }
+
+ private:
+  double start_;
+  Tensor sum_;  // () float64 on the losses' device, from the first add on
+};
+
 // The model's weights from a kiln-lenet checkpoint ("model." entries) or a
 // plain state dict, for --eval-only.
 void load_weights(nn::Module& model, const std::string& path) {
@@ -225,6 +248,7 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
   const int64_t num_classes = static_cast<int64_t>(data.class_names.size());
   data::DataLoaderOptions test_options;
   test_options.batch_size = std::max(o.batch_size, kMinTestBatch);
+  test_options.pin_memory = device.is_cuda();  // uploads that do not wait (Note [Normalizing whole batches])
   test_options.num_workers = std::min<int64_t>(o.workers, 1);
   test_options.sampler = test_sampler(dp, data.test->size());
   data::DataLoader test_loader(data.test, test_options);
@@ -250,6 +274,7 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
   train_options.shuffle = train_options.sampler == nullptr;
   train_options.num_workers = o.workers;
   train_options.seed = o.seed;
+  train_options.pin_memory = device.is_cuda();
   data::DataLoader train_loader(data.train, train_options);
   // Batches per epoch; an optimizer step takes accum_steps of them.
   const int64_t batches_per_epoch = train_loader.size();
@@ -331,6 +356,7 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
     const Clock::time_point start = Clock::now();
     const double seconds_before = pos.seconds;
     int64_t images_this_run = 0;
+    RunningLossSum loss_sum(pos.loss_sum);
     while (pos.step_in_epoch < batches_per_epoch) {
       // One optimizer step over `micro` batches (Note [kiln-lenet with DDP]).
       const int64_t micro = std::min(o.accum_steps, batches_per_epoch - pos.step_in_epoch);
@@ -339,7 +365,7 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
         std::optional<data::Batch> batch = train_loader.next();
         KILN_CHECK(batch.has_value(), "kiln-lenet: the loader ended after ", pos.step_in_epoch, " of ",
                    batches_per_epoch, " batches");
-        Tensor images = normalize_batch(batch->data).to(device);  // (B, 3, 32, 32) float32
+        Tensor images = normalize_batch(batch->data.to(device));  // (B, 3, 32, 32) float32
         Tensor labels = batch->target.to(device);                  // (B) int64
         Tensor loss;
         {
@@ -355,7 +381,7 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
         }
         ++pos.step_in_epoch;
         const int64_t batch_images = labels.size(0);
-        pos.loss_sum += loss.item<double>() * static_cast<double>(batch_images);
+        loss_sum.add(loss, batch_images);
         pos.images += batch_images;
         images_this_run += batch_images;
       }
@@ -364,16 +390,20 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
       if (scheduler) scheduler->step();
       ++global_step;
       pos.seconds = seconds_before + std::chrono::duration<double>(Clock::now() - start).count();
-      progress.update(pos.step_in_epoch, pos.loss_sum / static_cast<double>(pos.images),
-                      images_this_run * dp.world_size);
+      progress.update(
+          pos.step_in_epoch, [&] { return loss_sum.read() / static_cast<double>(pos.images); },
+          images_this_run * dp.world_size);
       if (stop_now(global_step % kStopCheckSteps == 0)) {
         progress.finish();
+        pos.loss_sum = loss_sum.read();
         if (!o.save.empty()) save();
         return interrupted("at epoch " + std::to_string(pos.epoch + 1) + ", step " +
                            std::to_string(pos.step_in_epoch) + "/" + std::to_string(batches_per_epoch));
       }
     }
     progress.finish();
+    pos.loss_sum = loss_sum.read();  // the device finished the epoch's steps: their time is complete
+    pos.seconds = seconds_before + std::chrono::duration<double>(Clock::now() - start).count();
 
     result.evaluation = run_evaluation();
     // The epoch's training loss and images over every rank.

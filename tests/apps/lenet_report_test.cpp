@@ -41,7 +41,7 @@ TEST(LenetProgress, LineEndsWithTheGpuStatusWhenThereIsOne) {
   const bool nvml_answers = false;
 #endif
   line.show_gpu(0);
-  line.update(782, 1.0, 100);
+  line.update(782, [] { return 1.0; }, 100);
   EXPECT_NE(out.str().find("step 782/782"), std::string::npos) << out.str();
   EXPECT_EQ(out.str().find("  gpu ") != std::string::npos, nvml_answers) << out.str();
 }
@@ -49,7 +49,7 @@ TEST(LenetProgress, LineEndsWithTheGpuStatusWhenThereIsOne) {
 TEST(LenetProgress, PlainLinesAtQuartersOfTheEpoch) {
   std::ostringstream out;
   ProgressLine line(out, false, "e", 10);
-  for (int64_t step = 1; step <= 10; ++step) line.update(step, 1.0, step * 20);
+  for (int64_t step = 1; step <= 10; ++step) line.update(step, [] { return 1.0; }, step * 20);
   line.finish();
   // Every ceil(10 / 4) = 3 steps, and the last.
   std::string text = out.str();
@@ -64,8 +64,8 @@ TEST(LenetProgress, PlainLinesAtQuartersOfTheEpoch) {
 TEST(LenetProgress, TerminalLineUpdatesInPlace) {
   std::ostringstream out;
   ProgressLine line(out, true, "e", 2);
-  line.update(1, 2.0, 20);
-  line.update(2, 1.0, 40);  // the last step is always drawn
+  line.update(1, [] { return 2.0; }, 20);
+  line.update(2, [] { return 1.0; }, 40);  // the last step is always drawn
   line.finish();
   std::string text = out.str();
   EXPECT_EQ(text.find('\n'), std::string::npos) << text;
