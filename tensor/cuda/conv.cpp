@@ -44,7 +44,10 @@
 // float32 convolution rounded to 16 bits is, so the two agree to a unit in
 // the last place; the bias is added to the rounded result by cudnnAddTensor,
 // which may round a second time. Kiln's direct kernels stay float32/float64,
-// so a 16-bit layer always goes to cuDNN.
+// so a 16-bit layer always goes to cuDNN. cuDNN's legacy API does not run
+// every geometry in 16 bits (bfloat16 least): where it declines every
+// algorithm for a 16-bit direction, that direction is computed on float32
+// copies of its tensors and the result rounded, which gives the CPU's values.
 #include <climits>
 #include <cstdint>
 #include <map>
@@ -96,10 +99,9 @@ void describe_tensor(const TensorDescriptor& desc, const Tensor& t, const char* 
 // The one group's weight (OC, C*kh*kw), contiguous, as (OC, C, kh, kw).
 void describe_filter(const FilterDescriptor& desc, const Tensor& weight, const ConvGeometry& g, const char* op) {
   to_int(weight.numel(), op, "weight size");
-  KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(desc.get(), cudnn_data_type(weight.dtype()), CUDNN_TENSOR_NCHW,
-                                              to_int(weight.size(0), op, "output channels"),
-                                              to_int(g.channels, op, "channels"), to_int(g.kernel_h, op, "kernel"),
-                                              to_int(g.kernel_w, op, "kernel")));
+  KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(
+      desc.get(), cudnn_data_type(weight.dtype()), CUDNN_TENSOR_NCHW, to_int(weight.size(0), op, "output channels"),
+      to_int(g.channels, op, "channels"), to_int(g.kernel_h, op, "kernel"), to_int(g.kernel_w, op, "kernel")));
 }
 
 // The type cuDNN sums the products in: float32 for the 16-bit dtypes (Note
@@ -108,8 +110,8 @@ cudnnDataType_t compute_type(DType dtype) {
   return dtype == DType::Float16 || dtype == DType::BFloat16 ? CUDNN_DATA_FLOAT : cudnn_data_type(dtype);
 }
 
-void describe_convolution(const ConvolutionDescriptor& desc, const ConvGeometry& g, DType dtype,
-                          cudnnMathType_t math, const char* op) {
+void describe_convolution(const ConvolutionDescriptor& desc, const ConvGeometry& g, DType dtype, cudnnMathType_t math,
+                          const char* op) {
   KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
       desc.get(), to_int(g.pad_h, op, "padding"), to_int(g.pad_w, op, "padding"), to_int(g.stride_h, op, "stride"),
       to_int(g.stride_w, op, "stride"), to_int(g.dilation_h, op, "dilation"), to_int(g.dilation_w, op, "dilation"),
@@ -141,10 +143,9 @@ int64_t alignment(const Tensor& t) {
 // Everything the best algorithm depends on.
 std::vector<int64_t> algorithm_key(Direction direction, const Tensor& x, const Tensor& weight, const Tensor& y,
                                    const ConvGeometry& g, cudnnMathType_t math) {
-  std::vector<int64_t> key{static_cast<int64_t>(direction), static_cast<int64_t>(x.dtype()), math,
-                           x.device().index,                weight.size(0),
-                           g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.dilation_h,
-                           g.dilation_w, alignment(x), alignment(weight), alignment(y)};
+  std::vector<int64_t> key{static_cast<int64_t>(direction), static_cast<int64_t>(x.dtype()), math, x.device().index};
+  key.insert(key.end(), {weight.size(0), g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.dilation_h,
+                         g.dilation_w, alignment(x), alignment(weight), alignment(y)});
   for (const Tensor* t : {&x, &y}) {
     key.insert(key.end(), t->shape().begin(), t->shape().end());
     key.insert(key.end(), t->strides().begin(), t->strides().end());
@@ -152,11 +153,14 @@ std::vector<int64_t> algorithm_key(Direction direction, const Tensor& x, const T
   return key;
 }
 
-// A chosen algorithm: one of the three enums, stored as int.
+// A chosen algorithm: one of the three enums, stored as int, or
+// kNoneRuns for 16-bit data that no algorithm takes (Note [16-bit cuDNN
+// convolutions]).
 struct Choice {
   int algorithm;
   cudnnMathType_t math;
 };
+constexpr int kNoneRuns = -1;
 
 // Chosen algorithms by key, shared by all threads (Note [cuDNN convolution
 // algorithms]). Two threads that meet a new key at once both try the
@@ -184,11 +188,28 @@ AlgorithmCache& algorithm_cache() {
   return cache;
 }
 
+// Whether cuDNN declined an algorithm for these descriptors or pointers (its
+// NOT_SUPPORTED statuses, 3000 to 3999, and a misaligned pointer), rather
+// than failed.
+bool declined(cudnnStatus_t status) {
+  const int code = static_cast<int>(status);
+  return status == CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER ||
+         (code >= static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED) &&
+          code < static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED) + 1000);
+}
+
+bool is_16_bit(DType dtype) { return dtype == DType::Float16 || dtype == DType::BFloat16; }
+
 // The acceptable entries of cuDNN's ranking, deterministic ones first (Note
 // [cuDNN convolution algorithms]); Perf is one of the three
-// cudnnConvolution*AlgoPerf_t.
+// cudnnConvolution*AlgoPerf_t, `status` what the ranking call (`call`)
+// returned. None when cuDNN declined to rank 16-bit data (Note [16-bit cuDNN
+// convolutions]).
 template <class Perf>
-std::vector<Choice> acceptable(const Perf* ranked, int count, cudnnMathType_t math, const char* op) {
+std::vector<Choice> acceptable(cudnnStatus_t status, const char* call, DType dtype, const Perf* ranked, int count,
+                               cudnnMathType_t math) {
+  if (declined(status) && is_16_bit(dtype)) return {};
+  if (status != CUDNN_STATUS_SUCCESS) detail::throw_cudnn_error(status, call, __FILE__, __LINE__);
   std::vector<Choice> choices;
   for (bool deterministic : {true, false}) {
     for (int i = 0; i < count; ++i) {
@@ -199,8 +220,6 @@ std::vector<Choice> acceptable(const Perf* ranked, int count, cudnnMathType_t ma
       choices.push_back({static_cast<int>(p.algo), math == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : p.mathType});
     }
   }
-  KILN_CHECK(!choices.empty(), op, ": cuDNN offers no algorithm for this convolution (", count,
-             " ranked, none usable within a workspace of ", kMaxWorkspaceBytes >> 20, " MiB)");
   return choices;
 }
 
@@ -212,25 +231,20 @@ Tensor workspace(size_t bytes, Device device) {
 
 void* data_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
-// Whether cuDNN declined an algorithm for these descriptors or pointers (its
-// NOT_SUPPORTED statuses, 3000 to 3999, and a misaligned pointer), rather
-// than failed.
-bool declined(cudnnStatus_t status) {
-  const int code = static_cast<int>(status);
-  return status == CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER ||
-         (code >= static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED) &&
-          code < static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED) + 1000);
-}
-
 // Runs one direction of the convolution with the algorithm cached for
 // `key`, or, for a new key, with each of rank()'s choices in turn until one
 // runs, and caches that one (Note [cuDNN convolution algorithms]).
 //   workspace_size(algorithm, &bytes) and run(algorithm, scratch, bytes)
 // wrap the direction's cuDNN calls (named by `call`) and return their status.
+// Returns false when cuDNN declines every algorithm for 16-bit data (the
+// caller computes in float32: Note [16-bit cuDNN convolutions]); throws
+// kiln::Error when it does for float32 or float64.
 template <class Rank, class WorkspaceSize, class Run>
-void run_convolution(const std::vector<int64_t>& key, const ConvolutionDescriptor& conv, Device device, const char* op,
-                     const char* call, const Rank& rank, const WorkspaceSize& workspace_size, const Run& run) {
+bool run_convolution(const std::vector<int64_t>& key, const ConvolutionDescriptor& conv, DType dtype, Device device,
+                     const char* op, const char* call, const Rank& rank, const WorkspaceSize& workspace_size,
+                     const Run& run) {
   const std::optional<Choice> cached = algorithm_cache().find(key);
+  if (cached && cached->algorithm == kNoneRuns) return false;
   const std::vector<Choice> choices = cached ? std::vector<Choice>{*cached} : rank();
   std::string declines;
   for (const Choice& choice : choices) {
@@ -244,13 +258,20 @@ void run_convolution(const std::vector<int64_t>& key, const ConvolutionDescripto
     }
     if (status == CUDNN_STATUS_SUCCESS) {
       if (!cached) algorithm_cache().put(key, choice);
-      return;
+      return true;
     }
     if (!declined(status)) detail::throw_cudnn_error(status, call, __FILE__, __LINE__);
     declines += kiln::detail::str(declines.empty() ? "" : ", ", "algorithm ", choice.algorithm, ": ",
                                   cudnnGetErrorString(status));
   }
-  KILN_FAIL(op, ": cuDNN declined every algorithm it ranked for this convolution (", declines, ")");
+  if (is_16_bit(dtype)) {
+    if (!cached) algorithm_cache().put(key, {kNoneRuns, CUDNN_DEFAULT_MATH});
+    return false;
+  }
+  KILN_CHECK(!choices.empty(), op, ": cuDNN offers no algorithm for this ", dtype_name(dtype),
+             " convolution (none it ranked is usable within a workspace of ", kMaxWorkspaceBytes >> 20, " MiB)");
+  KILN_FAIL(op, ": cuDNN declined every algorithm it ranked for this ", dtype_name(dtype), " convolution (", declines,
+            ")");
 }
 
 // 1 and 0 in the type cuDNN wants for alpha and beta: double for float64
@@ -283,20 +304,23 @@ struct ConvDescriptors {
 // t itself when cuDNN can read it in place, else a contiguous copy.
 Tensor readable(const Tensor& t) { return planes_contiguous(t) ? t : t.contiguous(); }
 
-void forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvGeometry& g) {
+// The three directions: each returns false, having written nothing, when
+// cuDNN declines every algorithm for 16-bit data (run_convolution).
+bool forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvGeometry& g) {
   const char* op = "conv2d";
   const Device device = out.device();
   ConvDescriptors d(x, weight, out, g, op);
   cudnnHandle_t handle = cudnn_handle(device);
   const Scaling scaling(x.dtype());
-  run_convolution(
-      algorithm_key(Direction::Forward, x, weight, out, g, d.math), d.conv, device, op, "cudnnConvolutionForward",
+  const bool ran = run_convolution(
+      algorithm_key(Direction::Forward, x, weight, out, g, d.math), d.conv, x.dtype(), device, op,
+      "cudnnConvolutionForward",
       [&] {
         cudnnConvolutionFwdAlgoPerf_t ranked[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
         int count = 0;
-        KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
-                                                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, ranked));
-        return acceptable(ranked, count, d.math, op);
+        const cudnnStatus_t status = cudnnGetConvolutionForwardAlgorithm_v7(
+            handle, d.x.get(), d.w.get(), d.conv.get(), d.y.get(), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, ranked);
+        return acceptable(status, "cudnnGetConvolutionForwardAlgorithm_v7", x.dtype(), ranked, count, d.math);
       },
       [&](int algorithm, size_t* bytes) {
         return cudnnGetConvolutionForwardWorkspaceSize(handle, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
@@ -307,6 +331,7 @@ void forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Ten
                                        d.conv.get(), static_cast<cudnnConvolutionFwdAlgo_t>(algorithm), scratch, bytes,
                                        scaling.zero(), d.y.get(), out.data_ptr());
       });
+  if (!ran) return false;
   if (bias.defined()) {
     // bias: (OC) seen as (1, OC, 1, 1), added to every position of out.
     Tensor b = bias.contiguous();
@@ -316,24 +341,26 @@ void forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Ten
     KILN_CUDNN_CHECK(
         cudnnAddTensor(handle, scaling.one(), bias_desc.get(), b.data_ptr(), scaling.one(), d.y.get(), out.data_ptr()));
   }
+  return true;
 }
 
-void backward_data(const Tensor& grad_input, const Tensor& grad_out, const Tensor& weight, const ConvGeometry& g) {
+bool backward_data(const Tensor& grad_input, const Tensor& grad_out, const Tensor& weight, const ConvGeometry& g) {
   const char* op = "conv2d_backward";
   const Device device = grad_input.device();
   ConvDescriptors d(grad_input, weight, grad_out, g, op);
   cudnnHandle_t handle = cudnn_handle(device);
   const Scaling scaling(grad_input.dtype());
-  run_convolution(
-      algorithm_key(Direction::BackwardData, grad_input, weight, grad_out, g, d.math), d.conv, device, op,
-      "cudnnConvolutionBackwardData",
+  return run_convolution(
+      algorithm_key(Direction::BackwardData, grad_input, weight, grad_out, g, d.math), d.conv, grad_input.dtype(),
+      device, op, "cudnnConvolutionBackwardData",
       [&] {
         cudnnConvolutionBwdDataAlgoPerf_t ranked[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
         int count = 0;
-        KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w.get(), d.y.get(), d.conv.get(),
-                                                                     d.x.get(), CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
-                                                                     &count, ranked));
-        return acceptable(ranked, count, d.math, op);
+        const cudnnStatus_t status =
+            cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w.get(), d.y.get(), d.conv.get(), d.x.get(),
+                                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, ranked);
+        return acceptable(status, "cudnnGetConvolutionBackwardDataAlgorithm_v7", grad_input.dtype(), ranked, count,
+                          d.math);
       },
       [&](int algorithm, size_t* bytes) {
         return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d.w.get(), d.y.get(), d.conv.get(), d.x.get(),
@@ -348,22 +375,22 @@ void backward_data(const Tensor& grad_input, const Tensor& grad_out, const Tenso
       });
 }
 
-void backward_filter(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x, const ConvGeometry& g) {
+bool backward_filter(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x, const ConvGeometry& g) {
   const char* op = "conv2d_backward";
   const Device device = grad_weight.device();
   ConvDescriptors d(x, grad_weight, grad_out, g, op);
   cudnnHandle_t handle = cudnn_handle(device);
   const Scaling scaling(x.dtype());
-  run_convolution(
-      algorithm_key(Direction::BackwardFilter, x, grad_weight, grad_out, g, d.math), d.conv, device, op,
+  return run_convolution(
+      algorithm_key(Direction::BackwardFilter, x, grad_weight, grad_out, g, d.math), d.conv, x.dtype(), device, op,
       "cudnnConvolutionBackwardFilter",
       [&] {
         cudnnConvolutionBwdFilterAlgoPerf_t ranked[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
         int count = 0;
-        KILN_CUDNN_CHECK(
+        const cudnnStatus_t status =
             cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, d.x.get(), d.y.get(), d.conv.get(), d.w.get(),
-                                                          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, ranked));
-        return acceptable(ranked, count, d.math, op);
+                                                          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, ranked);
+        return acceptable(status, "cudnnGetConvolutionBackwardFilterAlgorithm_v7", x.dtype(), ranked, count, d.math);
       },
       [&](int algorithm, size_t* bytes) {
         return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, d.x.get(), d.y.get(), d.conv.get(), d.w.get(),
@@ -394,6 +421,20 @@ void write_into(const Tensor& target, bool in_place, const Compute& compute) {
   if (!result.is_same(target)) Tensor(target).copy_(result);  // a handle to target's storage
 }
 
+// direction(result, inputs) for one of forward, backward_data and
+// backward_filter; where it declines 16-bit data, the same on float32 copies
+// of the inputs, rounded into result (Note [16-bit cuDNN convolutions]).
+// Undefined inputs (a missing bias) stay undefined.
+template <class Direction>
+void in_float32_where_declined(const Tensor& result, const std::vector<Tensor>& inputs, const Direction& direction) {
+  if (direction(result, inputs)) return;
+  std::vector<Tensor> wide;
+  for (const Tensor& t : inputs) wide.push_back(t.defined() ? t.to(DType::Float32) : t);
+  const Tensor wide_result = Tensor::empty(result.shape(), {DType::Float32, result.device()});
+  (void)direction(wide_result, wide);  // float32: runs or throws
+  Tensor(result).copy_(wide_result);   // a handle to result's storage
+}
+
 bool takes(DType dtype) {
   return dtype == DType::Float32 || dtype == DType::Float64 || dtype == DType::Float16 || dtype == DType::BFloat16;
 }
@@ -415,13 +456,15 @@ void CudaBackend::conv2d(const Tensor& out, const Tensor& x, const Tensor& weigh
   // out: (N, OC, oh, ow)
   if (use_direct_kernels(weight.size(0), g, x.dtype())) {
     write_into(out, out.is_contiguous(), [&](const Tensor& result) {
-      direct_conv2d_forward(result, x.contiguous(), weight.contiguous(), bias.defined() ? bias.contiguous() : bias,
-                            g);
+      direct_conv2d_forward(result, x.contiguous(), weight.contiguous(), bias.defined() ? bias.contiguous() : bias, g);
     });
     return;
   }
-  write_into(out, planes_contiguous(out),
-             [&](const Tensor& result) { forward(result, readable(x), weight.contiguous(), bias, g); });
+  write_into(out, planes_contiguous(out), [&](const Tensor& result) {
+    in_float32_where_declined(
+        result, {readable(x), weight.contiguous(), bias},
+        [&](const Tensor& r, const std::vector<Tensor>& in) { return forward(r, in[0], in[1], in[2], g); });
+  });
 }
 
 void CudaBackend::conv2d_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_out,
@@ -438,21 +481,25 @@ void CudaBackend::conv2d_backward(const Tensor& grad_input, const Tensor& grad_w
   const bool direct = use_direct_kernels(weight.size(0), g, x.dtype());
   const Tensor dy = direct ? grad_out.contiguous() : readable(grad_out);  // (N, OC, oh, ow)
   if (grad_input.defined()) {
-    write_into(grad_input, direct ? grad_input.is_contiguous() : planes_contiguous(grad_input),
-               [&](const Tensor& result) {
-                 if (direct) {
-                   direct_conv2d_grad_input(result, dy, weight.contiguous(), g);
-                 } else {
-                   backward_data(result, dy, weight.contiguous(), g);
-                 }
-               });
+    write_into(
+        grad_input, direct ? grad_input.is_contiguous() : planes_contiguous(grad_input), [&](const Tensor& result) {
+          if (direct) {
+            direct_conv2d_grad_input(result, dy, weight.contiguous(), g);
+          } else {
+            in_float32_where_declined(
+                result, {dy, weight.contiguous()},
+                [&](const Tensor& r, const std::vector<Tensor>& in) { return backward_data(r, in[0], in[1], g); });
+          }
+        });
   }
   if (grad_weight.defined()) {
     write_into(grad_weight, grad_weight.is_contiguous(), [&](const Tensor& result) {
       if (direct) {
         direct_conv2d_grad_weight(result, dy, x.contiguous(), g);
       } else {
-        backward_filter(result, dy, readable(x), g);
+        in_float32_where_declined(result, {dy, readable(x)}, [&](const Tensor& r, const std::vector<Tensor>& in) {
+          return backward_filter(r, in[0], in[1], g);
+        });
       }
     });
   }
