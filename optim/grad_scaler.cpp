@@ -11,6 +11,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "tensor/factory.h"
+#include "tensor/fused_optim.h"
 
 namespace kiln::optim {
 
@@ -74,29 +75,37 @@ void GradScaler::unscale_(Optimizer& optimizer) {
     }
   }
   NoGradGuard no_grad;
-  // One running float64 total per device: the sum of every unscaled
-  // gradient's elements, finite exactly when they all are (Note [Dynamic
-  // loss scaling] on the one exception).
-  std::vector<std::pair<Device, Tensor>> totals;
+  // The gradients by device (Note [Dynamic loss scaling]).
+  std::vector<std::pair<Device, std::vector<Tensor>>> by_device;
   for (size_t g = 0; g < optimizer.num_param_groups(); ++g) {
-    const std::vector<Tensor>& params = optimizer.params(g);
-    for (size_t i = 0; i < params.size(); ++i) {
-      Tensor grad = params[i].grad();
+    for (const Tensor& param : optimizer.params(g)) {
+      const Tensor grad = param.grad();
       if (!grad.defined()) continue;
-      ops::mul_(grad, inv_scale);
-      Tensor sum = ops::sum(grad).to(DType::Float64);  // 0-dim
-      auto it = std::find_if(totals.begin(), totals.end(), [&](const auto& t) { return t.first == grad.device(); });
-      if (it == totals.end()) {
-        totals.emplace_back(grad.device(), sum);
-      } else {
-        it->second = ops::add(it->second, sum);
-      }
+      auto it = std::find_if(by_device.begin(), by_device.end(), [&](const auto& d) { return d.first == grad.device(); });
+      if (it == by_device.end()) it = by_device.insert(by_device.end(), {grad.device(), {}});
+      it->second.push_back(grad);
     }
   }
-  record.has_grads = !totals.empty();
+  record.has_grads = !by_device.empty();
   record.found_inf = false;
-  for (const auto& [device, total] : totals)
-    record.found_inf = record.found_inf || !std::isfinite(total.item<double>());
+  for (const auto& [device, grads] : by_device) {
+    // found: 0-dim, 0 while every unscaled element is finite.
+    Tensor found = zeros({}, {DType::Float32, device});
+    std::vector<Tensor> fused;
+    for (Tensor grad : grads) {  // a handle: mul_ writes the gradient itself
+      if (ops::unscale_grads_fusable({grad})) {
+        fused.push_back(grad);
+      } else {
+        // grad * 0 is 0 where grad is finite and NaN where it is not, so
+        // its sum flags a non-finite element and cannot itself overflow.
+        ops::mul_(grad, inv_scale);
+        found = ops::add(found, ops::sum(ops::mul(grad, 0.0)).to(DType::Float32));
+      }
+    }
+    ops::unscale_grads_(fused, inv_scale, found);
+    const float flag = found.item<float>();  // the host's one wait per device
+    record.found_inf = record.found_inf || flag != 0.0f;
+  }
   record.stage = Stage::Unscaled;
 }
 

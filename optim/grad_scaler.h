@@ -33,11 +33,14 @@
 // makes every member a pass-through (scale() returns the loss, step() just
 // steps), so one training loop serves both.
 //
-// The inf/NaN check sums each unscaled gradient (one reduction per tensor)
-// and reads the total once per optimizer, so a step costs one
-// device-to-host read. A gradient whose finite elements sum beyond
-// float32's range also counts as an overflow: the update it would make is
-// no more useful.
+// unscale_ multiplies every gradient by 1/S and checks every product for
+// inf and NaN in one pass (ops::unscale_grads_, as torch's
+// _amp_foreach_non_finite_check_and_unscale_: on CUDA one launch for up to
+// 32 gradients), raising a flag on the gradients' device that the host reads
+// once per device and optimizer: a step costs one device-to-host read.
+// Gradients the fused pass does not take (bfloat16, non-contiguous) are
+// multiplied by their own op and add sum(grad * 0) to the flag, which is
+// NaN exactly when an element is not finite.
 #pragma once
 
 #include <cstdint>

@@ -224,6 +224,11 @@ class Backend {
                          const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                          const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<double>& steps,
                          const AdamStep& step) = 0;
+  // The gradient scaler's unscale (tensor/fused_optim.h): grads[i] *=
+  // inv_scale in place, each product rounded to its dtype, and found_inf
+  // (a float32 scalar on the gradients' device) set to 1 when any product
+  // is not finite, else left as it is.
+  virtual void unscale_grads(const std::vector<Tensor>& grads, double inv_scale, const Tensor& found_inf) = 0;
 
   // ---- normalization (tensor/cpu/norm.cpp, layer_norm.cpp) ----
   // Front-end: tensor/norm.cpp (Note [Normalization statistics] in

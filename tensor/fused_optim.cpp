@@ -43,10 +43,22 @@ std::string other_device(const std::vector<Tensor>& params, size_t i) {
 std::string adam_unfusable(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                            const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                            const std::vector<Tensor>& max_exp_avg_sqs, size_t i) {
-  const std::string why = unfusable(
-      params[i], grads[i],
-      {&grads[i], &exp_avgs[i], &exp_avg_sqs[i], max_exp_avg_sqs.empty() ? nullptr : &max_exp_avg_sqs[i]});
+  const std::string why =
+      unfusable(params[i], grads[i],
+                {&grads[i], &exp_avgs[i], &exp_avg_sqs[i], max_exp_avg_sqs.empty() ? nullptr : &max_exp_avg_sqs[i]});
   return why.empty() ? other_device(params, i) : why;
+}
+
+// Why gradient i cannot be unscaled with gradient 0's launch, or "" when it can.
+std::string unscale_unfusable(const std::vector<Tensor>& grads, size_t i) {
+  const Tensor& g = grads[i];
+  if (!g.defined()) return "it is undefined";
+  if (g.dtype() != DType::Float32 && g.dtype() != DType::Float64) {
+    return detail::str("it is ", g.dtype(), " (float32 or float64 only)");
+  }
+  if (!g.device().is_cpu() && !g.device().is_cuda()) return detail::str("it is on ", g.device());
+  if (!g.is_contiguous()) return "it is not contiguous";
+  return other_device(grads, i);
 }
 
 }  // namespace
@@ -110,11 +122,33 @@ void adam_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
                " (the count including this step, >= 1)");
   }
   if (params.empty()) return;
-  backend_for(params[0].device())
-      .adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, step);
+  backend_for(params[0].device()).adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, step);
   for (const std::vector<Tensor>* list : {&params, &exp_avgs, &exp_avg_sqs, &max_exp_avg_sqs}) {
     for (const Tensor& t : *list) t.bump_version();
   }
+}
+
+bool unscale_grads_fusable(const std::vector<Tensor>& grads) {
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!unscale_unfusable(grads, i).empty()) return false;
+  }
+  return true;
+}
+
+void unscale_grads_(const std::vector<Tensor>& grads, double inv_scale, const Tensor& found_inf) {
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const std::string why = unscale_unfusable(grads, i);
+    KILN_CHECK(why.empty(), "unscale_grads_: cannot fuse gradient ", i, ": ", why);
+  }
+  if (grads.empty()) return;
+  KILN_CHECK(found_inf.defined() && found_inf.dtype() == DType::Float32 && found_inf.numel() == 1 &&
+                 found_inf.device() == grads[0].device(),
+             "unscale_grads_: found_inf must be one float32 element on ", grads[0].device(), ", got ",
+             found_inf.defined() ? detail::str(found_inf.dtype(), " ", found_inf.shape(), " on ", found_inf.device())
+                                 : std::string("an undefined tensor"));
+  backend_for(grads[0].device()).unscale_grads(grads, inv_scale, found_inf);
+  for (const Tensor& t : grads) t.bump_version();
+  found_inf.bump_version();
 }
 
 }  // namespace kiln::ops

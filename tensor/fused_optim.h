@@ -57,4 +57,21 @@ void adam_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                 const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<double>& steps, const AdamStep& step);
 
+// Whether unscale_grads_ takes these gradients: each defined, contiguous,
+// float32 or float64, all on grads[0]'s device (CPU or CUDA).
+bool unscale_grads_fusable(const std::vector<Tensor>& grads);
+
+// The unscale of optim::GradScaler (Note [Dynamic loss scaling]), as torch's
+// _amp_foreach_non_finite_check_and_unscale_: for each i, in place,
+// grads[i] = grads[i] * inv_scale (inv_scale rounded to the gradient's dtype,
+// as mul_ rounds its scalar), and found_inf, a float32 scalar on the
+// gradients' device, set to 1 when any product is infinite or NaN (else left
+// as it is). One pass over the gradients; on CUDA one launch for up to 32
+// gradients of a dtype, where the unfused check took three ops per gradient.
+// Throws kiln::Error naming unscale_grads_ when unscale_grads_fusable is
+// false or found_inf is not such a scalar.
+//   Tensor found = zeros({}, {DType::Float32, device});
+//   ops::unscale_grads_(grads, 1.0 / 65536, found);  // found.item<float>() == 1: skip the step
+void unscale_grads_(const std::vector<Tensor>& grads, double inv_scale, const Tensor& found_inf);
+
 }  // namespace kiln::ops

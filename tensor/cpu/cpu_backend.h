@@ -55,6 +55,7 @@ class CpuBackend final : public Backend {
                  const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                  const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<double>& steps,
                  const AdamStep& step) override;
+  void unscale_grads(const std::vector<Tensor>& grads, double inv_scale, const Tensor& found_inf) override;
 
   void batch_norm_stats(const Tensor& mean, const Tensor& var, const Tensor& x) override;
   void batch_norm_apply(const Tensor& out, const Tensor& x, const Tensor& mean, const Tensor& scale,

@@ -143,7 +143,32 @@ void adam_step_typed(const Tensor& param, const Tensor& grad, const Tensor& exp_
   bind_flags(loop, s.maximize, s.weight_decay != 0.0, s.decoupled, vmax != nullptr);
 }
 
+// grad *= inv_scale; true when a product is not finite.
+template <class T>
+bool unscale_typed(const Tensor& grad, double inv_scale) {
+  T* g = grad.data<T>();
+  const T s = static_cast<T>(inv_scale);
+  bool found = false;
+  // A logical or over the threads: which thread saw it does not matter.
+#pragma omp parallel for reduction(|| : found) if (grad.numel() > kGrain)
+  for (int64_t i = 0; i < grad.numel(); ++i) {
+    g[i] = g[i] * s;
+    found = found || !std::isfinite(g[i]);
+  }
+  return found;
+}
+
 }  // namespace
+
+void CpuBackend::unscale_grads(const std::vector<Tensor>& grads, double inv_scale, const Tensor& found_inf) {
+  bool found = false;
+  for (const Tensor& grad : grads) {
+    const bool here = grad.dtype() == DType::Float32 ? unscale_typed<float>(grad, inv_scale)
+                                                     : unscale_typed<double>(grad, inv_scale);
+    found = found || here;
+  }
+  if (found) *found_inf.data<float>() = 1.0f;
+}
 
 void CpuBackend::sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                           const std::vector<Tensor>& momentum_buffers, const std::vector<bool>& first_step,

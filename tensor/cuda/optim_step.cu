@@ -236,7 +236,45 @@ void adam_step_typed(const std::vector<Tensor>& params, const std::vector<Tensor
       });
 }
 
+// ---- the gradient scaler's unscale ----
+
+// List 0: the gradients. found_inf: one float32, set to 1 by any thread that
+// meets a non-finite product (they all write the same value).
+template <class T>
+__global__ void unscale_kernel(TensorChunks<T, 1> chunks, T inv_scale, float* found_inf) {
+  const int t = chunks.tensor_of(blockIdx.x);
+  const int64_t begin = (blockIdx.x - chunks.first_block[t]) * kChunk;
+  const int64_t end = min(begin + kChunk, chunks.numel[t]);
+  T* g = chunks.ptr[0][t];
+  bool found = false;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    g[i] = mul_rn(g[i], inv_scale);
+    found = found || !isfinite(g[i]);
+  }
+  if (found) *found_inf = 1.0f;
+}
+
+template <class T>
+void unscale_typed(const std::vector<Tensor>& grads, double inv_scale, float* found_inf, cudaStream_t stream) {
+  for_each_launch<T, 1>(
+      params_of_dtype<T>(grads), grads,
+      [&](TensorChunks<T, 1>& c, int slot, size_t i) { c.ptr[0][slot] = grads[i].data<T>(); },
+      [&](const TensorChunks<T, 1>& c, int64_t blocks) {
+        unscale_kernel<T><<<static_cast<unsigned>(blocks), kThreadsPerBlock, 0, stream>>>(
+            c, static_cast<T>(inv_scale), found_inf);
+        KILN_CUDA_CHECK_LAUNCH("unscale_kernel");
+      });
+}
+
 }  // namespace
+
+void CudaBackend::unscale_grads(const std::vector<Tensor>& grads, double inv_scale, const Tensor& found_inf) {
+  if (grads.empty()) return;
+  DeviceGuard guard(grads[0].device(), "unscale_grads_");
+  cudaStream_t stream = current_raw_stream(grads[0].device());
+  unscale_typed<float>(grads, inv_scale, found_inf.data<float>(), stream);
+  unscale_typed<double>(grads, inv_scale, found_inf.data<float>(), stream);
+}
 
 void CudaBackend::sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                            const std::vector<Tensor>& momentum_buffers, const std::vector<bool>& first_step,

@@ -5,10 +5,13 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "autograd/ops.h"
 #include "nn/linear.h"
 #include "optim/training_checkpoint.h"
+#include "tensor/fused_optim.h"
 #include "optim_test_util.h"
 
 namespace kiln {
@@ -110,6 +113,72 @@ TEST(GradScaler, CustomFactorsAndAScaleThatWouldOverflowFloat32) {
   EXPECT_EQ(scaler.get_scale(), static_cast<double>(static_cast<float>(start * 0.25)));
   scaler.update(1024.0);  // an explicit scale, as torch's update(new_scale)
   EXPECT_EQ(scaler.get_scale(), 1024.0);
+}
+
+TEST(GradScaler, FusedUnscaleEqualsMulAndFlagsEveryNonFiniteProduct) {
+  // float32 and float64 gradients, one big enough to be split over threads.
+  const double inv_scale = 1.0 / 1024;
+  std::vector<Tensor> grads, expected;
+  for (auto [n, dtype] : {std::pair<int64_t, DType>{5, DType::Float32}, {3, DType::Float64},
+                          {300000, DType::Float32}}) {
+    Tensor g = from_vector(pseudo_random(n, -1e3, 1e3, 7 + n), {n}).to(dtype);
+    expected.push_back(ops::mul(g, inv_scale));
+    grads.push_back(g);
+  }
+  Tensor found = zeros({});
+  ops::unscale_grads_(grads, inv_scale, found);
+  EXPECT_EQ(found.item<float>(), 0.0f);
+  for (size_t i = 0; i < grads.size(); ++i) EXPECT_TRUE(same_values(grads[i], expected[i])) << "gradient " << i;
+
+  // inf, -inf and NaN anywhere, and a finite float32 that the unscale (by
+  // 2, a scale below 1) carries past float32's range.
+  const std::vector<std::pair<double, double>> bad = {{kInf, 0.5}, {-kInf, 0.5}, {std::nan(""), 0.5}, {3e38, 2.0}};
+  for (auto [value, scale] : bad) {
+    for (int64_t at : {int64_t{0}, int64_t{299999}}) {
+      Tensor big = zeros({300000});
+      big.data<float>()[at] = static_cast<float>(value);
+      Tensor flag = zeros({});
+      ops::unscale_grads_({zeros({2}, DType::Float64), big}, scale, flag);
+      EXPECT_EQ(flag.item<float>(), 1.0f) << value << " at " << at;
+    }
+  }
+  // A raised flag stays raised.
+  Tensor raised = ones({});
+  ops::unscale_grads_({ones({4})}, 0.5, raised);
+  EXPECT_EQ(raised.item<float>(), 1.0f);
+  // Finite elements whose sum leaves float32's range are no overflow.
+  Tensor found_again = zeros({});
+  ops::unscale_grads_({full({4}, 3e38)}, 1.0, found_again);
+  EXPECT_EQ(found_again.item<float>(), 0.0f);
+}
+
+TEST(GradScaler, FusedUnscaleErrors) {
+  Tensor found = zeros({});
+  EXPECT_FALSE(ops::unscale_grads_fusable({zeros({2}, DType::BFloat16)}));
+  EXPECT_TRUE(ops::unscale_grads_fusable({zeros({2}), zeros({3}, DType::Float64)}));
+  expect_error([&] { ops::unscale_grads_({zeros({2}), zeros({2}, DType::BFloat16)}, 1.0, found); },
+               "unscale_grads_: cannot fuse gradient 1: it is bfloat16 (float32 or float64 only)");
+  expect_error([&] { ops::unscale_grads_({zeros({2, 3}).t()}, 1.0, found); },
+               "unscale_grads_: cannot fuse gradient 0: it is not contiguous");
+  expect_error([&] { ops::unscale_grads_({zeros({2})}, 1.0, zeros({}, DType::Float64)); },
+               "unscale_grads_: found_inf must be one float32 element on cpu, got float64 [] on cpu");
+}
+
+TEST(GradScaler, UnfusedGradientsAreCheckedElementByElementToo) {
+  // bfloat16 gradients take the per-tensor ops: inf and NaN are found, a
+  // large finite sum is not an overflow.
+  for (double bad : {kInf, std::nan("")}) {
+    Tensor p = make_param({1, 2, 3}, {3}, DType::BFloat16);
+    SGD sgd({p}, SGDOptions{.lr = 1.0});
+    GradScaler scaler({.init_scale = 1.0});
+    set_grad_values(p, {1.0, bad, 2.0});
+    EXPECT_FALSE(scaler.step(sgd));
+  }
+  Tensor p = make_param({1, 2, 3}, {3}, DType::BFloat16);
+  SGD sgd({p}, SGDOptions{.lr = 1.0});
+  GradScaler scaler({.init_scale = 1.0});
+  set_grad_values(p, {3e38, 3e38, 3e38});
+  EXPECT_TRUE(scaler.step(sgd));
 }
 
 TEST(GradScaler, UnscaleBeforeStepIsNotRepeated) {

@@ -6,7 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tensor/fused_optim.h"
@@ -97,6 +100,32 @@ TEST(CudaOptimStep, AdamMatchesTheCpuForEveryOption) {
         }
       }
     }
+  }
+}
+
+TEST(CudaOptimStep, UnscaleGradsMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const double inv_scale = 1.0 / 65536;
+  TensorLists grads = make_lists(30, -1e4, 1e4);
+  Tensor cpu_found = zeros({}), gpu_found = zeros({}, {DType::Float32, gpu()});
+  unscale_grads_(grads.cpu, inv_scale, cpu_found);
+  unscale_grads_(grads.dev, inv_scale, gpu_found);
+  expect_lists_equal(grads, "unscale");
+  EXPECT_EQ(gpu_found.item<float>(), 0.0f);
+  // A NaN in the last chunk of a large float32 tensor, an inf in a small
+  // float64 one: each alone raises the flag.
+  for (auto [index, at] : {std::pair<size_t, int64_t>{35, 40000}, {3, 5}}) {
+    TensorLists bad = make_lists(31, -1, 1);
+    Tensor poisoned = bad.cpu[index].clone();
+    if (poisoned.dtype() == DType::Float32) {
+      poisoned.data<float>()[at] = std::nanf("");
+    } else {
+      poisoned.data<double>()[at] = std::numeric_limits<double>::infinity();
+    }
+    bad.dev[index] = poisoned.to(gpu());
+    Tensor flag = zeros({}, {DType::Float32, gpu()});
+    unscale_grads_(bad.dev, 1.0, flag);
+    EXPECT_EQ(flag.item<float>(), 1.0f) << "tensor " << index;
   }
 }
 
