@@ -134,9 +134,10 @@ struct CrossEntropyOptions {
   Reduction reduction = Reduction::Mean;
   double label_smoothing = 0.0;  // in [0, 1]
 };
-// input holds unnormalised logits. For class indices the op is one node:
-// the forward runs log_softmax once, and the backward computes
-// softmax(input) - (smoothed) one-hot from the saved logits in one buffer,
+// input holds unnormalised logits. For class indices the op is one node
+// whose forward and backward are each one fused pass over the rows
+// (ops::cross_entropy_rows, Note [Fused cross entropy]): the backward
+// computes softmax(input) - (smoothed) one-hot from the saved logits,
 // rather than a chain of log_softmax, gather and reduction nodes. Target may also hold class
 // probabilities, a floating tensor of input's shape (torch's soft labels):
 // l_n = -sum_c w[c] * y[n, c] * logp[n, c] with y smoothed as

@@ -158,6 +158,21 @@ class Backend {
   // tensor/cuda/kernel_errors.h).
   virtual void check_index_range(const Tensor& index, int64_t limit, const IndexErrorMessage& message) = 0;
 
+  // ---- class-index cross entropy (tensor/cpu/cross_entropy.cpp) ----
+  // Note [Fused cross entropy] in tensor/cross_entropy.h, whose front-end
+  // checks the operands: x (M, C) with C >= 1, target (M) Int64, weight (C)
+  // of x's dtype or undefined, all contiguous. Overwrites losses and
+  // target_weights (M); a target outside [0, C) other than ignore_index is
+  // an error worded by message(target).
+  virtual void cross_entropy(const Tensor& losses, const Tensor& target_weights, const Tensor& x,
+                             const Tensor& target, const Tensor& weight, int64_t ignore_index, double smoothing,
+                             const IndexErrorMessage& message) = 0;
+  // Overwrites grad (M, C); grad_out is (M) or 0-dim, denominator 0-dim or
+  // undefined, both contiguous; rows whose target is out of range get 0.
+  virtual void cross_entropy_backward(const Tensor& grad, const Tensor& grad_out, const Tensor& denominator,
+                                      const Tensor& x, const Tensor& target, const Tensor& weight,
+                                      int64_t ignore_index, double smoothing) = 0;
+
   // ---- convolution helpers (tensor/cpu/im2col.cpp) ----
   // x: (N, C, H, W) -> cols: (N, C*kh*kw, oh*ow), zero padding.
   virtual void im2col(const Tensor& cols, const Tensor& x, const ConvGeometry& g) = 0;

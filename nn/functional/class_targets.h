@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "nn/functional.h"
@@ -22,9 +23,23 @@ struct ClassTargets {
   Shape target_shape;    // for reduction none
 };
 
-// Checks shapes, dtypes, devices and target bounds, naming `op` in errors.
+// Checks shapes, dtypes, devices and target bounds, naming `op` in errors:
+// flatten_class_operands, then mask_ignored_targets.
 ClassTargets flatten_class_targets(std::string_view op, const Tensor& input, const Tensor& target, const Tensor& weight,
                                    int64_t ignore_index);
+
+// The checks and the flattening alone: input, weight, classes and
+// target_shape as above, but target the flattened target as it is (ignored
+// entries included), and valid and target_weight undefined.
+ClassTargets flatten_class_operands(std::string_view op, const Tensor& input, const Tensor& target,
+                                    const Tensor& weight);
+
+// Completes flatten_class_operands' result: replaces ignored targets by
+// class 0, fills valid and target_weight, and checks the targets' range.
+void mask_ignored_targets(ClassTargets& t, std::string_view op, int64_t ignore_index);
+
+// The error for a target v outside [0, classes) that is not ignore_index.
+std::string target_out_of_range(std::string_view op, int64_t v, int64_t classes, int64_t ignore_index);
 
 // Combines per-element losses as `reduction` asks (the mean of none is NaN).
 Tensor reduce_loss(const Tensor& losses, Reduction reduction);

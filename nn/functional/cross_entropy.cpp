@@ -9,13 +9,17 @@
 // and since d(-logp_c)/dx_j = p_j - [c == j],
 //   dl_n/dx_j = p_j * a_n - (1 - s) * w_t * [j == t] - s/C * w_j,
 //   a_n = (1 - s) * w_t + s/C * W
-// which is p - onehot(t) when unweighted and unsmoothed. The backward builds
-// exactly that from p, a scatter at t and (when smoothing) one broadcast.
+// which is p - onehot(t) when unweighted and unsmoothed. Forward and
+// backward each run as one fused pass over the rows (ops::cross_entropy_rows,
+// Note [Fused cross entropy] in tensor/cross_entropy.h); a backward that is
+// itself recorded (create_graph) builds the same from differentiable ops:
+// p, a scatter at t and (when smoothing) one broadcast.
 #include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "autograd/grad_mode.h"
 #include "nn/functional.h"
 #include "nn/functional/class_targets.h"
+#include "tensor/cross_entropy.h"
 
 namespace kiln::nn::functional {
 
@@ -50,51 +54,60 @@ Tensor cross_entropy_probabilities(const Tensor& input, const Tensor& target, co
   return detail::reduce_loss(losses, options.reduction);
 }
 
-// What the class-index backward keeps: the logits and the per-row
-// constants of the formula above, all (M) unless noted.
+// What the class-index backward keeps.
 struct CrossEntropySaved {
-  SavedTensor x;         // (M, C) logits
-  Tensor target;         // (M, 1) Int64, ignored rows pointing at class 0
-  Tensor target_weight;  // w_t, 0 on ignored rows
-  Tensor valid;          // 1 on kept rows, 0 on ignored ones
-  Tensor weight;         // (C) or undefined
-  Tensor row_scale;      // a_n, 0 on ignored rows
-  Tensor denominator;    // 0-dim total weight, for the mean
+  SavedTensor x;       // (M, C) logits
+  Tensor target;       // (M) Int64, ignored entries included
+  Tensor weight;       // (C) or undefined
+  Tensor denominator;  // 0-dim total weight, for the mean
   Reduction reduction;
-  double s, classes;
+  int64_t ignore_index;
+  double s;
 };
 
-Tensor cross_entropy_backward(const Tensor& grad_out, const CrossEntropySaved& saved) {
-  const int64_t rows = saved.target.size(0);
-  const double s = saved.s;
+// The backward recorded as differentiable ops (create_graph), with p
+// computed from x so that it carries x's history.
+Tensor cross_entropy_backward_recorded(const Tensor& grad_out, const CrossEntropySaved& saved) {
+  const Tensor x = saved.x.get();
+  detail::ClassTargets t;
+  t.input = x;
+  t.target = saved.target;
+  t.weight = saved.weight;
+  t.classes = x.size(1);
+  detail::mask_ignored_targets(t, "cross_entropy", saved.ignore_index);
+  const int64_t rows = t.target.size(0);
+  const double s = saved.s, c = static_cast<double>(t.classes);
   // upstream: (M), the gradient reaching each row's loss.
   Tensor upstream = saved.reduction == Reduction::None  ? grad_out.reshape({rows})
                     : saved.reduction == Reduction::Sum ? grad_out.expand({rows})
                                                         : kiln::div(grad_out, saved.denominator).expand({rows});
-  // The terms of the formula, scaled by upstream: a_n (M, 1), -(1 - s) * w_t
-  // at column t (M, 1), and s/C * w_j on kept rows ((M, 1), or (M, C) when
-  // weighted).
-  Tensor scale = kiln::mul(upstream, saved.row_scale).unsqueeze(1);
-  Tensor at_target = kiln::mul(upstream, ops::mul(saved.target_weight, s - 1.0)).unsqueeze(1);
-  Tensor smooth;
+  // The terms of the formula: a_n (M, 1), -(1 - s) * w_t at column t
+  // (M, 1), and s/C * w_j on kept rows ((M, 1), or (M, C) when weighted).
+  Tensor row_scale = t.target_weight;
   if (s > 0) {
-    smooth = kiln::mul(upstream, ops::mul(saved.valid, s / saved.classes)).unsqueeze(1);
-    if (saved.weight.defined()) smooth = kiln::mul(smooth, saved.weight);
+    Tensor smooth_part =
+        t.weight.defined() ? ops::mul(t.valid, ops::mul(ops::sum(t.weight), s / c)) : ops::mul(t.valid, s);
+    row_scale = ops::add(ops::mul(t.target_weight, 1.0 - s), smooth_part);
   }
-  if (!GradMode::is_enabled()) {
-    // Ordinary training: the softmax is a fresh buffer this node owns, so the
-    // other terms go into it in place, with no further (M, C) copies.
-    Tensor grad = ops::softmax(saved.x.get(), 1);
-    ops::mul_(grad, scale);
-    ops::scatter_add_(grad, 1, saved.target, at_target);
-    if (smooth.defined()) ops::sub_(grad, smooth);
-    return grad;
+  Tensor scale = kiln::mul(upstream, row_scale).unsqueeze(1);
+  Tensor at_target = kiln::mul(upstream, ops::mul(t.target_weight, s - 1.0)).unsqueeze(1);
+  Tensor grad = kiln::mul(kiln::softmax(x, 1), scale);
+  grad = kiln::scatter_add(grad, 1, t.target.unsqueeze(1), at_target);
+  if (s > 0) {
+    Tensor smooth = kiln::mul(upstream, ops::mul(t.valid, s / c)).unsqueeze(1);
+    if (t.weight.defined()) smooth = kiln::mul(smooth, t.weight);
+    grad = kiln::sub(grad, smooth);
   }
-  // The backward is being recorded (create_graph): the same in differentiable
-  // ops, with p computed from x so that it carries x's history.
-  Tensor grad = kiln::mul(kiln::softmax(saved.x.get(), 1), scale);
-  grad = kiln::scatter_add(grad, 1, saved.target, at_target);
-  return smooth.defined() ? kiln::sub(grad, smooth) : grad;
+  return grad;
+}
+
+Tensor cross_entropy_backward(const Tensor& grad_out, const CrossEntropySaved& saved) {
+  if (GradMode::is_enabled()) return cross_entropy_backward_recorded(grad_out, saved);
+  // Ordinary training: one fused pass (Note [Fused cross entropy]).
+  const Tensor x = saved.x.get();
+  const Tensor upstream = saved.reduction == Reduction::None ? grad_out.reshape({x.size(0)}) : grad_out;
+  return ops::cross_entropy_rows_backward(upstream, saved.denominator, x, saved.target, saved.weight,
+                                          saved.ignore_index, saved.s);
 }
 
 }  // namespace
@@ -110,44 +123,28 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntro
   KILN_CHECK(input.defined() && target.defined(), "cross_entropy: input or target is undefined");
   if (target.is_floating_point()) return cross_entropy_probabilities(input, target, options);
 
-  detail::ClassTargets t =
-      detail::flatten_class_targets("cross_entropy", input, target, options.weight, options.ignore_index);
+  detail::ClassTargets t = detail::flatten_class_operands("cross_entropy", input, target, options.weight);
   const Tensor& x = t.input;  // (M, C)
-  const double c = static_cast<double>(t.classes);
-
-  Tensor logp = ops::log_softmax(x, 1);                                    // (M, C)
-  Tensor picked = ops::gather(logp, 1, t.target.unsqueeze(1)).squeeze(1);  // (M)
-  Tensor losses = ops::mul(ops::neg(picked), t.target_weight);             // (M)
-  if (s > 0) {
-    // sum_c w_c * (-logp_c), zero for ignored rows.
-    Tensor all_classes = ops::sum(t.weight.defined() ? ops::mul(logp, t.weight) : logp, {1});  // (M)
-    losses = ops::add(ops::mul(losses, 1.0 - s), ops::mul(ops::mul(all_classes, t.valid), -s / c));
-  }
+  const int64_t ignore_index = options.ignore_index;
+  ops::CrossEntropyRows rows =
+      ops::cross_entropy_rows(x, t.target, t.weight, ignore_index, s, [classes = t.classes, ignore_index](int64_t v) {
+        return detail::target_out_of_range("cross_entropy", v, classes, ignore_index);
+      });
   // The mean divides by the kept targets' total weight, kept as a tensor so
   // that the division needs no value back from the device.
-  Tensor denominator = options.reduction == Reduction::Mean ? ops::sum(t.target_weight) : Tensor();
-  Tensor out = options.reduction == Reduction::None  ? losses.view(t.target_shape)
-               : options.reduction == Reduction::Sum ? ops::sum(losses)
-                                                     : ops::div(ops::sum(losses), denominator);
+  Tensor denominator = options.reduction == Reduction::Mean ? ops::sum(rows.target_weights) : Tensor();
+  Tensor out = options.reduction == Reduction::None  ? rows.losses.view(t.target_shape)
+               : options.reduction == Reduction::Sum ? ops::sum(rows.losses)
+                                                     : ops::div(ops::sum(rows.losses), denominator);
   if (!autograd::needs_grad({x})) return out;
 
-  // a_n = (1 - s) * w_t + s/C * W on kept rows; s/C * W is s when unweighted.
-  Tensor row_scale = t.target_weight;
-  if (s > 0) {
-    Tensor smooth_part =
-        t.weight.defined() ? ops::mul(t.valid, ops::mul(ops::sum(t.weight), s / c)) : ops::mul(t.valid, s);
-    row_scale = ops::add(ops::mul(t.target_weight, 1.0 - s), smooth_part);
-  }
   CrossEntropySaved saved{.x = SavedTensor(x),
-                          .target = t.target.unsqueeze(1),
-                          .target_weight = t.target_weight,
-                          .valid = t.valid,
+                          .target = t.target,
                           .weight = t.weight,
-                          .row_scale = row_scale,
                           .denominator = denominator,
                           .reduction = options.reduction,
-                          .s = s,
-                          .classes = c};
+                          .ignore_index = ignore_index,
+                          .s = s};
   autograd::record("cross_entropy", {x}, {out}, [saved = std::move(saved)](const TensorList& g) -> TensorList {
     return {cross_entropy_backward(g[0], saved)};
   });

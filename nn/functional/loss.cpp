@@ -13,8 +13,20 @@ namespace kiln::nn::functional {
 
 namespace detail {
 
+std::string target_out_of_range(std::string_view op, int64_t v, int64_t classes, int64_t ignore_index) {
+  return kiln::detail::str(op, ": target ", v, " is out of bounds for ", classes, " classes (and is not ignore_index = ",
+                           ignore_index, ")");
+}
+
 ClassTargets flatten_class_targets(std::string_view op, const Tensor& input, const Tensor& target, const Tensor& weight,
                                    int64_t ignore_index) {
+  ClassTargets t = flatten_class_operands(op, input, target, weight);
+  mask_ignored_targets(t, op, ignore_index);
+  return t;
+}
+
+ClassTargets flatten_class_operands(std::string_view op, const Tensor& input, const Tensor& target,
+                                    const Tensor& weight) {
   KILN_CHECK(input.defined() && target.defined(), op, ": input or target is undefined");
   KILN_CHECK(input.is_floating_point(), op, ": expected a floating input, got ", input.dtype());
   KILN_CHECK(input.dim() >= 1, op, ": expected input of shape (N, C), (C) or (N, C, d1, ...), got a 0-dim tensor");
@@ -40,17 +52,7 @@ ClassTargets flatten_class_targets(std::string_view op, const Tensor& input, con
     order.push_back(1);
     t.input = input.permute(order).reshape({-1, classes});
   }
-  Tensor flat = target.reshape({-1});  // (M)
-  Tensor kept = ops::ne(flat, ignore_index);
-  t.target = ops::where(kept, flat, 0);
-  // On a GPU the error comes when the host next waits for it (Note [CUDA
-  // kernel errors]); gather's kernel skips a bad target meanwhile.
-  ops::check_index_range(t.target, classes, [op = std::string(op), classes, ignore_index](int64_t v) {
-    return kiln::detail::str(op, ": target ", v, " is out of bounds for ", classes,
-                             " classes (and is not ignore_index = ", ignore_index, ")");
-  });
-  t.valid = kept.to(input.dtype());
-  t.target_weight = t.valid;
+  t.target = target.reshape({-1});  // (M)
   if (weight.defined()) {
     KILN_CHECK(weight.dim() == 1 && weight.size(0) == classes, op, ": weight must have shape (", classes, ") for ",
                classes, " classes, got ", weight.shape());
@@ -60,9 +62,22 @@ ClassTargets flatten_class_targets(std::string_view op, const Tensor& input, con
                ": weight requires grad, but the loss has no gradient with respect to its class weights (as "
                "torch); pass weight.detach()");
     t.weight = weight.to(input.dtype());
-    t.target_weight = ops::mul(ops::index_select(t.weight, 0, t.target), t.valid);
   }
   return t;
+}
+
+void mask_ignored_targets(ClassTargets& t, std::string_view op, int64_t ignore_index) {
+  const Tensor flat = t.target;  // (M)
+  Tensor kept = ops::ne(flat, ignore_index);
+  t.target = ops::where(kept, flat, 0);
+  // On a GPU the error comes when the host next waits for it (Note [CUDA
+  // kernel errors]); gather's kernel skips a bad target meanwhile.
+  ops::check_index_range(t.target, t.classes,
+                         [op = std::string(op), classes = t.classes, ignore_index](int64_t v) {
+                           return target_out_of_range(op, v, classes, ignore_index);
+                         });
+  t.valid = kept.to(t.input.dtype());
+  t.target_weight = t.weight.defined() ? ops::mul(ops::index_select(t.weight, 0, t.target), t.valid) : t.valid;
 }
 
 Tensor reduce_loss(const Tensor& losses, Reduction reduction) {

@@ -31,6 +31,13 @@ class CpuBackend final : public Backend {
   void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override;
   void check_index_range(const Tensor& index, int64_t limit, const IndexErrorMessage& message) override;
 
+  void cross_entropy(const Tensor& losses, const Tensor& target_weights, const Tensor& x, const Tensor& target,
+                     const Tensor& weight, int64_t ignore_index, double smoothing,
+                     const IndexErrorMessage& message) override;
+  void cross_entropy_backward(const Tensor& grad, const Tensor& grad_out, const Tensor& denominator, const Tensor& x,
+                              const Tensor& target, const Tensor& weight, int64_t ignore_index,
+                              double smoothing) override;
+
   void im2col(const Tensor& cols, const Tensor& x, const ConvGeometry& g) override;
   void col2im(const Tensor& x, const Tensor& cols, const ConvGeometry& g) override;
 

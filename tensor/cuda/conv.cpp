@@ -40,14 +40,21 @@
 // the memory traffic and lets it use tensor cores (CUDNN_TENSOR_OP_MATH),
 // while the products are summed in float32 (the convolution descriptor's
 // compute type; float16 accumulation would lose the small terms of a long
-// sum). The results are rounded to the 16-bit dtype once, as the CPU's
-// float32 convolution rounded to 16 bits is, so the two agree to a unit in
-// the last place; the bias is added to the rounded result by cudnnAddTensor,
-// which may round a second time. Kiln's direct kernels stay float32/float64,
+// sum; the backward directions' ALGO_0, which cuDNN's guide says adds
+// partial results in the 16-bit type, is never taken). The sums are rounded
+// to the 16-bit dtype once, as the CPU's float32 convolution rounded to 16
+// bits is, so the two agree to a unit in the last place; but the bias is
+// added to the rounded result by cudnnAddTensor and rounded again, so where
+// the convolution nearly cancels the bias the CPU's single rounding and
+// this double one may differ by half a unit of the convolution's value (a
+// large part of a small result). Kiln's direct kernels stay float32/float64,
 // so a 16-bit layer always goes to cuDNN. cuDNN's legacy API does not run
 // every geometry in 16 bits (bfloat16 least): where it declines every
 // algorithm for a 16-bit direction, that direction is computed on float32
-// copies of its tensors and the result rounded, which gives the CPU's values.
+// copies of its tensors and the result rounded, which gives the CPU's values;
+// cuda::conv_float32_fallbacks() counts those, so a test can see that
+// cuDNN really ran a layer in 16 bits.
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <map>
@@ -204,10 +211,12 @@ bool is_16_bit(DType dtype) { return dtype == DType::Float16 || dtype == DType::
 // [cuDNN convolution algorithms]); Perf is one of the three
 // cudnnConvolution*AlgoPerf_t, `status` what the ranking call (`call`)
 // returned. None when cuDNN declined to rank 16-bit data (Note [16-bit cuDNN
-// convolutions]).
+// convolutions]). `sums_in_16_bit` is the direction's algorithm that adds
+// partial results in the 16-bit output type (ALGO_0 of the two backward
+// directions, by cuDNN's guide), or -1: it is never taken for 16-bit data.
 template <class Perf>
 std::vector<Choice> acceptable(cudnnStatus_t status, const char* call, DType dtype, const Perf* ranked, int count,
-                               cudnnMathType_t math) {
+                               cudnnMathType_t math, int sums_in_16_bit = -1) {
   if (declined(status) && is_16_bit(dtype)) return {};
   if (status != CUDNN_STATUS_SUCCESS) detail::throw_cudnn_error(status, call, __FILE__, __LINE__);
   std::vector<Choice> choices;
@@ -217,6 +226,7 @@ std::vector<Choice> acceptable(cudnnStatus_t status, const char* call, DType dty
       if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxWorkspaceBytes) continue;
       if ((p.determinism == CUDNN_DETERMINISTIC) != deterministic) continue;
       if (math == CUDNN_FMA_MATH && p.mathType != CUDNN_FMA_MATH && p.mathType != CUDNN_DEFAULT_MATH) continue;
+      if (is_16_bit(dtype) && static_cast<int>(p.algo) == sums_in_16_bit) continue;
       choices.push_back({static_cast<int>(p.algo), math == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : p.mathType});
     }
   }
@@ -360,7 +370,7 @@ bool backward_data(const Tensor& grad_input, const Tensor& grad_out, const Tenso
             cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w.get(), d.y.get(), d.conv.get(), d.x.get(),
                                                         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, ranked);
         return acceptable(status, "cudnnGetConvolutionBackwardDataAlgorithm_v7", grad_input.dtype(), ranked, count,
-                          d.math);
+                          d.math, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0);
       },
       [&](int algorithm, size_t* bytes) {
         return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d.w.get(), d.y.get(), d.conv.get(), d.x.get(),
@@ -390,7 +400,8 @@ bool backward_filter(const Tensor& grad_weight, const Tensor& grad_out, const Te
         const cudnnStatus_t status =
             cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, d.x.get(), d.y.get(), d.conv.get(), d.w.get(),
                                                           CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, ranked);
-        return acceptable(status, "cudnnGetConvolutionBackwardFilterAlgorithm_v7", x.dtype(), ranked, count, d.math);
+        return acceptable(status, "cudnnGetConvolutionBackwardFilterAlgorithm_v7", x.dtype(), ranked, count, d.math,
+                          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0);
       },
       [&](int algorithm, size_t* bytes) {
         return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, d.x.get(), d.y.get(), d.conv.get(), d.w.get(),
@@ -425,9 +436,12 @@ void write_into(const Tensor& target, bool in_place, const Compute& compute) {
 // backward_filter; where it declines 16-bit data, the same on float32 copies
 // of the inputs, rounded into result (Note [16-bit cuDNN convolutions]).
 // Undefined inputs (a missing bias) stay undefined.
+std::atomic<int64_t> float32_fallbacks{0};
+
 template <class Direction>
 void in_float32_where_declined(const Tensor& result, const std::vector<Tensor>& inputs, const Direction& direction) {
   if (direction(result, inputs)) return;
+  float32_fallbacks.fetch_add(1, std::memory_order_relaxed);
   std::vector<Tensor> wide;
   for (const Tensor& t : inputs) wide.push_back(t.defined() ? t.to(DType::Float32) : t);
   const Tensor wide_result = Tensor::empty(result.shape(), {DType::Float32, result.device()});
@@ -447,6 +461,8 @@ void check_dtype(DType dtype, const char* op) {
 }  // namespace
 
 bool CudaBackend::conv2d_takes(DType dtype) const { return takes(dtype); }
+
+int64_t conv_float32_fallbacks() { return float32_fallbacks.load(std::memory_order_relaxed); }
 
 void CudaBackend::conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
                          const ConvGeometry& g) {

