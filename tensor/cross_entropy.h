@@ -20,7 +20,8 @@
 //   a_n = (1 - s) * w_t + s/C * sum_c w_c,
 // with p = softmax(x_n) and u_n the gradient reaching row n's loss
 // (grad_out[n], or the scalar grad_out, divided by `denominator` for a mean),
-// 0 on ignored rows. Sums are taken in the compute type (float for float32
+// 0 on ignored rows (so a mean over no kept target, whose loss is NaN, has a
+// zero gradient, as torch's). Sums are taken in the compute type (float for float32
 // and 16-bit, double for float64), the softmax's sum of exponentials in
 // float64 on the CPU as tensor/cpu/softmax.cpp's.
 #pragma once

@@ -55,10 +55,13 @@ Tensor cross_entropy_probabilities(const Tensor& input, const Tensor& target, co
 }
 
 // What the class-index backward keeps.
+// target and weight may be views of the caller's tensors: saved with their
+// versions, so that changing them in place before backward is an error
+// rather than a silently different gradient.
 struct CrossEntropySaved {
   SavedTensor x;       // (M, C) logits
-  Tensor target;       // (M) Int64, ignored entries included
-  Tensor weight;       // (C) or undefined
+  SavedTensor target;  // (M) Int64, ignored entries included
+  SavedTensor weight;  // (C) or undefined
   Tensor denominator;  // 0-dim total weight, for the mean
   Reduction reduction;
   int64_t ignore_index;
@@ -71,8 +74,8 @@ Tensor cross_entropy_backward_recorded(const Tensor& grad_out, const CrossEntrop
   const Tensor x = saved.x.get();
   detail::ClassTargets t;
   t.input = x;
-  t.target = saved.target;
-  t.weight = saved.weight;
+  t.target = saved.target.get();
+  t.weight = saved.weight.get();
   t.classes = x.size(1);
   detail::mask_ignored_targets(t, "cross_entropy", saved.ignore_index);
   const int64_t rows = t.target.size(0);
@@ -103,10 +106,13 @@ Tensor cross_entropy_backward_recorded(const Tensor& grad_out, const CrossEntrop
 
 Tensor cross_entropy_backward(const Tensor& grad_out, const CrossEntropySaved& saved) {
   if (GradMode::is_enabled()) return cross_entropy_backward_recorded(grad_out, saved);
-  // Ordinary training: one fused pass (Note [Fused cross entropy]).
+  // Ordinary training: one fused pass (Note [Fused cross entropy]). A
+  // gradient handed to backward() in another dtype is converted, as the
+  // ops of a composite backward would promote it.
   const Tensor x = saved.x.get();
-  const Tensor upstream = saved.reduction == Reduction::None ? grad_out.reshape({x.size(0)}) : grad_out;
-  return ops::cross_entropy_rows_backward(upstream, saved.denominator, x, saved.target, saved.weight,
+  const Tensor g = grad_out.to(x.dtype());
+  const Tensor upstream = saved.reduction == Reduction::None ? g.reshape({x.size(0)}) : g;
+  return ops::cross_entropy_rows_backward(upstream, saved.denominator, x, saved.target.get(), saved.weight.get(),
                                           saved.ignore_index, saved.s);
 }
 
@@ -139,8 +145,8 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntro
   if (!autograd::needs_grad({x})) return out;
 
   CrossEntropySaved saved{.x = SavedTensor(x),
-                          .target = t.target,
-                          .weight = t.weight,
+                          .target = SavedTensor(t.target),
+                          .weight = SavedTensor(t.weight),
                           .denominator = denominator,
                           .reduction = options.reduction,
                           .ignore_index = ignore_index,

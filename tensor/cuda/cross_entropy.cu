@@ -26,21 +26,6 @@ namespace {
 
 constexpr int64_t kRowsPerBlock = kReduceThreads / kWarpThreads;
 
-// NaN-propagating max, as tensor/cuda/softmax.cu's.
-template <class C>
-__device__ inline C max_of(C a, C b) {
-  return (b > a || b != b) ? b : a;
-}
-
-template <class C>
-__device__ inline C negative_infinity() {
-  if constexpr (std::is_same_v<C, float>) {
-    return -__int_as_float(0x7f800000);
-  } else {
-    return -__longlong_as_double(0x7ff0000000000000LL);
-  }
-}
-
 // combine over the warp's 32 values, returned to every lane.
 template <class C, class Combine>
 __device__ inline C warp_all_reduce(C v, const Combine& combine) {

@@ -8,6 +8,23 @@
 
 namespace kiln::cuda {
 
+// NaN-propagating max: a row holding a NaN has a NaN max (as on the CPU,
+// where such rows give NaN through the sum), for the softmax and the cross
+// entropy's rows.
+template <class C>
+__device__ inline C max_of(C a, C b) {
+  return (b > a || b != b) ? b : a;
+}
+
+template <class C>
+__device__ inline C negative_infinity() {
+  if constexpr (std::is_same_v<C, float>) {
+    return -__int_as_float(0x7f800000);
+  } else {
+    return -__longlong_as_double(0x7ff0000000000000LL);
+  }
+}
+
 template <class C>
 __device__ inline C exp_of(C x) {
   if constexpr (std::is_same_v<C, float>)

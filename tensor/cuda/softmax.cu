@@ -23,22 +23,6 @@ namespace kiln::cuda {
 
 namespace {
 
-// NaN-propagating max, so a row holding a NaN has a NaN max (the CPU gets
-// NaN for such rows too, through the sum).
-template <class C>
-__device__ inline C max_of(C a, C b) {
-  return (b > a || b != b) ? b : a;
-}
-
-template <class C>
-__device__ inline C negative_infinity() {
-  if constexpr (std::is_same_v<C, float>) {
-    return -__int_as_float(0x7f800000);
-  } else {
-    return -__longlong_as_double(0x7ff0000000000000LL);
-  }
-}
-
 // The combine over a group of kGroup threads, returned to all of them.
 template <int kGroup, class C, class Combine>
 __device__ inline C group_all_reduce(C v, const Combine& combine, C identity) {

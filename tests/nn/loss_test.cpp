@@ -174,6 +174,39 @@ TEST(CrossEntropy, AllIgnoredMeanIsNaNAsTorch) {
   EXPECT_TRUE(std::isnan(out.item<double>()));
 }
 
+TEST(CrossEntropy, AllIgnoredMeanHasAZeroGradientAsTorch) {
+  Tensor logits = leaf({2, 3}, 41);
+  F::cross_entropy(logits, from_vector<int64_t>({-100, -100}, {2})).backward();
+  expect_values(logits.grad(), std::vector<double>(6, 0.0), 0);
+}
+
+TEST(CrossEntropy, TargetsOrWeightsChangedBeforeBackwardAreAnError) {
+  // The fused backward reads the targets and weights again (Note [Fused
+  // cross entropy]): changing them in place after the forward must not
+  // silently change the gradient.
+  Tensor logits = leaf({2, 3}, 42);
+  Tensor target = from_vector<int64_t>({0, 2}, {2});
+  Tensor loss = F::cross_entropy(logits, target);
+  target.copy_(from_vector<int64_t>({1, 1}, {2}));
+  expect_error([&] { loss.backward(); }, "a tensor saved for backward was modified by an in-place operation");
+  Tensor weight = uniform64({3}, 43, 0.5, 1.5);
+  Tensor weighted = F::cross_entropy(logits, from_vector<int64_t>({0, 2}, {2}), {.weight = weight});
+  ops::fill_(weight, 1.0);
+  expect_error([&] { weighted.backward(); }, "a tensor saved for backward was modified by an in-place operation");
+}
+
+TEST(CrossEntropy, AGradientOfAnotherDtypeIsConverted) {
+  // A float32 loss given a float64 gradient: the backward converts it, as
+  // the ops of a composite backward would.
+  Tensor logits = leaf({2, 3}, 44).detach().to(DType::Float32).requires_grad_();
+  Tensor loss = F::cross_entropy(logits, from_vector<int64_t>({0, 2}, {2}));
+  loss.backward(full({}, 2.0, DType::Float64));
+  ASSERT_TRUE(logits.grad().defined());
+  Tensor once = logits.detach().requires_grad_();
+  F::cross_entropy(once, from_vector<int64_t>({0, 2}, {2})).backward();
+  expect_values(logits.grad(), values(kiln::mul(once.grad(), 2.0)), 1e-6);
+}
+
 TEST(CrossEntropy, ProbabilityTargets) {
   Tensor logits = leaf({3, 4}, 30, -2, 2);
   Tensor probs = kiln::softmax(uniform64({3, 4}, 31, -1, 1), 1);

@@ -8,10 +8,15 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tensor/factory.h"
 #include "tests/tensor/test_util.h"
+
+#ifdef KILN_WITH_CUDA
+#include "tests/tensor/cuda_compare.h"
+#endif
 
 namespace kiln {
 namespace {
@@ -141,6 +146,53 @@ TEST(CrossEntropyRows, BadOperandsAreErrors) {
                                                       Tensor(), kIgnore, 0.0); },
                "cross_entropy_rows_backward: expected grad_out float32 [] or [2] on cpu, got float32 [3] on cpu");
 }
+
+#ifdef KILN_WITH_CUDA
+// The CUDA kernels against the CPU's on shapes that take many blocks and
+// rows wider than a warp (a lane then walks several classes), one class, and
+// every floating dtype.
+TEST(CudaCrossEntropyRows, MatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const Device gpu = cuda_device(0);
+  uint64_t seed = 50;
+  for (auto [rows, classes] : {std::pair<int64_t, int64_t>{1000, 100}, {300, 37}, {70, 1}, {5, 2000}}) {
+    for (DType dtype : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
+      const double tol = cuda_compare::tolerance_for(dtype);
+      std::vector<int64_t> targets(static_cast<size_t>(rows));
+      for (int64_t n = 0; n < rows; ++n) targets[n] = n % 7 == 3 ? kIgnore : (n * 31 + 5) % classes;
+      const Tensor target = from_vector<int64_t>(targets, {rows});
+      const Tensor x = cuda_compare::random_tensor({rows, classes}, dtype, seed++, -6, 6);
+      const Tensor weight = cuda_compare::random_tensor({classes}, dtype, seed++, 0.5, 2);
+      const Tensor go = cuda_compare::random_tensor({rows}, dtype, seed++);
+      for (bool weighted : {false, true}) {
+        for (double s : {0.0, 0.1}) {
+          const std::string what = detail::str(dtype_name(dtype), " ", rows, "x", classes, weighted ? " weighted" : "",
+                                               " smoothing ", s);
+          const Tensor w = weighted ? weight : Tensor(), w_gpu = weighted ? weight.to(gpu) : Tensor();
+          const ops::CrossEntropyRows cpu = ops::cross_entropy_rows(x, target, w, kIgnore, s, message_for("ce"));
+          const ops::CrossEntropyRows dev =
+              ops::cross_entropy_rows(x.to(gpu), target.to(gpu), w_gpu, kIgnore, s, message_for("ce"));
+          cuda_compare::expect_close(cpu.losses, dev.losses, tol, tol, what + " losses");
+          cuda_compare::expect_close(cpu.target_weights, dev.target_weights, 0, 0, what + " target weights");
+          cuda_compare::expect_close(
+              ops::cross_entropy_rows_backward(go, Tensor(), x, target, w, kIgnore, s),
+              ops::cross_entropy_rows_backward(go.to(gpu), Tensor(), x.to(gpu), target.to(gpu), w_gpu, kIgnore, s),
+              tol, tol, what + " grad");
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaCrossEntropyRows, ABadTargetIsReportedAtTheNextWait) {
+  SKIP_WITHOUT_GPU();
+  const Device gpu = cuda_device(0);
+  ops::CrossEntropyRows rows;
+  ASSERT_NO_THROW(rows = ops::cross_entropy_rows(zeros({2, 3}).to(gpu), from_vector<int64_t>({0, 3}, {2}).to(gpu),
+                                                 Tensor(), kIgnore, 0.0, message_for("cross_entropy")));
+  expect_error([&] { (void)rows.losses.cpu(); }, "cross_entropy: target 3 is out of range");
+}
+#endif  // KILN_WITH_CUDA
 
 }  // namespace
 }  // namespace kiln
