@@ -12,3 +12,5 @@ for program in gemm bandwidth conv; do
   echo "== $program"
   "$build/bench/$program"
 done
+echo "== op_overhead"
+bash "$(dirname "${BASH_SOURCE[0]}")/op_overhead_vs_pytorch.sh" "$build"
