@@ -111,10 +111,12 @@ void describe_filter(const FilterDescriptor& desc, const Tensor& weight, const C
       to_int(g.channels, op, "channels"), to_int(g.kernel_h, op, "kernel"), to_int(g.kernel_w, op, "kernel")));
 }
 
+bool is_16_bit(DType dtype) { return dtype == DType::Float16 || dtype == DType::BFloat16; }
+
 // The type cuDNN sums the products in: float32 for the 16-bit dtypes (Note
 // [16-bit cuDNN convolutions]), else the data's own.
 cudnnDataType_t compute_type(DType dtype) {
-  return dtype == DType::Float16 || dtype == DType::BFloat16 ? CUDNN_DATA_FLOAT : cudnn_data_type(dtype);
+  return is_16_bit(dtype) ? CUDNN_DATA_FLOAT : cudnn_data_type(dtype);
 }
 
 void describe_convolution(const ConvolutionDescriptor& desc, const ConvGeometry& g, DType dtype, cudnnMathType_t math,
@@ -130,7 +132,7 @@ void describe_convolution(const ConvolutionDescriptor& desc, const ConvGeometry&
 // convolution algorithms]), for the 16-bit dtypes always (Note [16-bit cuDNN
 // convolutions]); float64 has no tensor-core path to avoid.
 cudnnMathType_t math_type(DType dtype) {
-  if (dtype == DType::Float16 || dtype == DType::BFloat16) return CUDNN_TENSOR_OP_MATH;
+  if (is_16_bit(dtype)) return CUDNN_TENSOR_OP_MATH;
   if (dtype == DType::Float32 && !allow_tf32()) return CUDNN_FMA_MATH;
   return CUDNN_DEFAULT_MATH;
 }
@@ -204,8 +206,6 @@ bool declined(cudnnStatus_t status) {
          (code >= static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED) &&
           code < static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED) + 1000);
 }
-
-bool is_16_bit(DType dtype) { return dtype == DType::Float16 || dtype == DType::BFloat16; }
 
 // The acceptable entries of cuDNN's ranking, deterministic ones first (Note
 // [cuDNN convolution algorithms]); Perf is one of the three
@@ -449,18 +449,14 @@ void in_float32_where_declined(const Tensor& result, const std::vector<Tensor>& 
   Tensor(result).copy_(wide_result);   // a handle to result's storage
 }
 
-bool takes(DType dtype) {
-  return dtype == DType::Float32 || dtype == DType::Float64 || dtype == DType::Float16 || dtype == DType::BFloat16;
-}
-
 void check_dtype(DType dtype, const char* op) {
-  KILN_CHECK(takes(dtype), op, ": the CUDA convolution takes float32, float64, float16 or bfloat16, got ",
+  KILN_CHECK(is_floating(dtype), op, ": the CUDA convolution takes float32, float64, float16 or bfloat16, got ",
              dtype_name(dtype));
 }
 
 }  // namespace
 
-bool CudaBackend::conv2d_takes(DType dtype) const { return takes(dtype); }
+bool CudaBackend::conv2d_takes(DType dtype) const { return is_floating(dtype); }
 
 int64_t conv_float32_fallbacks() { return float32_fallbacks.load(std::memory_order_relaxed); }
 
