@@ -245,7 +245,8 @@ TEST_F(NcclOneRank, DistributedDataParallelAndTheTrainingHelpersRunOnTheGpu) {
   EXPECT_EQ(group_->collective_device(), device_);
   auto model = std::make_shared<Branchy>(TensorOptions(DType::Float32, device_));
   const Tensor x = from_vector<double>({1, -2, 3, 0.5, -1, 2, 0.25, 4}, {2, 4}).to(DType::Float32).to(device_);
-  ops::sum(ops::mul(model->forward(x), model->forward(x))).backward();
+  // kiln::sum and kiln::mul, which record history (not the tensor-level ops::).
+  kiln::sum(kiln::mul(model->forward(x), model->forward(x))).backward();
   std::map<std::string, std::vector<double>> plain;
   for (const auto& [name, p] : model->named_parameters()) {
     plain[name] = values_of(p.grad());
@@ -257,7 +258,7 @@ TEST_F(NcclOneRank, DistributedDataParallelAndTheTrainingHelpersRunOnTheGpu) {
   options.find_unused_parameters = true;
   auto ddp = std::make_shared<DistributedDataParallel>(model, options);
   Tensor y = ddp->forward(x);
-  ops::sum(ops::mul(y, y)).backward();
+  kiln::sum(kiln::mul(y, y)).backward();
   for (const auto& [name, p] : model->named_parameters()) {
     ASSERT_TRUE(p.grad().defined()) << name;
     EXPECT_EQ(p.grad().device(), device_) << name;
@@ -269,7 +270,7 @@ TEST_F(NcclOneRank, DistributedDataParallelAndTheTrainingHelpersRunOnTheGpu) {
   // A step that skips the second layer leaves its gradients undefined, as in one process.
   model->use_second = false;
   y = ddp->forward(x);
-  ops::sum(y).backward();
+  kiln::sum(y).backward();
   EXPECT_TRUE(model->fc1->named_parameters().at("weight").grad().defined());
   EXPECT_FALSE(model->fc2->named_parameters().at("weight").grad().defined());
 

@@ -26,11 +26,11 @@ inline Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, doub
 }
 
 // Expects |actual - expected| <= atol + rtol * |expected| element by element;
-// `actual` may live on any device, `expected` on the CPU.
-inline void expect_close(const Tensor& expected, const Tensor& actual, double rtol, double atol,
+// either may live on any device.
+inline void expect_close(const Tensor& expected_anywhere, const Tensor& actual, double rtol, double atol,
                          const std::string& what = "") {
-  ASSERT_EQ(expected.shape(), actual.shape()) << what;
-  Tensor got = actual.to(kCPU);
+  ASSERT_EQ(expected_anywhere.shape(), actual.shape()) << what;
+  const Tensor expected = expected_anywhere.to(kCPU), got = actual.to(kCPU);
   int64_t reported = 0;
   for (int64_t i = 0; i < expected.numel(); ++i) {
     const double e = flat_value(expected, i), a = flat_value(got, i);

@@ -37,9 +37,10 @@ std::vector<MaxCase> max_cases() {
 
 TEST(CudaPool, MaxPoolValuesIndicesAndBackwardMatchTheCpu) {
   SKIP_WITHOUT_GPU();
+  const std::vector<MaxCase> cases = max_cases();
   for (DType dtype : kFloatDTypes) {
-    for (size_t c = 0; c < max_cases().size(); ++c) {
-      const MaxCase& mc = max_cases()[c];
+    for (size_t c = 0; c < cases.size(); ++c) {
+      const MaxCase& mc = cases[c];
       const std::string what = detail::str("max_pool2d case ", c, " ", dtype);
       Tensor x = random_tensor(mc.shape, dtype, 10 + c);
       // Ties (a repeated value) and NaN, which wins its windows.
