@@ -95,7 +95,7 @@ if [[ "$device" == "cuda" ]]; then
       if [[ -n "$torch_out" ]]; then
         torch="$(awk -v b="batch=$batch" '$1 == "lenet_train_cuda" && $2 == b { split($3, kv, "="); print kv[2] }' <<<"$torch_out")"
         awk -v k="$kind" -v b="$batch" -v kiln="$kiln" -v t="$torch" \
-          'BEGIN { printf "%s batch=%s kiln_img_s=%.0f pytorch_img_s=%.0f ratio=%.2f\n", k, b, kiln, t, t > 0 ? kiln / t : 0 }'
+          'BEGIN { printf "%s batch=%s kiln_img_s=%.0f pytorch_img_s=%.0f ratio=%.2f\n", k, b, kiln, t, (t > 0 ? kiln / t : 0) }'
       else
         echo "$kind batch=$batch kiln_img_s=$kiln"
       fi
