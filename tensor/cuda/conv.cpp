@@ -164,10 +164,15 @@ std::vector<int64_t> algorithm_key(Direction direction, const Tensor& x, const T
 
 // A chosen algorithm: one of the three enums, stored as int, or
 // kNoneRuns for 16-bit data that no algorithm takes (Note [16-bit cuDNN
-// convolutions]).
+// convolutions]); with the workspace it needs, once known. cuDNN 9's
+// workspace query costs the host more than the convolution call itself (for
+// LeNet's second layer on an H100, 48 to 77 microseconds against 31 to 48:
+// bench/cuda_conv_host.cpp), and its answer depends only on what the key
+// holds, so it is asked once per key too.
 struct Choice {
   int algorithm;
   cudnnMathType_t math;
+  std::optional<size_t> workspace_bytes = std::nullopt;
 };
 constexpr int kNoneRuns = -1;
 
@@ -259,15 +264,15 @@ bool run_convolution(const std::vector<int64_t>& key, const ConvolutionDescripto
   std::string declines;
   for (const Choice& choice : choices) {
     KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), choice.math));
-    size_t bytes = 0;
-    cudnnStatus_t status = workspace_size(choice.algorithm, &bytes);
+    size_t bytes = choice.workspace_bytes.value_or(0);
+    cudnnStatus_t status = choice.workspace_bytes ? CUDNN_STATUS_SUCCESS : workspace_size(choice.algorithm, &bytes);
     if (status == CUDNN_STATUS_SUCCESS && bytes > kMaxWorkspaceBytes) status = CUDNN_STATUS_NOT_SUPPORTED;
     if (status == CUDNN_STATUS_SUCCESS) {
       Tensor scratch = workspace(bytes, device);
       status = run(choice.algorithm, data_or_null(scratch), bytes);
     }
     if (status == CUDNN_STATUS_SUCCESS) {
-      if (!cached) algorithm_cache().put(key, choice);
+      if (!cached) algorithm_cache().put(key, {choice.algorithm, choice.math, bytes});
       return true;
     }
     if (!declined(status)) detail::throw_cudnn_error(status, call, __FILE__, __LINE__);
