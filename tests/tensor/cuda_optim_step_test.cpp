@@ -22,7 +22,7 @@ using namespace kiln::backend_compare;
 namespace {
 
 // 40 tensors (more than one launch holds), from 1 element to several
-// 16384-element chunks, float32 and float64 mixed.
+// chunks (1024 elements each), float32 and float64 mixed.
 struct TensorLists {
   std::vector<Tensor> cpu, dev;
 };
