@@ -35,9 +35,14 @@ mkdir -p "$kit/lib" "$kit/tests" "$kit/bench" "$kit/apps/lenet" "$kit/apps/tools
 # tool carries links as links.
 cp -L "$build/libkiln.so.0" "$kit/lib/libkiln.so.0"
 cp "$build"/tests/kiln_*_tests "$kit/tests/"
-for program in lenet cuda_ops conv gemm; do
+for program in lenet op_overhead cuda_ops cuda_conv_host conv gemm; do
   if [[ -x "$build/bench/$program" ]]; then cp "$build/bench/$program" "$kit/bench/"; fi
 done
+# The kernel tracer and the CUPTI it loads (the GPU machine may lack it).
+if [[ -f "$build/bench/libcuda_kernel_trace.so" ]]; then
+  cp "$build/bench/libcuda_kernel_trace.so" "$kit/bench/"
+  cp -L "$(ldd "$build/bench/libcuda_kernel_trace.so" | awk '/libcupti/ { print $3 }')" "$kit/lib/"
+fi
 # At the paths bench/cifar_binary.sh and gpu-run.sh look for them under a build.
 cp "$build/apps/lenet/kiln-lenet" "$kit/apps/lenet/"
 cp "$build/apps/tools/kiln-image-folder-to-cifar" "$kit/apps/tools/"

@@ -19,8 +19,11 @@
 # 4. waits for the trainer and prints each run's final test accuracy;
 # 5. then, with the GPU to themselves, the CUDA benchmarks:
 #    bench/lenet_vs_pytorch.sh --device cuda (Kiln eager and with a CUDA
-#    graph against PyTorch eager), the same with KILN_CUDA_CONV=kiln (Kiln's
-#    direct convolution kernels), and cuda_ops.
+#    graph against PyTorch eager; with KILN_GPU_DIRECT_CONV=1 again with
+#    KILN_CUDA_CONV=kiln, Kiln's direct convolution kernels), cuda_ops,
+#    cuda_conv_host, bench/op_overhead_vs_pytorch.sh --device cuda, and a
+#    kernel trace (bench/cuda_kernel_trace.cpp) of a LeNet epoch at batch 64
+#    and 512, Kiln's and PyTorch's.
 # Everything goes to $OUT/gpu-run.log (what the device tool brings back), the
 # trainer's logs to $OUT/lenet_fp32.jsonl and $OUT/lenet_amp.jsonl; the summary
 # is printed last. KILN_GPU_FILTER narrows the tests (a --gtest_filter
@@ -181,12 +184,29 @@ if [[ "${KILN_GPU_SKIP_BENCH:-0}" != 1 ]]; then
   {
     echo "==== bench/lenet_vs_pytorch.sh --device cuda"
     KILN_DATA="$kit/data" timeout 150 bash "$root/bench/lenet_vs_pytorch.sh" "$kit" --device cuda
-    echo "==== the same with KILN_CUDA_CONV=kiln"
-    KILN_DATA="$kit/data" KILN_CUDA_CONV=kiln timeout 90 bash "$root/bench/lenet_vs_pytorch.sh" "$kit" --device cuda
+    if [[ "${KILN_GPU_DIRECT_CONV:-0}" == 1 ]]; then
+      echo "==== the same with KILN_CUDA_CONV=kiln"
+      KILN_DATA="$kit/data" KILN_CUDA_CONV=kiln timeout 90 bash "$root/bench/lenet_vs_pytorch.sh" "$kit" --device cuda
+    fi
     echo "==== cuda_ops"
     timeout 60 "$kit/bench/cuda_ops"
+    echo "==== cuda_conv_host"
+    timeout 60 "$kit/bench/cuda_conv_host"
+    echo "==== bench/op_overhead_vs_pytorch.sh --device cuda"
+    timeout 90 bash "$root/bench/op_overhead_vs_pytorch.sh" "$kit" --device cuda
+    # Where the GPU time of a LeNet step goes, Kiln's kernels and PyTorch's.
+    trace="$kit/bench/libcuda_kernel_trace.so"
+    if [[ -f "$trace" ]]; then
+      for batch in 64 512; do
+        echo "==== kernel trace: bench/lenet --device cuda --batch $batch (eager and graph passes)"
+        LD_PRELOAD="$trace" timeout 60 "$kit/bench/lenet" --device cuda --batch "$batch" --train-images 25600
+        echo "==== kernel trace: bench/lenet_torch.py --device cuda --batch $batch"
+        LD_PRELOAD="$trace" timeout 60 python3 "$root/bench/lenet_torch.py" --device cuda --batch "$batch" \
+          --train-images 25600
+      done
+    fi
   } >>"$log" 2>&1
-  results="$(sed -n '/^==== bench\/lenet_vs_pytorch.sh/,$p' "$log" | grep -E '^(lenet_train_cuda|cuda_ops|gemm|elementwise)|ratio=')"
+  results="$(sed -n '/^==== bench\/lenet_vs_pytorch.sh/,$p' "$log" | grep -E '^(lenet_train_cuda|cuda_ops|cuda_conv_host|op_overhead|gemm|elementwise)|ratio=')"
   say "${results:-benchmarks: no result lines; see the end of gpu-run.log}"
 fi
 echo "---- summary ($summary; full log $log)"
