@@ -8,8 +8,9 @@
 //   more than kCalls calls' kernels, so the host never waits for the GPU.
 // - gpu: the same calls queued behind a large GEMM, so that they run back to
 //   back on the GPU once it ends, timed between CUDA events after it.
-// For Kiln (ops::conv2d and ops::conv2d_backward through cuDNN and through
-// its direct kernels, and a small ops::add for scale), then for raw cuDNN's
+// For Kiln (ops::conv2d and ops::conv2d_backward through cuDNN's legacy
+// calls, through its graph API and through Kiln's direct kernels, and a
+// small ops::add for scale), then for raw cuDNN's
 // legacy API on layer 2's buffers: the descriptors (create, set, destroy),
 // the workspace query and each call Kiln makes.
 //     cuda_conv_host layer=2 what=kiln_forward_cudnn host_us=.. gpu_us=..
@@ -104,15 +105,32 @@ int main() try {
     const Tensor x = kiln::randn({64, l.in, l.size, l.size}).to(device);
     const Tensor w = kiln::randn({l.out, l.in, 5, 5}).to(device), b = kiln::randn({l.out}).to(device);
     const Tensor dy = kiln::randn({64, l.out, l.size - 4, l.size - 4}).to(device);
-    for (auto implementation : {kiln::cuda::ConvImplementation::Cudnn, kiln::cuda::ConvImplementation::Kiln}) {
-      kiln::cuda::set_conv_implementation(implementation);
-      const bool cudnn = implementation == kiln::cuda::ConvImplementation::Cudnn;
-      report(layer, cudnn ? "kiln_forward_cudnn" : "kiln_forward_direct", device,
-             [&] { sink = kiln::ops::conv2d(x, w, b); });
-      report(layer, cudnn ? "kiln_backward_cudnn" : "kiln_backward_direct", device, [&] {
+    // cuDNN's legacy calls, cuDNN's graph API (Note [cuDNN graph API]), and
+    // Kiln's direct kernels.
+    struct Variant {
+      const char* forward;
+      const char* backward;
+      kiln::cuda::ConvImplementation implementation;
+      kiln::cuda::CudnnApi api;
+    };
+    for (const Variant& v : {Variant{"kiln_forward_cudnn", "kiln_backward_cudnn", kiln::cuda::ConvImplementation::Cudnn,
+                                     kiln::cuda::CudnnApi::Legacy},
+                             Variant{"kiln_forward_cudnn_graph", "kiln_backward_cudnn_graph",
+                                     kiln::cuda::ConvImplementation::Cudnn, kiln::cuda::CudnnApi::Graph},
+                             Variant{"kiln_forward_direct", "kiln_backward_direct",
+                                     kiln::cuda::ConvImplementation::Kiln, kiln::cuda::CudnnApi::Legacy}}) {
+      kiln::cuda::set_conv_implementation(v.implementation);
+      kiln::cuda::set_cudnn_api(v.api);
+      const int64_t graph_runs = kiln::cuda::cudnn_graph_runs();
+      report(layer, v.forward, device, [&] { sink = kiln::ops::conv2d(x, w, b); });
+      report(layer, v.backward, device, [&] {
         sink = kiln::ops::conv2d_backward(dy, x, w, {}, {l.grad_input, true, true}).grad_weight;
       });
+      if (v.api == kiln::cuda::CudnnApi::Graph && kiln::cuda::cudnn_graph_runs() == graph_runs) {
+        std::printf("cuda_conv_host layer=%d the graph API declined this layer: the legacy API ran it\n", layer);
+      }
     }
+    kiln::cuda::set_cudnn_api(kiln::cuda::CudnnApi::Legacy);
     kiln::cuda::set_conv_implementation(kiln::cuda::ConvImplementation::Cudnn);
   }
   const Tensor x = kiln::randn({64, 6, 14, 14}).to(device);

@@ -19,7 +19,8 @@
 # 4. waits for the trainer and prints each run's final test accuracy;
 # 5. then, with the GPU to themselves, the CUDA benchmarks:
 #    bench/lenet_vs_pytorch.sh --device cuda (Kiln eager and with a CUDA
-#    graph against PyTorch eager; with KILN_GPU_DIRECT_CONV=1 again with
+#    graph against PyTorch eager; again with KILN_CUDNN_API=graph (cuDNN's
+#    graph API, Note [cuDNN graph API]); with KILN_GPU_DIRECT_CONV=1 again with
 #    KILN_CUDA_CONV=kiln, Kiln's direct convolution kernels), cuda_ops,
 #    cuda_conv_host, bench/op_overhead_vs_pytorch.sh --device cuda, and a
 #    kernel trace (bench/cuda_kernel_trace.cpp) of a LeNet epoch at batch 64
@@ -184,6 +185,8 @@ if [[ "${KILN_GPU_SKIP_BENCH:-0}" != 1 ]]; then
   {
     echo "==== bench/lenet_vs_pytorch.sh --device cuda"
     KILN_DATA="$kit/data" timeout 150 bash "$root/bench/lenet_vs_pytorch.sh" "$kit" --device cuda
+    echo "==== the same with KILN_CUDNN_API=graph"
+    KILN_DATA="$kit/data" KILN_CUDNN_API=graph timeout 120 bash "$root/bench/lenet_vs_pytorch.sh" "$kit" --device cuda
     if [[ "${KILN_GPU_DIRECT_CONV:-0}" == 1 ]]; then
       echo "==== the same with KILN_CUDA_CONV=kiln"
       KILN_DATA="$kit/data" KILN_CUDA_CONV=kiln timeout 90 bash "$root/bench/lenet_vs_pytorch.sh" "$kit" --device cuda
@@ -206,7 +209,7 @@ if [[ "${KILN_GPU_SKIP_BENCH:-0}" != 1 ]]; then
       done
     fi
   } >>"$log" 2>&1
-  results="$(sed -n '/^==== bench\/lenet_vs_pytorch.sh/,$p' "$log" | grep -E '^(lenet_train_cuda|cuda_ops|cuda_conv_host|op_overhead|gemm|elementwise)|ratio=')"
+  results="$(sed -n '/^==== bench\/lenet_vs_pytorch.sh/,$p' "$log" | grep -E '^(====|lenet_train_cuda|cuda_ops|cuda_conv_host|op_overhead|gemm|elementwise)|ratio=')"
   say "${results:-benchmarks: no result lines; see the end of gpu-run.log}"
 fi
 echo "---- summary ($summary; full log $log)"

@@ -1,4 +1,6 @@
-// CUDA 2-d convolution through cuDNN, or Kiln's direct kernels for small
+// CUDA 2-d convolution through cuDNN (its legacy calls, or its graph API
+// when cuda::set_cudnn_api chooses it: Note [cuDNN graph API] in
+// cudnn_graph.cpp), or Kiln's direct kernels for small
 // layers when chosen (Note [Direct CUDA convolution] in conv_direct.h): one
 // group per call, as the front-end (tensor/conv.cpp) makes them, in float32,
 // float64, float16 or bfloat16 (Note [16-bit cuDNN convolutions]).
@@ -66,6 +68,7 @@
 #include "tensor/cuda/conv_direct.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cudnn.h"
+#include "tensor/cuda/cudnn_graph.h"
 #include "tensor/cuda/device.h"
 #include "tensor/cuda/settings.h"
 
@@ -75,7 +78,7 @@ namespace {
 
 constexpr size_t kMaxWorkspaceBytes = size_t{1} << 30;
 
-enum class Direction : int64_t { Forward, BackwardData, BackwardFilter };
+using Direction = ConvDirection;
 
 // True when cuDNN can take t (N, C, H, W) with its strides (Note [cuDNN
 // convolution algorithms]).
@@ -319,16 +322,15 @@ struct ConvDescriptors {
 // t itself when cuDNN can read it in place, else a contiguous copy.
 Tensor readable(const Tensor& t) { return planes_contiguous(t) ? t : t.contiguous(); }
 
-// The three directions: each returns false, having written nothing, when
-// cuDNN declines every algorithm for 16-bit data (run_convolution).
-bool forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvGeometry& g) {
+// The legacy API's forward (Note [cuDNN convolution algorithms]); false when
+// it declines 16-bit data.
+bool legacy_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const ConvGeometry& g,
+                    const std::vector<int64_t>& key, cudnnHandle_t handle, const Scaling& scaling) {
   const char* op = "conv2d";
   const Device device = out.device();
   ConvDescriptors d(x, weight, out, g, op);
-  cudnnHandle_t handle = cudnn_handle(device);
-  const Scaling scaling(x.dtype());
-  const bool ran = run_convolution(
-      algorithm_key(Direction::Forward, x, weight, out, g, d.math), d.conv, x.dtype(), device, op,
+  return run_convolution(
+      key, d.conv, x.dtype(), device, op,
       "cudnnConvolutionForward",
       [&] {
         cudnnConvolutionFwdAlgoPerf_t ranked[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
@@ -346,15 +348,29 @@ bool forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Ten
                                        d.conv.get(), static_cast<cudnnConvolutionFwdAlgo_t>(algorithm), scratch, bytes,
                                        scaling.zero(), d.y.get(), out.data_ptr());
       });
-  if (!ran) return false;
+}
+
+// The three directions: each returns false, having written nothing, when
+// cuDNN declines every algorithm for 16-bit data (run_convolution).
+bool forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvGeometry& g) {
+  const char* op = "conv2d";
+  const Device device = out.device();
+  cudnnHandle_t handle = cudnn_handle(device);
+  const Scaling scaling(x.dtype());
+  const std::vector<int64_t> key = algorithm_key(Direction::Forward, x, weight, out, g, math_type(x.dtype()));
+  if (!(cudnn_api() == CudnnApi::Graph && run_with_graph_api(Direction::Forward, x, weight, out, g, handle, key)) &&
+      !legacy_forward(out, x, weight, g, key, handle, scaling)) {
+    return false;
+  }
   if (bias.defined()) {
     // bias: (OC) seen as (1, OC, 1, 1), added to every position of out.
     Tensor b = bias.contiguous();
-    TensorDescriptor bias_desc;
+    TensorDescriptor bias_desc, out_desc;
     KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(bias_desc.get(), CUDNN_TENSOR_NCHW, cudnn_data_type(b.dtype()), 1,
                                                 to_int(b.numel(), op, "bias size"), 1, 1));
-    KILN_CUDNN_CHECK(
-        cudnnAddTensor(handle, scaling.one(), bias_desc.get(), b.data_ptr(), scaling.one(), d.y.get(), out.data_ptr()));
+    describe_tensor(out_desc, out, op);
+    KILN_CUDNN_CHECK(cudnnAddTensor(handle, scaling.one(), bias_desc.get(), b.data_ptr(), scaling.one(),
+                                    out_desc.get(), out.data_ptr()));
   }
   return true;
 }
@@ -362,12 +378,17 @@ bool forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Ten
 bool backward_data(const Tensor& grad_input, const Tensor& grad_out, const Tensor& weight, const ConvGeometry& g) {
   const char* op = "conv2d_backward";
   const Device device = grad_input.device();
-  ConvDescriptors d(grad_input, weight, grad_out, g, op);
   cudnnHandle_t handle = cudnn_handle(device);
+  const std::vector<int64_t> key =
+      algorithm_key(Direction::BackwardData, grad_input, weight, grad_out, g, math_type(grad_input.dtype()));
+  if (cudnn_api() == CudnnApi::Graph &&
+      run_with_graph_api(Direction::BackwardData, grad_input, weight, grad_out, g, handle, key)) {
+    return true;
+  }
+  ConvDescriptors d(grad_input, weight, grad_out, g, op);
   const Scaling scaling(grad_input.dtype());
   return run_convolution(
-      algorithm_key(Direction::BackwardData, grad_input, weight, grad_out, g, d.math), d.conv, grad_input.dtype(),
-      device, op, "cudnnConvolutionBackwardData",
+      key, d.conv, grad_input.dtype(), device, op, "cudnnConvolutionBackwardData",
       [&] {
         cudnnConvolutionBwdDataAlgoPerf_t ranked[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
         int count = 0;
@@ -393,12 +414,17 @@ bool backward_data(const Tensor& grad_input, const Tensor& grad_out, const Tenso
 bool backward_filter(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x, const ConvGeometry& g) {
   const char* op = "conv2d_backward";
   const Device device = grad_weight.device();
-  ConvDescriptors d(x, grad_weight, grad_out, g, op);
   cudnnHandle_t handle = cudnn_handle(device);
+  const std::vector<int64_t> key =
+      algorithm_key(Direction::BackwardFilter, x, grad_weight, grad_out, g, math_type(x.dtype()));
+  if (cudnn_api() == CudnnApi::Graph &&
+      run_with_graph_api(Direction::BackwardFilter, x, grad_weight, grad_out, g, handle, key)) {
+    return true;
+  }
+  ConvDescriptors d(x, grad_weight, grad_out, g, op);
   const Scaling scaling(x.dtype());
   return run_convolution(
-      algorithm_key(Direction::BackwardFilter, x, grad_weight, grad_out, g, d.math), d.conv, x.dtype(), device, op,
-      "cudnnConvolutionBackwardFilter",
+      key, d.conv, x.dtype(), device, op, "cudnnConvolutionBackwardFilter",
       [&] {
         cudnnConvolutionBwdFilterAlgoPerf_t ranked[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
         int count = 0;

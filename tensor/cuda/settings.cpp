@@ -17,6 +17,12 @@ ConvImplementation implementation_from_environment() {
   return value != nullptr && std::string(value) == "kiln" ? ConvImplementation::Kiln : ConvImplementation::Cudnn;
 }
 std::atomic<ConvImplementation> conv_choice{implementation_from_environment()};
+
+CudnnApi cudnn_api_from_environment() {
+  const char* value = std::getenv("KILN_CUDNN_API");
+  return value != nullptr && std::string(value) == "graph" ? CudnnApi::Graph : CudnnApi::Legacy;
+}
+std::atomic<CudnnApi> cudnn_api_choice{cudnn_api_from_environment()};
 }  // namespace
 
 void set_allow_tf32(bool allow) { tf32_allowed.store(allow, std::memory_order_relaxed); }
@@ -28,5 +34,9 @@ void set_conv_implementation(ConvImplementation implementation) {
 }
 
 ConvImplementation conv_implementation() { return conv_choice.load(std::memory_order_relaxed); }
+
+void set_cudnn_api(CudnnApi api) { cudnn_api_choice.store(api, std::memory_order_relaxed); }
+
+CudnnApi cudnn_api() { return cudnn_api_choice.load(std::memory_order_relaxed); }
 
 }  // namespace kiln::cuda

@@ -25,6 +25,20 @@ enum class ConvImplementation { Cudnn, Kiln };
 void set_conv_implementation(ConvImplementation implementation);
 ConvImplementation conv_implementation();
 
+// Which cuDNN interface runs convolutions (Note [cuDNN graph API] in
+// tensor/cuda/cudnn_graph.cpp): the legacy calls (the default), or the
+// graph API with an execution plan built once per layer shape, which costs
+// the host less per call. The starting value comes from
+// KILN_CUDNN_API=legacy|graph.
+enum class CudnnApi { Legacy, Graph };
+void set_cudnn_api(CudnnApi api);
+CudnnApi cudnn_api();
+
+// How many convolution directions this process has run through the graph
+// API: a test's proof that the graph API, not its legacy fallback, ran.
+// Defined with the CUDA backend.
+int64_t cudnn_graph_runs();
+
 // How many float16/bfloat16 convolution directions (a forward, a data or a
 // filter gradient) this process has computed on float32 copies because
 // cuDNN declined every algorithm for the 16-bit layer (Note [16-bit cuDNN

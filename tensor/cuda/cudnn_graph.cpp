@@ -1,0 +1,424 @@
+// Convolutions through cuDNN's graph API (tensor/cuda/cudnn_graph.h).
+//
+// Note [cuDNN graph API]
+// cuDNN 9 has two interfaces. The legacy one (cudnnConvolutionForward and
+// its two backward siblings, tensor/cuda/conv.cpp) takes descriptors and an
+// algorithm number on every call, and on an H100 each call costs the host 30
+// to 50 microseconds even for a shape it has just run (bench/
+// cuda_conv_host.cpp); a LeNet step makes five, so at batch 64, where the
+// step is bound by the host, they are a third of it (docs/BENCHMARKS.md).
+// The graph API splits the work in two:
+// - once per layer shape: describe the operation (a graph of one
+//   convolution node whose tensors x, w and y carry shape, strides, dtype,
+//   pointer alignment and a unique id), ask cuDNN's heuristics for a ranked
+//   list of engine configurations, and finalize the first acceptable one
+//   into an execution plan, which is cached;
+// - per call: a variant pack binds the three data pointers (by unique id)
+//   and a workspace, and cudnnBackendExecute runs the plan.
+// "Acceptable" follows Note [cuDNN convolution algorithms], read from each
+// engine's numerical notes: deterministic engines first (a non-deterministic
+// one only when nothing else is offered, by either of cuDNN's two
+// heuristics modes); nothing that converts the inputs down; for float32
+// nothing that uses tensor cores unless cuda::allow_tf32(); for float16 and
+// bfloat16 nothing that sums in reduced precision; a workspace within
+// kMaxWorkspaceBytes. Plans are cached per key (conv.cpp's algorithm
+// key: direction, dtype, math, device, sizes, strides, alignments, geometry)
+// and per handle, since a plan is finalized for one handle, and handles are
+// one per host thread (Note [Library handles]), as PyTorch keeps its plans
+// per thread. Where cuDNN offers no acceptable engine, or declines the plan
+// when it runs, the key is remembered as declined and the legacy API runs
+// it instead.
+// The graph API is chosen by cuda::set_cudnn_api(CudnnApi::Graph) or
+// KILN_CUDNN_API=graph (tensor/cuda/settings.h); the legacy API stays the
+// default until the graph API has been measured against it on a GPU.
+#include "tensor/cuda/cudnn_graph.h"
+
+#include <atomic>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "tensor/cuda/cudnn.h"
+#include "tensor/cuda/settings.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+constexpr size_t kMaxWorkspaceBytes = size_t{1} << 30;  // as the legacy path's (conv.cpp)
+
+// The unique ids of the three tensors of every convolution graph.
+constexpr int64_t kX = 1, kW = 2, kY = 3;
+
+std::atomic<int64_t> graph_runs{0};
+
+[[noreturn]] void fail(cudnnStatus_t status, const char* call, int64_t attribute) {
+  const std::string what = std::string(call) + " (attribute " + std::to_string(attribute) + ")";
+  detail::throw_cudnn_error(status, what.c_str(), __FILE__, __LINE__);
+}
+
+// Whether cuDNN declined the graph or plan (its NOT_SUPPORTED statuses and
+// a misaligned pointer) rather than failed: the legacy API then runs it.
+bool declined(cudnnStatus_t status) {
+  const int code = static_cast<int>(status);
+  return status == CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER ||
+         (code >= static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED) &&
+          code < static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED) + 1000);
+}
+
+// A backend descriptor owned for its lifetime.
+class Descriptor {
+ public:
+  explicit Descriptor(cudnnBackendDescriptorType_t type) {
+    const cudnnStatus_t status = cudnnBackendCreateDescriptor(type, &descriptor_);
+    if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendCreateDescriptor", type);
+  }
+  ~Descriptor() {
+    if (descriptor_ != nullptr) (void)cudnnBackendDestroyDescriptor(descriptor_);
+  }
+  Descriptor(Descriptor&& other) noexcept : descriptor_(std::exchange(other.descriptor_, nullptr)) {}
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  Descriptor& operator=(Descriptor&&) = delete;
+
+  cudnnBackendDescriptor_t get() const { return descriptor_; }
+
+  // Attribute `name` := `count` values of cuDNN type `type` at `values`.
+  void set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count, const void* values) {
+    const cudnnStatus_t status = cudnnBackendSetAttribute(descriptor_, name, type, count, values);
+    if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendSetAttribute", name);
+  }
+  void set(cudnnBackendAttributeName_t name, const Descriptor& other) {
+    cudnnBackendDescriptor_t raw = other.get();
+    set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw);
+  }
+  void set(cudnnBackendAttributeName_t name, std::initializer_list<int64_t> values) {
+    set(name, CUDNN_TYPE_INT64, static_cast<int64_t>(values.size()), values.begin());
+  }
+
+  // The status, for a caller that tells a decline from a failure.
+  cudnnStatus_t try_finalize() { return cudnnBackendFinalize(descriptor_); }
+  void finalize() {
+    const cudnnStatus_t status = try_finalize();
+    if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendFinalize", 0);
+  }
+
+ private:
+  cudnnBackendDescriptor_t descriptor_ = nullptr;
+};
+
+// The largest power of two up to 16 that divides t's address, in bytes.
+int64_t alignment(const Tensor& t) {
+  const auto address = reinterpret_cast<uintptr_t>(t.data_ptr());
+  int64_t a = 1;
+  while (a < 16 && address % (2 * a) == 0) a *= 2;
+  return a;
+}
+
+Descriptor tensor(int64_t uid, DType dtype, std::initializer_list<int64_t> dims, std::initializer_list<int64_t> strides,
+                  int64_t byte_alignment) {
+  Descriptor d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  const cudnnDataType_t type = cudnn_data_type(dtype);
+  d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
+  d.set(CUDNN_ATTR_TENSOR_DIMENSIONS, dims);
+  d.set(CUDNN_ATTR_TENSOR_STRIDES, strides);
+  d.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, {uid});
+  d.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, {byte_alignment});
+  d.finalize();
+  return d;
+}
+
+// t (N, C, H, W), planes contiguous; a size-1 dim's stride is replaced by
+// the packed one, as conv.cpp's legacy descriptors do.
+Descriptor activation(int64_t uid, const Tensor& t) {
+  const int64_t hw = t.size(2) * t.size(3);
+  const int64_t s1 = t.size(1) == 1 ? hw : t.stride(1);
+  const int64_t s0 = t.size(0) == 1 ? t.size(1) * s1 : t.stride(0);
+  return tensor(uid, t.dtype(), {t.size(0), t.size(1), t.size(2), t.size(3)}, {s0, s1, t.size(3), 1}, alignment(t));
+}
+
+// w (OC, C*kh*kw), contiguous, as (OC, C, kh, kw).
+Descriptor filter(int64_t uid, const Tensor& w, const ConvGeometry& g) {
+  const int64_t plane = g.kernel_h * g.kernel_w;
+  return tensor(uid, w.dtype(), {w.size(0), g.channels, g.kernel_h, g.kernel_w},
+                {g.channels * plane, plane, g.kernel_w, 1}, alignment(w));
+}
+
+Descriptor convolution(const ConvGeometry& g, DType dtype) {
+  Descriptor d(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  // Products summed in float32 for the 16-bit dtypes (Note [16-bit cuDNN
+  // convolutions]), else in the data's own type.
+  const cudnnDataType_t compute = dtype == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  d.set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
+  d.set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
+  d.set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, {2});
+  d.set(CUDNN_ATTR_CONVOLUTION_DILATIONS, {g.dilation_h, g.dilation_w});
+  d.set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, {g.stride_h, g.stride_w});
+  d.set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, {g.pad_h, g.pad_w});
+  d.set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, {g.pad_h, g.pad_w});
+  d.finalize();
+  return d;
+}
+
+// The operation node of one direction and the attribute names of its parts.
+struct OperationKind {
+  cudnnBackendDescriptorType_t type;
+  cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+};
+
+OperationKind operation_kind(ConvDirection direction) {
+  switch (direction) {
+    case ConvDirection::Forward:
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA};
+    case ConvDirection::BackwardData:
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA};
+    case ConvDirection::BackwardFilter:
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
+  }
+  KILN_FAIL("cuDNN graph: invalid convolution direction ", static_cast<int64_t>(direction));
+}
+
+bool is_16_bit(DType dtype) { return dtype == DType::Float16 || dtype == DType::BFloat16; }
+
+// Whether an engine with these numerical notes keeps Kiln's rules for
+// `dtype` (Note [cuDNN graph API]); `deterministic_only` in the first pass.
+bool acceptable(const cudnnBackendNumericalNote_t* notes, int64_t count, DType dtype, bool deterministic_only) {
+  for (int64_t i = 0; i < count; ++i) {
+    switch (notes[i]) {
+      case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC:
+        if (deterministic_only) return false;
+        break;
+      case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
+        if (dtype == DType::Float32 && !allow_tf32()) return false;
+        break;
+      case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
+        return false;  // rounds the inputs below their dtype, for every dtype (as PyTorch refuses it)
+      case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION:
+        if (is_16_bit(dtype)) return false;
+        break;
+      default:
+        break;
+    }
+  }
+  return true;
+}
+
+// A finalized plan, the engine configuration it was made from (kept alive
+// with it, as cudnn-frontend does), and the workspace it needs.
+struct Plan {
+  Descriptor config;
+  Descriptor plan;
+  int64_t workspace_bytes;
+};
+
+// The operation graph of `direction` on these tensors, or none when cuDNN
+// declines to build it.
+std::optional<Descriptor> operation_graph(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
+                                          const ConvGeometry& g, cudnnHandle_t handle, const Descriptor& conv) {
+  const OperationKind kind = operation_kind(direction);
+  const Descriptor x_desc = activation(kX, x), w_desc = filter(kW, w, g), y_desc = activation(kY, y);
+  Descriptor op(kind.type);
+  op.set(kind.x, x_desc);
+  op.set(kind.w, w_desc);
+  op.set(kind.y, y_desc);
+  op.set(kind.conv, conv);
+  // alpha 1, beta 0: the result overwrites the output; in the compute type.
+  const double one64 = 1, zero64 = 0;
+  const float one32 = 1, zero32 = 0;
+  const bool wide = x.dtype() == DType::Float64;
+  op.set(kind.alpha, wide ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1, wide ? static_cast<const void*>(&one64) : &one32);
+  op.set(kind.beta, wide ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1, wide ? static_cast<const void*>(&zero64) : &zero32);
+  const cudnnStatus_t op_status = op.try_finalize();
+  if (declined(op_status)) return std::nullopt;
+  if (op_status != CUDNN_STATUS_SUCCESS) fail(op_status, "cudnnBackendFinalize (convolution operation)", kind.type);
+  Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, op);
+  graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+  const cudnnStatus_t status = graph.try_finalize();
+  if (declined(status)) return std::nullopt;
+  if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendFinalize (operation graph)", 0);
+  return graph;
+}
+
+// The engine configurations cuDNN's heuristics in `mode` rank for `graph`,
+// best first.
+std::vector<Descriptor> engine_configs(const Descriptor& graph, cudnnBackendHeurMode_t mode) {
+  std::vector<Descriptor> configs;
+  Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
+  heuristics.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  // A mode that declines the graph offers nothing.
+  cudnnStatus_t status = heuristics.try_finalize();
+  if (declined(status)) return configs;
+  if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendFinalize (engine heuristics)", mode);
+  int64_t count = 0;
+  status = cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
+                                    &count, nullptr);
+  if (declined(status)) return configs;
+  if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendGetAttribute", CUDNN_ATTR_ENGINEHEUR_RESULTS);
+  // The configurations are written into descriptors created beforehand.
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) {
+    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    raw.push_back(configs.back().get());
+  }
+  if (count == 0) return configs;
+  status = cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                    count, &count, raw.data());
+  if (declined(status)) count = 0;
+  if (status != CUDNN_STATUS_SUCCESS && !declined(status)) {
+    fail(status, "cudnnBackendGetAttribute", CUDNN_ATTR_ENGINEHEUR_RESULTS);
+  }
+  while (static_cast<int64_t>(configs.size()) > count) configs.pop_back();
+  return configs;
+}
+
+// Whether the engine of `config` is acceptable for `dtype` (Note [cuDNN
+// graph API]); an engine whose notes cannot be read is not.
+bool engine_acceptable(const Descriptor& config, DType dtype, bool deterministic_only) {
+  Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  cudnnBackendDescriptor_t engine_raw = engine.get();
+  int64_t got = 0;
+  if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
+                               &engine_raw) != CUDNN_STATUS_SUCCESS) {
+    return false;
+  }
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  int64_t note_count = 0;
+  if (cudnnBackendGetAttribute(engine_raw, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                               CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &note_count, notes) != CUDNN_STATUS_SUCCESS) {
+    return false;
+  }
+  return acceptable(notes, note_count, dtype, deterministic_only);
+}
+
+// The first of `configs` (in ranking order) whose engine is acceptable for
+// `dtype` and that finalizes into a plan within the workspace limit,
+// deterministic engines first; the chosen configuration moves into the plan.
+std::shared_ptr<const Plan> first_acceptable(std::vector<Descriptor>& configs, DType dtype, cudnnHandle_t handle) {
+  for (bool deterministic_only : {true, false}) {
+    for (Descriptor& config : configs) {
+      if (config.get() == nullptr || !engine_acceptable(config, dtype, deterministic_only)) continue;
+      // The configuration's own workspace figure, when it has one, spares
+      // finalizing a plan that would be refused for its size.
+      int64_t workspace = 0, got = 0;
+      if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got,
+                                   &workspace) == CUDNN_STATUS_SUCCESS &&
+          static_cast<size_t>(workspace) > kMaxWorkspaceBytes) {
+        continue;
+      }
+      Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+      plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
+      if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) continue;  // this configuration cannot run here
+      const cudnnStatus_t status = cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                                            CUDNN_TYPE_INT64, 1, &got, &workspace);
+      if (status != CUDNN_STATUS_SUCCESS) {
+        fail(status, "cudnnBackendGetAttribute", CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
+      }
+      if (workspace < 0 || static_cast<size_t>(workspace) > kMaxWorkspaceBytes) continue;
+      return std::make_shared<const Plan>(Plan{std::move(config), std::move(plan), workspace});
+    }
+  }
+  return nullptr;
+}
+
+// The first acceptable engine configuration of cuDNN's rankings, finalized
+// into a plan; none when no configuration is acceptable and finalizes.
+std::shared_ptr<const Plan> build_plan(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
+                                       const ConvGeometry& g, cudnnHandle_t handle) {
+  const Descriptor conv = convolution(g, x.dtype());
+  std::optional<Descriptor> graph = operation_graph(direction, x, w, y, g, handle, conv);
+  if (!graph) return nullptr;
+
+  // Heuristics mode A ranks the engines; the fallback mode lists more
+  // general ones after them, so that a deterministic engine of either comes
+  // before a non-deterministic one of A.
+  std::vector<Descriptor> configs = engine_configs(*graph, CUDNN_HEUR_MODE_A);
+  for (Descriptor& config : engine_configs(*graph, CUDNN_HEUR_MODE_FALLBACK)) configs.push_back(std::move(config));
+  return first_acceptable(configs, x.dtype(), handle);
+}
+
+// Plans by key and handle; a null plan marks a key the legacy API runs.
+class PlanCache {
+ public:
+  // The cached entry: found (the plan or null) or not.
+  std::pair<bool, std::shared_ptr<const Plan>> find(const std::vector<int64_t>& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = plans_.find(key);
+    if (found == plans_.end()) return {false, nullptr};
+    return {true, found->second};
+  }
+  void put(const std::vector<int64_t>& key, std::shared_ptr<const Plan> plan) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    plans_[key] = std::move(plan);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::vector<int64_t>, std::shared_ptr<const Plan>> plans_;
+};
+
+PlanCache& plan_cache() {
+  static auto* cache = new PlanCache;  // never destroyed: plans outlive static destruction (Note [Library handles])
+  return *cache;
+}
+
+}  // namespace
+
+int64_t cudnn_graph_runs() { return graph_runs.load(std::memory_order_relaxed); }
+
+bool run_with_graph_api(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
+                        const ConvGeometry& g, cudnnHandle_t handle, const std::vector<int64_t>& key) {
+  std::vector<int64_t> plan_key = key;
+  plan_key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(handle)));
+  auto [found, plan] = plan_cache().find(plan_key);
+  if (!found) {
+    plan = build_plan(direction, x, w, y, g, handle);
+    plan_cache().put(plan_key, plan);
+  }
+  if (!plan) return false;
+
+  const Tensor scratch =
+      plan->workspace_bytes > 0 ? Tensor::empty({plan->workspace_bytes}, {DType::UInt8, x.device()}) : Tensor();
+  void* workspace = scratch.defined() ? scratch.data_ptr() : nullptr;
+  void* pointers[3] = {x.data_ptr(), w.data_ptr(), y.data_ptr()};
+  Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, pointers);
+  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, {kX, kW, kY});
+  pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+  pack.finalize();
+  const cudnnStatus_t status = cudnnBackendExecute(handle, plan->plan.get(), pack.get());
+  if (declined(status)) {
+    plan_cache().put(plan_key, nullptr);
+    return false;
+  }
+  if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendExecute", 0);
+  graph_runs.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+}  // namespace kiln::cuda
