@@ -93,14 +93,44 @@ TEST(CudaConv2d, BackwardMatchesCpu) {
   }
 }
 
-// Kiln's direct kernels (Note [Direct CUDA convolution]) for a scope.
-class DirectKernels {
+// A setting of tensor/cuda/settings.h changed for a scope and restored at
+// its end: Setting<ConvImplementation, ...> direct(Kiln).
+template <class T, T (*get)(), void (*set)(T)>
+class Setting {
  public:
-  DirectKernels() : before_(cuda::conv_implementation()) { cuda::set_conv_implementation(cuda::ConvImplementation::Kiln); }
-  ~DirectKernels() { cuda::set_conv_implementation(before_); }
+  explicit Setting(T value) : before_(get()) { set(value); }
+  ~Setting() { set(before_); }
+  Setting(const Setting&) = delete;
+  Setting& operator=(const Setting&) = delete;
 
  private:
-  cuda::ConvImplementation before_;
+  T before_;
+};
+
+// Kiln's direct kernels (Note [Direct CUDA convolution]) for a scope.
+struct DirectKernels : Setting<cuda::ConvImplementation, cuda::conv_implementation, cuda::set_conv_implementation> {
+  DirectKernels() : Setting(cuda::ConvImplementation::Kiln) {}
+};
+
+// cuDNN's graph API (Note [cuDNN graph API] in tensor/cuda/cudnn_graph.cpp)
+// for a scope.
+struct GraphApi : Setting<cuda::CudnnApi, cuda::cudnn_api, cuda::set_cudnn_api> {
+  GraphApi() : Setting(cuda::CudnnApi::Graph) {}
+};
+
+// A case's operands and the CPU's results: y = conv2d(x, w, b) (b only when
+// the case has a bias), a random dy, and the input and weight gradients
+// for it. Draws its values from `seed`, advancing it.
+struct CpuCase {
+  Tensor x, w, b, y, dy;
+  Conv2dGrads grads;
+  CpuCase(const ConvCase& k, DType dtype, uint64_t& seed)
+      : x(random_tensor({k.n, k.c, k.h, k.w}, dtype, seed++)),
+        w(random_tensor({k.oc, k.c / k.p.groups, k.kh, k.kw}, dtype, seed++)),
+        b(k.bias ? random_tensor({k.oc}, dtype, seed++) : Tensor()),
+        y(conv2d(x, w, b, k.p)),
+        dy(random_tensor(y.shape(), dtype, seed++)),
+        grads(conv2d_backward(dy, x, w, k.p, {true, true, false})) {}
 };
 
 TEST(CudaConv2d, DirectKernelsMatchCpuAndCudnn) {
@@ -109,12 +139,9 @@ TEST(CudaConv2d, DirectKernelsMatchCpuAndCudnn) {
   for (DType dtype : {DType::Float32, DType::Float64}) {
     for (const ConvCase& k : kCases) {
       const Device gpu = cuda_device(0);
-      Tensor x = random_tensor({k.n, k.c, k.h, k.w}, dtype, seed++);
-      Tensor w = random_tensor({k.oc, k.c / k.p.groups, k.kh, k.kw}, dtype, seed++);
-      Tensor b = k.bias ? random_tensor({k.oc}, dtype, seed++) : Tensor();
-      Tensor y = conv2d(x, w, b, k.p);
-      Tensor dy = random_tensor(y.shape(), dtype, seed++);
-      Conv2dGrads expected = conv2d_backward(dy, x, w, k.p, {true, true, false});
+      const CpuCase c(k, dtype, seed);
+      const Tensor &x = c.x, &w = c.w, &b = c.b, &y = c.y, &dy = c.dy;
+      const Conv2dGrads& expected = c.grads;
       Tensor cudnn_y = conv2d(x.to(gpu), w.to(gpu), b.defined() ? b.to(gpu) : b, k.p);
       DirectKernels direct;
       Tensor direct_y = conv2d(x.to(gpu), w.to(gpu), b.defined() ? b.to(gpu) : b, k.p);
@@ -133,17 +160,6 @@ TEST(CudaConv2d, DirectKernelsMatchCpuAndCudnn) {
   }
 }
 
-// cuDNN's graph API for a scope (Note [cuDNN graph API] in
-// tensor/cuda/cudnn_graph.cpp).
-class GraphApi {
- public:
-  GraphApi() : before_(cuda::cudnn_api()) { cuda::set_cudnn_api(cuda::CudnnApi::Graph); }
-  ~GraphApi() { cuda::set_cudnn_api(before_); }
-
- private:
-  cuda::CudnnApi before_;
-};
-
 TEST(CudaConv2d, CudnnApiIsChosenBySetter) {
   // No GPU needed: the setting itself.
   const cuda::CudnnApi before = cuda::cudnn_api();
@@ -161,12 +177,9 @@ TEST(CudaConv2d, GraphApiMatchesCpuAndRunsWithoutTheLegacyApi) {
   for (DType dtype : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
     for (const ConvCase& k : kCases) {
       const Device gpu = cuda_device(0);
-      Tensor x = random_tensor({k.n, k.c, k.h, k.w}, dtype, seed++);
-      Tensor w = random_tensor({k.oc, k.c / k.p.groups, k.kh, k.kw}, dtype, seed++);
-      Tensor b = k.bias ? random_tensor({k.oc}, dtype, seed++) : Tensor();
-      Tensor y = conv2d(x, w, b, k.p);
-      Tensor dy = random_tensor(y.shape(), dtype, seed++);
-      Conv2dGrads expected = conv2d_backward(dy, x, w, k.p, {true, true, false});
+      const CpuCase c(k, dtype, seed);
+      const Tensor &x = c.x, &w = c.w, &b = c.b, &y = c.y, &dy = c.dy;
+      const Conv2dGrads& expected = c.grads;
       const int64_t runs_before = cuda::cudnn_graph_runs();
       Tensor actual_y = conv2d(x.to(gpu), w.to(gpu), b.defined() ? b.to(gpu) : b, k.p);
       Conv2dGrads actual = conv2d_backward(dy.to(gpu), x.to(gpu), w.to(gpu), k.p, {true, true, false});
