@@ -48,6 +48,20 @@ if [[ ! -d "$kit/lib" ]]; then
 fi
 say "kit built from $(cat "$kit/COMMIT" 2>/dev/null || echo '?'); tree at $(git -C "$root" rev-parse HEAD 2>/dev/null || echo '?')"
 nvidia-smi -L 2>&1 | tee -a "$summary" || say "gpu-run: nvidia-smi did not answer"
+# The anchor's versions, for docs/BENCHMARKS.md (Kiln loads the same cuDNN
+# and NCCL, from PyTorch's wheels: step 1).
+python3 - <<'EOF' 2>&1 | tee -a "$summary"
+try:
+    import torch
+    parts = [f"pytorch {torch.__version__}", f"cuda {torch.version.cuda}", f"cudnn {torch.backends.cudnn.version()}"]
+    try:
+        parts.append("nccl " + ".".join(map(str, torch.cuda.nccl.version())))
+    except Exception:
+        parts.append("nccl unknown")
+    print(", ".join(parts))
+except Exception as error:
+    print(f"pytorch: not importable ({error})")
+EOF
 
 # 1. Libraries: every directory under the Python nvidia packages that holds
 # one of the libraries libkiln links, then the toolkit's.
