@@ -226,9 +226,24 @@ bool acceptable(const cudnnBackendNumericalNote_t* notes, int64_t count, DType d
   return true;
 }
 
-// A finalized plan, the engine configuration it was made from (kept alive
-// with it, as cudnn-frontend does), and the workspace it needs.
+// The descriptors of one convolution's operation graph. A plan made from
+// it may refer to them, so they live as long as the plan (as cudnn-
+// frontend's objects keep theirs, each holding what it was built from).
+struct GraphParts {
+  Descriptor conv, x, w, y, op, graph;
+};
+
+// A finalized plan with what it was made from, and the workspace it needs.
 struct Plan {
+  GraphParts parts;
+  Descriptor config;
+  Descriptor plan;
+  int64_t workspace_bytes;
+};
+
+// A plan's own part: the chosen configuration, the finalized plan, its
+// workspace.
+struct Chosen {
   Descriptor config;
   Descriptor plan;
   int64_t workspace_bytes;
@@ -236,31 +251,34 @@ struct Plan {
 
 // The operation graph of `direction` on these tensors, or none when cuDNN
 // declines to build it.
-std::optional<Descriptor> operation_graph(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
-                                          const ConvGeometry& g, cudnnHandle_t handle, const Descriptor& conv) {
+std::optional<GraphParts> operation_graph(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
+                                          const ConvGeometry& g, cudnnHandle_t handle) {
   const OperationKind kind = operation_kind(direction);
-  const Descriptor x_desc = activation(kX, x), w_desc = filter(kW, w, g), y_desc = activation(kY, y);
-  Descriptor op(kind.type);
-  op.set(kind.x, x_desc);
-  op.set(kind.w, w_desc);
-  op.set(kind.y, y_desc);
-  op.set(kind.conv, conv);
+  std::optional<GraphParts> parts(
+      std::in_place, GraphParts{convolution(g, x.dtype()), activation(kX, x), filter(kW, w, g), activation(kY, y),
+                                Descriptor(kind.type), Descriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)});
+  GraphParts& p = *parts;
+  p.op.set(kind.x, p.x);
+  p.op.set(kind.w, p.w);
+  p.op.set(kind.y, p.y);
+  p.op.set(kind.conv, p.conv);
   // alpha 1, beta 0: the result overwrites the output; in the compute type.
   const double one64 = 1, zero64 = 0;
   const float one32 = 1, zero32 = 0;
   const bool wide = x.dtype() == DType::Float64;
-  op.set(kind.alpha, wide ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1, wide ? static_cast<const void*>(&one64) : &one32);
-  op.set(kind.beta, wide ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1, wide ? static_cast<const void*>(&zero64) : &zero32);
-  const cudnnStatus_t op_status = op.try_finalize();
+  p.op.set(kind.alpha, wide ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1,
+           wide ? static_cast<const void*>(&one64) : &one32);
+  p.op.set(kind.beta, wide ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1,
+           wide ? static_cast<const void*>(&zero64) : &zero32);
+  const cudnnStatus_t op_status = p.op.try_finalize();
   if (declined(op_status)) return std::nullopt;
   if (op_status != CUDNN_STATUS_SUCCESS) fail(op_status, "cudnnBackendFinalize (convolution operation)", kind.type);
-  Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, op);
-  graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-  const cudnnStatus_t status = graph.try_finalize();
+  p.graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, p.op);
+  p.graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+  const cudnnStatus_t status = p.graph.try_finalize();
   if (declined(status)) return std::nullopt;
   if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendFinalize (operation graph)", 0);
-  return graph;
+  return parts;
 }
 
 // The engine configurations cuDNN's heuristics in `mode` rank for `graph`,
@@ -318,7 +336,7 @@ bool engine_acceptable(const Descriptor& config, DType dtype, bool deterministic
 // The first of `configs` (in ranking order) whose engine is acceptable for
 // `dtype` and that finalizes into a plan within the workspace limit,
 // deterministic engines first; the chosen configuration moves into the plan.
-std::shared_ptr<const Plan> first_acceptable(std::vector<Descriptor>& configs, DType dtype, cudnnHandle_t handle) {
+std::optional<Chosen> first_acceptable(std::vector<Descriptor>& configs, DType dtype, cudnnHandle_t handle) {
   for (bool deterministic_only : {true, false}) {
     for (Descriptor& config : configs) {
       if (config.get() == nullptr || !engine_acceptable(config, dtype, deterministic_only)) continue;
@@ -340,26 +358,29 @@ std::shared_ptr<const Plan> first_acceptable(std::vector<Descriptor>& configs, D
         fail(status, "cudnnBackendGetAttribute", CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
       }
       if (workspace < 0 || static_cast<size_t>(workspace) > kMaxWorkspaceBytes) continue;
-      return std::make_shared<const Plan>(Plan{std::move(config), std::move(plan), workspace});
+      return Chosen{std::move(config), std::move(plan), workspace};
     }
   }
-  return nullptr;
+  return std::nullopt;
 }
 
 // The first acceptable engine configuration of cuDNN's rankings, finalized
 // into a plan; none when no configuration is acceptable and finalizes.
 std::shared_ptr<const Plan> build_plan(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
                                        const ConvGeometry& g, cudnnHandle_t handle) {
-  const Descriptor conv = convolution(g, x.dtype());
-  std::optional<Descriptor> graph = operation_graph(direction, x, w, y, g, handle, conv);
-  if (!graph) return nullptr;
-
+  std::optional<GraphParts> parts = operation_graph(direction, x, w, y, g, handle);
+  if (!parts) return nullptr;
   // Heuristics mode A ranks the engines; the fallback mode lists more
   // general ones after them, so that a deterministic engine of either comes
   // before a non-deterministic one of A.
-  std::vector<Descriptor> configs = engine_configs(*graph, CUDNN_HEUR_MODE_A);
-  for (Descriptor& config : engine_configs(*graph, CUDNN_HEUR_MODE_FALLBACK)) configs.push_back(std::move(config));
-  return first_acceptable(configs, x.dtype(), handle);
+  std::vector<Descriptor> configs = engine_configs(parts->graph, CUDNN_HEUR_MODE_A);
+  for (Descriptor& config : engine_configs(parts->graph, CUDNN_HEUR_MODE_FALLBACK)) {
+    configs.push_back(std::move(config));
+  }
+  std::optional<Chosen> chosen = first_acceptable(configs, x.dtype(), handle);
+  if (!chosen) return nullptr;
+  return std::make_shared<const Plan>(
+      Plan{std::move(*parts), std::move(chosen->config), std::move(chosen->plan), chosen->workspace_bytes});
 }
 
 // Plans by key and handle; a null plan marks a key the legacy API runs.
