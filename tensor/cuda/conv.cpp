@@ -22,7 +22,7 @@
 //   float32 to TF32 on Ampere and later; CUDNN_FMA_MATH keeps float32 exact
 //   (16-bit convolutions are meant for tensor cores: Note [16-bit cuDNN
 //   convolutions]);
-// - needs at most kMaxWorkspaceBytes of workspace (FFT variants can ask for
+// - needs at most kMaxConvWorkspaceBytes of workspace (FFT variants can ask for
 //   gigabytes). The workspace is a device tensor from Kiln's CUDA allocator.
 // The ranking is a guess: an algorithm in it can still decline these
 // descriptors or pointers (a status in cuDNN's NOT_SUPPORTED range, or a
@@ -76,8 +76,6 @@ namespace kiln::cuda {
 
 namespace {
 
-constexpr size_t kMaxWorkspaceBytes = size_t{1} << 30;
-
 using Direction = ConvDirection;
 
 // True when cuDNN can take t (N, C, H, W) with its strides (Note [cuDNN
@@ -114,8 +112,6 @@ void describe_filter(const FilterDescriptor& desc, const Tensor& weight, const C
       to_int(g.channels, op, "channels"), to_int(g.kernel_h, op, "kernel"), to_int(g.kernel_w, op, "kernel")));
 }
 
-bool is_16_bit(DType dtype) { return dtype == DType::Float16 || dtype == DType::BFloat16; }
-
 // The type cuDNN sums the products in: float32 for the 16-bit dtypes (Note
 // [16-bit cuDNN convolutions]), else the data's own.
 cudnnDataType_t compute_type(DType dtype) {
@@ -140,24 +136,13 @@ cudnnMathType_t math_type(DType dtype) {
   return CUDNN_DEFAULT_MATH;
 }
 
-// The largest power of two up to 16 that divides t's address. A group's
-// channel slice starts at an offset into the batch, so groups of one
-// convolution share a key but not an alignment, and an algorithm that ran on
-// group 0's aligned pointers may refuse group 1's (as in torch, whose key
-// holds the alignment too).
-int64_t alignment(const Tensor& t) {
-  const auto address = reinterpret_cast<uintptr_t>(t.data_ptr());
-  int64_t a = 1;
-  while (a < 16 && address % (2 * a) == 0) a *= 2;
-  return a;
-}
-
 // Everything the best algorithm depends on.
 std::vector<int64_t> algorithm_key(Direction direction, const Tensor& x, const Tensor& weight, const Tensor& y,
                                    const ConvGeometry& g, cudnnMathType_t math) {
   std::vector<int64_t> key{static_cast<int64_t>(direction), static_cast<int64_t>(x.dtype()), math, x.device().index};
   key.insert(key.end(), {weight.size(0), g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.dilation_h,
-                         g.dilation_w, alignment(x), alignment(weight), alignment(y)});
+                         g.dilation_w, pointer_alignment(x), pointer_alignment(weight),
+                         pointer_alignment(y)});
   for (const Tensor* t : {&x, &y}) {
     key.insert(key.end(), t->shape().begin(), t->shape().end());
     key.insert(key.end(), t->strides().begin(), t->strides().end());
@@ -205,16 +190,6 @@ AlgorithmCache& algorithm_cache() {
   return cache;
 }
 
-// Whether cuDNN declined an algorithm for these descriptors or pointers (its
-// NOT_SUPPORTED statuses, 3000 to 3999, and a misaligned pointer), rather
-// than failed.
-bool declined(cudnnStatus_t status) {
-  const int code = static_cast<int>(status);
-  return status == CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER ||
-         (code >= static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED) &&
-          code < static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED) + 1000);
-}
-
 // The acceptable entries of cuDNN's ranking, deterministic ones first (Note
 // [cuDNN convolution algorithms]); Perf is one of the three
 // cudnnConvolution*AlgoPerf_t, `status` what the ranking call (`call`)
@@ -225,13 +200,13 @@ bool declined(cudnnStatus_t status) {
 template <class Perf>
 std::vector<Choice> acceptable(cudnnStatus_t status, const char* call, DType dtype, const Perf* ranked, int count,
                                cudnnMathType_t math, int sums_in_16_bit = -1) {
-  if (declined(status) && is_16_bit(dtype)) return {};
+  if (cudnn_declined(status) && is_16_bit(dtype)) return {};
   if (status != CUDNN_STATUS_SUCCESS) detail::throw_cudnn_error(status, call, __FILE__, __LINE__);
   std::vector<Choice> choices;
   for (bool deterministic : {true, false}) {
     for (int i = 0; i < count; ++i) {
       const Perf& p = ranked[i];
-      if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxWorkspaceBytes) continue;
+      if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxConvWorkspaceBytes) continue;
       if ((p.determinism == CUDNN_DETERMINISTIC) != deterministic) continue;
       if (math == CUDNN_FMA_MATH && p.mathType != CUDNN_FMA_MATH && p.mathType != CUDNN_DEFAULT_MATH) continue;
       if (is_16_bit(dtype) && static_cast<int>(p.algo) == sums_in_16_bit) continue;
@@ -269,7 +244,7 @@ bool run_convolution(const std::vector<int64_t>& key, const ConvolutionDescripto
     KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), choice.math));
     size_t bytes = choice.workspace_bytes.value_or(0);
     cudnnStatus_t status = choice.workspace_bytes ? CUDNN_STATUS_SUCCESS : workspace_size(choice.algorithm, &bytes);
-    if (status == CUDNN_STATUS_SUCCESS && bytes > kMaxWorkspaceBytes) status = CUDNN_STATUS_NOT_SUPPORTED;
+    if (status == CUDNN_STATUS_SUCCESS && bytes > kMaxConvWorkspaceBytes) status = CUDNN_STATUS_NOT_SUPPORTED;
     if (status == CUDNN_STATUS_SUCCESS) {
       Tensor scratch = workspace(bytes, device);
       status = run(choice.algorithm, data_or_null(scratch), bytes);
@@ -278,7 +253,7 @@ bool run_convolution(const std::vector<int64_t>& key, const ConvolutionDescripto
       if (!cached) algorithm_cache().put(key, {choice.algorithm, choice.math, bytes});
       return true;
     }
-    if (!declined(status)) detail::throw_cudnn_error(status, call, __FILE__, __LINE__);
+    if (!cudnn_declined(status)) detail::throw_cudnn_error(status, call, __FILE__, __LINE__);
     declines += kiln::detail::str(declines.empty() ? "" : ", ", "algorithm ", choice.algorithm, ": ",
                                   cudnnGetErrorString(status));
   }
@@ -287,7 +262,7 @@ bool run_convolution(const std::vector<int64_t>& key, const ConvolutionDescripto
     return false;
   }
   KILN_CHECK(!choices.empty(), op, ": cuDNN offers no algorithm for this ", dtype_name(dtype),
-             " convolution (none it ranked is usable within a workspace of ", kMaxWorkspaceBytes >> 20, " MiB)");
+             " convolution (none it ranked is usable within a workspace of ", kMaxConvWorkspaceBytes >> 20, " MiB)");
   KILN_FAIL(op, ": cuDNN declined every algorithm it ranked for this ", dtype_name(dtype), " convolution (", declines,
             ")");
 }

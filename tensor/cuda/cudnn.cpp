@@ -39,6 +39,20 @@ cudnnDataType_t cudnn_data_type(DType dtype) {
   KILN_FAIL("cuDNN: no cuDNN data type for ", dtype, " (floating dtypes only)");
 }
 
+bool cudnn_declined(cudnnStatus_t status) {
+  const int code = static_cast<int>(status);
+  return status == CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER ||
+         (code >= static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED) &&
+          code < static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED) + 1000);
+}
+
+int64_t pointer_alignment(const Tensor& t) {
+  const auto address = reinterpret_cast<uintptr_t>(t.data_ptr());
+  int64_t a = 1;
+  while (a < 16 && address % (2 * a) == 0) a *= 2;
+  return a;
+}
+
 namespace detail {
 
 void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* file, int line) {

@@ -11,6 +11,7 @@
 #include "tensor/cuda/check.h"
 #include "tensor/dtype.h"
 #include "tensor/device.h"
+#include "tensor/tensor.h"
 
 namespace kiln::cuda {
 
@@ -21,6 +22,24 @@ cudnnHandle_t cudnn_handle(Device device);
 
 // cuDNN's data type for a floating Kiln dtype; throws for the others.
 cudnnDataType_t cudnn_data_type(DType dtype);
+
+// What the convolutions (legacy calls and graph API alike) share:
+// - the largest workspace a convolution may take (FFT variants can ask for
+//   gigabytes);
+inline constexpr size_t kMaxConvWorkspaceBytes = size_t{1} << 30;
+// - whether cuDNN declined an algorithm, plan or graph for these
+//   descriptors or pointers (its NOT_SUPPORTED statuses, 3000 to 3999, and
+//   a misaligned pointer) rather than failed;
+bool cudnn_declined(cudnnStatus_t status);
+// - the largest power of two up to 16 that divides t's address. A group's
+//   channel slice starts at an offset into the batch, so groups of one
+//   convolution share their sizes but not an alignment, and an algorithm
+//   that ran on group 0's aligned pointers may refuse group 1's (as in
+//   torch, whose cache key holds the alignment too);
+int64_t pointer_alignment(const Tensor& t);
+// - float16 and bfloat16, which cuDNN sums in float32 (Note [16-bit cuDNN
+//   convolutions] in conv.cpp).
+inline bool is_16_bit(DType dtype) { return dtype == DType::Float16 || dtype == DType::BFloat16; }
 
 namespace detail {
 [[noreturn]] void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* file, int line);

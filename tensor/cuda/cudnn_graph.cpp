@@ -21,7 +21,7 @@
 // heuristics modes); nothing that converts the inputs down; for float32
 // nothing that uses tensor cores unless cuda::allow_tf32(); for float16 and
 // bfloat16 nothing that sums in reduced precision; a workspace within
-// kMaxWorkspaceBytes. Plans are cached per key (conv.cpp's algorithm
+// kMaxConvWorkspaceBytes. Plans are cached per key (conv.cpp's algorithm
 // key: direction, dtype, math, device, sizes, strides, alignments, geometry)
 // and per handle, since a plan is finalized for one handle, and handles are
 // one per host thread (Note [Library handles]), as PyTorch keeps its plans
@@ -49,8 +49,6 @@ namespace kiln::cuda {
 
 namespace {
 
-constexpr size_t kMaxWorkspaceBytes = size_t{1} << 30;  // as the legacy path's (conv.cpp)
-
 // The unique ids of the three tensors of every convolution graph.
 constexpr int64_t kX = 1, kW = 2, kY = 3;
 
@@ -59,15 +57,6 @@ std::atomic<int64_t> graph_runs{0};
 [[noreturn]] void fail(cudnnStatus_t status, const char* call, int64_t attribute) {
   const std::string what = std::string(call) + " (attribute " + std::to_string(attribute) + ")";
   detail::throw_cudnn_error(status, what.c_str(), __FILE__, __LINE__);
-}
-
-// Whether cuDNN declined the graph or plan (its NOT_SUPPORTED statuses and
-// a misaligned pointer) rather than failed: the legacy API then runs it.
-bool declined(cudnnStatus_t status) {
-  const int code = static_cast<int>(status);
-  return status == CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER ||
-         (code >= static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED) &&
-          code < static_cast<int>(CUDNN_STATUS_NOT_SUPPORTED) + 1000);
 }
 
 // A backend descriptor owned for its lifetime.
@@ -111,14 +100,6 @@ class Descriptor {
   cudnnBackendDescriptor_t descriptor_ = nullptr;
 };
 
-// The largest power of two up to 16 that divides t's address, in bytes.
-int64_t alignment(const Tensor& t) {
-  const auto address = reinterpret_cast<uintptr_t>(t.data_ptr());
-  int64_t a = 1;
-  while (a < 16 && address % (2 * a) == 0) a *= 2;
-  return a;
-}
-
 Descriptor tensor(int64_t uid, DType dtype, std::initializer_list<int64_t> dims, std::initializer_list<int64_t> strides,
                   int64_t byte_alignment) {
   Descriptor d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
@@ -138,14 +119,15 @@ Descriptor activation(int64_t uid, const Tensor& t) {
   const int64_t hw = t.size(2) * t.size(3);
   const int64_t s1 = t.size(1) == 1 ? hw : t.stride(1);
   const int64_t s0 = t.size(0) == 1 ? t.size(1) * s1 : t.stride(0);
-  return tensor(uid, t.dtype(), {t.size(0), t.size(1), t.size(2), t.size(3)}, {s0, s1, t.size(3), 1}, alignment(t));
+  return tensor(uid, t.dtype(), {t.size(0), t.size(1), t.size(2), t.size(3)}, {s0, s1, t.size(3), 1},
+                pointer_alignment(t));
 }
 
 // w (OC, C*kh*kw), contiguous, as (OC, C, kh, kw).
 Descriptor filter(int64_t uid, const Tensor& w, const ConvGeometry& g) {
   const int64_t plane = g.kernel_h * g.kernel_w;
   return tensor(uid, w.dtype(), {w.size(0), g.channels, g.kernel_h, g.kernel_w},
-                {g.channels * plane, plane, g.kernel_w, 1}, alignment(w));
+                {g.channels * plane, plane, g.kernel_w, 1}, pointer_alignment(w));
 }
 
 Descriptor convolution(const ConvGeometry& g, DType dtype) {
@@ -200,8 +182,6 @@ OperationKind operation_kind(ConvDirection direction) {
   }
   KILN_FAIL("cuDNN graph: invalid convolution direction ", static_cast<int64_t>(direction));
 }
-
-bool is_16_bit(DType dtype) { return dtype == DType::Float16 || dtype == DType::BFloat16; }
 
 // Whether an engine with these numerical notes keeps Kiln's rules for
 // `dtype` (Note [cuDNN graph API]); `deterministic_only` in the first pass.
@@ -271,12 +251,12 @@ std::optional<GraphParts> operation_graph(ConvDirection direction, const Tensor&
   p.op.set(kind.beta, wide ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1,
            wide ? static_cast<const void*>(&zero64) : &zero32);
   const cudnnStatus_t op_status = p.op.try_finalize();
-  if (declined(op_status)) return std::nullopt;
+  if (cudnn_declined(op_status)) return std::nullopt;
   if (op_status != CUDNN_STATUS_SUCCESS) fail(op_status, "cudnnBackendFinalize (convolution operation)", kind.type);
   p.graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, p.op);
   p.graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
   const cudnnStatus_t status = p.graph.try_finalize();
-  if (declined(status)) return std::nullopt;
+  if (cudnn_declined(status)) return std::nullopt;
   if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendFinalize (operation graph)", 0);
   return parts;
 }
@@ -290,12 +270,12 @@ std::vector<Descriptor> engine_configs(const Descriptor& graph, cudnnBackendHeur
   heuristics.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
   // A mode that declines the graph offers nothing.
   cudnnStatus_t status = heuristics.try_finalize();
-  if (declined(status)) return configs;
+  if (cudnn_declined(status)) return configs;
   if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendFinalize (engine heuristics)", mode);
   int64_t count = 0;
   status = cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
                                     &count, nullptr);
-  if (declined(status)) return configs;
+  if (cudnn_declined(status)) return configs;
   if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendGetAttribute", CUDNN_ATTR_ENGINEHEUR_RESULTS);
   // The configurations are written into descriptors created beforehand.
   std::vector<cudnnBackendDescriptor_t> raw;
@@ -306,8 +286,8 @@ std::vector<Descriptor> engine_configs(const Descriptor& graph, cudnnBackendHeur
   if (count == 0) return configs;
   status = cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                     count, &count, raw.data());
-  if (declined(status)) count = 0;
-  if (status != CUDNN_STATUS_SUCCESS && !declined(status)) {
+  if (cudnn_declined(status)) count = 0;
+  if (status != CUDNN_STATUS_SUCCESS && !cudnn_declined(status)) {
     fail(status, "cudnnBackendGetAttribute", CUDNN_ATTR_ENGINEHEUR_RESULTS);
   }
   while (static_cast<int64_t>(configs.size()) > count) configs.pop_back();
@@ -345,7 +325,7 @@ std::optional<Chosen> first_acceptable(std::vector<Descriptor>& configs, DType d
       int64_t workspace = 0, got = 0;
       if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got,
                                    &workspace) == CUDNN_STATUS_SUCCESS &&
-          static_cast<size_t>(workspace) > kMaxWorkspaceBytes) {
+          static_cast<size_t>(workspace) > kMaxConvWorkspaceBytes) {
         continue;
       }
       Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
@@ -357,7 +337,7 @@ std::optional<Chosen> first_acceptable(std::vector<Descriptor>& configs, DType d
       if (status != CUDNN_STATUS_SUCCESS) {
         fail(status, "cudnnBackendGetAttribute", CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
       }
-      if (workspace < 0 || static_cast<size_t>(workspace) > kMaxWorkspaceBytes) continue;
+      if (workspace < 0 || static_cast<size_t>(workspace) > kMaxConvWorkspaceBytes) continue;
       return Chosen{std::move(config), std::move(plan), workspace};
     }
   }
@@ -433,7 +413,7 @@ bool run_with_graph_api(ConvDirection direction, const Tensor& x, const Tensor& 
   pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
   pack.finalize();
   const cudnnStatus_t status = cudnnBackendExecute(handle, plan->plan.get(), pack.get());
-  if (declined(status)) {
+  if (cudnn_declined(status)) {
     plan_cache().put(plan_key, nullptr);
     return false;
   }
