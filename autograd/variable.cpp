@@ -96,6 +96,13 @@ Tensor scatter_into_base(const Tensor& grad, const TensorGeometry& base, const V
   return out;
 }
 
+// Whether `view` is `base` reshaped: both contiguous from the same element,
+// with as many elements.
+bool is_reshape(const Tensor& base, const Tensor& view) {
+  return view.numel() == base.numel() && view.storage_offset() == base.storage_offset() && base.is_contiguous() &&
+         view.is_contiguous();
+}
+
 class AutogradHooksImpl : public AutogradHooks {
  public:
   bool requires_grad(const Tensor& t) const override {
@@ -197,6 +204,15 @@ class AutogradHooksImpl : public AutogradHooks {
     if (kind == ViewKind::Expand) {
       record(op, {base}, {view},
              [shape = base.shape()](const TensorList& g) -> TensorList { return {sum_to(g[0], shape)}; });
+      return;
+    }
+    if (is_reshape(base, view)) {
+      // Element i of the view, in row-major order, is element i of the base:
+      // the gradient is the view's gradient reshaped back, with no zeros to
+      // fill and nothing to copy when it arrives contiguous (as torch's
+      // ViewBackward). flatten before a classifier's linear layers is one.
+      record(op, {base}, {view},
+             [shape = base.shape()](const TensorList& g) -> TensorList { return {g[0].reshape(shape)}; });
       return;
     }
     std::string name(op);

@@ -45,6 +45,6 @@ g++ -O1 -std=c++20 -I. "$work/step.cpp" -L"$build" -lkiln -Wl,-rpath,"$build" -o
 
 # The calls between the second and third markers: step 1.
 OMP_NUM_THREADS=1 gdb -q -batch -x "$work/commands.gdb" "$work/step" 2>&1 |
-  sed -n 's/^Breakpoint [0-9]*, \(0x[0-9a-f]* in \)\{0,1\}\([a-z:_A-Z0-9]*\).*/\2/p' |
+  sed -n 's/^Breakpoint [0-9.]*, \(0x[0-9a-f]* in \)\{0,1\}\([a-z:_A-Z0-9]*\).*/\2/p' |
   awk '/^marker$/ { n++; next } n == 2' | sed 's/kiln::cpu::CpuBackend:://' | sort | uniq -c | sort -rn |
   awk '{ total += $1; print } END { print total, "calls in one step" }'

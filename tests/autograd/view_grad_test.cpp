@@ -59,6 +59,33 @@ TEST(ViewGrad, ViewGradientsLandWhereTheViewLooked) {
   expect_values(y.grad(), {4, 4, 4});
 }
 
+TEST(ViewGrad, AReshapedContiguousTensorGetsItsGradientWithoutACopy) {
+  // The view's gradient, reshaped, is the base's: the same memory, not
+  // zeros with the gradient copied in.
+  Tensor x = leaf({2, 3, 4}, 19);
+  Tensor base = mul(x, 2.0);
+  Tensor flat = base.flatten(1);
+  const void* at_flat = nullptr;
+  const void* at_base = nullptr;
+  flat.register_hook([&](const Tensor& g) {
+    at_flat = g.data_ptr();
+    return Tensor();
+  });
+  base.register_hook([&](const Tensor& g) {
+    at_base = g.data_ptr();
+    return Tensor();
+  });
+  sum(mul(flat, flat)).backward();  // d/dflat = 2 * flat, a fresh contiguous tensor
+  ASSERT_NE(at_flat, nullptr);
+  EXPECT_EQ(at_base, at_flat);
+  // d/dx sum((2x)^2) = 8x
+  expect_same(x.grad(), mul(x.detach(), 8.0));
+  // A view that drops elements still scatters into zeros.
+  Tensor y = leaf({2, 3}, 20);
+  sum(mul(y, 3.0).narrow(1, 0, 2)).backward();
+  expect_values(y.grad(), {3, 3, 0, 3, 3, 0});
+}
+
 TEST(ViewGrad, AsStridedOfAContiguousTensor) {
   UnaryFn fn = [](const Tensor& x) { return x.as_strided({2, 2}, {1, 3}, x.storage_offset() + 1); };
   expect_gradcheck(lift(fn), {leaf({2, 3}, 8)});
