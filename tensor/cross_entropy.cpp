@@ -31,8 +31,8 @@ Tensor contiguous_or_undefined(const Tensor& t) { return t.defined() ? t.contigu
 CrossEntropyRows cross_entropy_rows(const Tensor& x, const Tensor& target, const Tensor& weight,
                                     int64_t ignore_index, double smoothing, const IndexErrorMessage& message) {
   check_operands(x, target, weight, smoothing, "cross_entropy_rows");
-  CrossEntropyRows rows{Tensor::empty({x.size(0)}, {x.dtype(), x.device()}),
-                        Tensor::empty({x.size(0)}, {x.dtype(), x.device()})};
+  Tensor stacked = Tensor::empty({2, x.size(0)}, {x.dtype(), x.device()});
+  CrossEntropyRows rows{stacked.select(0, 0), stacked.select(0, 1), stacked};
   if (x.size(0) == 0) return rows;
   KILN_CHECK(x.size(1) > 0, "cross_entropy_rows: ", x.size(0), " rows of 0 classes");
   backend_for(x.device())

@@ -34,6 +34,8 @@ namespace kiln::ops {
 struct CrossEntropyRows {
   Tensor losses;          // (M), x's dtype
   Tensor target_weights;  // (M), x's dtype: w_t, 0 on ignored rows
+  Tensor stacked;         // (2, M): losses and target_weights are its rows, so
+                          // one sum over dim 1 gives both totals of a mean
 };
 
 // x: (M, C) floating; target: (M) Int64 on x's device; weight: (C) of x's

@@ -137,11 +137,16 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntro
         return detail::target_out_of_range("cross_entropy", v, classes, ignore_index);
       });
   // The mean divides by the kept targets' total weight, kept as a tensor so
-  // that the division needs no value back from the device.
-  Tensor denominator = options.reduction == Reduction::Mean ? ops::sum(rows.target_weights) : Tensor();
-  Tensor out = options.reduction == Reduction::None  ? rows.losses.view(t.target_shape)
-               : options.reduction == Reduction::Sum ? ops::sum(rows.losses)
-                                                     : ops::div(ops::sum(rows.losses), denominator);
+  // that the division needs no value back from the device. One sum gives
+  // both totals: the losses' and the weights'.
+  Tensor denominator, out;
+  if (options.reduction == Reduction::Mean) {
+    const Tensor totals = ops::sum(rows.stacked, {1});  // (2)
+    denominator = totals.select(0, 1);
+    out = ops::div(totals.select(0, 0), denominator);
+  } else {
+    out = options.reduction == Reduction::Sum ? ops::sum(rows.losses) : rows.losses.view(t.target_shape);
+  }
   if (!autograd::needs_grad({x})) return out;
 
   CrossEntropySaved saved{.x = SavedTensor(x),
