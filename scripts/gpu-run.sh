@@ -20,8 +20,9 @@
 # 5. then, with the GPU to themselves, the CUDA benchmarks:
 #    bench/lenet_vs_pytorch.sh --device cuda (Kiln eager and with a CUDA
 #    graph against PyTorch eager; again with KILN_CUDNN_API=graph (cuDNN's
-#    graph API, Note [cuDNN graph API]); with KILN_GPU_DIRECT_CONV=1 again with
-#    KILN_CUDA_CONV=kiln, Kiln's direct convolution kernels), cuda_ops,
+#    graph API, Note [cuDNN graph API]); and again with KILN_CUDA_CONV=kiln,
+#    Kiln's direct convolution kernels, unless KILN_GPU_SKIP_DIRECT_CONV=1),
+#    cuda_ops,
 #    cuda_conv_host, bench/op_overhead_vs_pytorch.sh --device cuda, and a
 #    kernel trace (bench/cuda_kernel_trace.cpp) of a LeNet epoch at batch 64
 #    and 512, Kiln's and PyTorch's.
@@ -201,7 +202,7 @@ if [[ "${KILN_GPU_SKIP_BENCH:-0}" != 1 ]]; then
     KILN_DATA="$kit/data" timeout 150 bash "$root/bench/lenet_vs_pytorch.sh" "$kit" --device cuda
     echo "==== the same with KILN_CUDNN_API=graph"
     KILN_DATA="$kit/data" KILN_CUDNN_API=graph timeout 120 bash "$root/bench/lenet_vs_pytorch.sh" "$kit" --device cuda
-    if [[ "${KILN_GPU_DIRECT_CONV:-0}" == 1 ]]; then
+    if [[ "${KILN_GPU_SKIP_DIRECT_CONV:-0}" != 1 ]]; then
       echo "==== the same with KILN_CUDA_CONV=kiln"
       KILN_DATA="$kit/data" KILN_CUDA_CONV=kiln timeout 90 bash "$root/bench/lenet_vs_pytorch.sh" "$kit" --device cuda
     fi

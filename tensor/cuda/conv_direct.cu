@@ -1,14 +1,16 @@
 // Kiln's direct CUDA convolution kernels (Note [Direct CUDA convolution] in
-// conv_direct.h). Index names: b image, c input channel, o output channel,
-// (iy, ix) input position, (oy, ox) output position, (ki, kj) kernel tap.
+// conv_direct.h). Index names: n image, c input channel, o output channel,
+// (iy, ix) input position, (oy, ox) output position, (ki, kj) kernel tap,
+// t = (c * kh + ki) * kw + kj a tap's index in a weight row, j a channel's
+// place in its tile.
 #include "tensor/cuda/conv_direct.h"
 
 #include <algorithm>
+#include <climits>
 #include <initializer_list>
 
-#include "tensor/cuda/block_reduce.cuh"
 #include "tensor/cuda/check.h"
-#include "tensor/cuda/conv_geometry.cuh"
+#include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/launch.cuh"
 #include "tensor/cuda/stream.h"
 #include "tensor/error.h"
@@ -17,96 +19,216 @@ namespace kiln::cuda {
 
 namespace {
 
-// Copies weight (OC, C*kh*kw) into the block's shared memory; every thread
-// of the block must call it.
+constexpr int kTile = kDirectConvChannelTile;
+
+// The geometry in the 32-bit form the kernels index with inside one image;
+// direct_conv_applies keeps every plane under 2^31 elements.
+struct Geometry32 {
+  int channels, height, width, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
+  int out_h, out_w;
+  __host__ __device__ int taps() const { return channels * kernel_h * kernel_w; }
+  __host__ __device__ int in_plane() const { return height * width; }
+  __host__ __device__ int out_plane() const { return out_h * out_w; }
+};
+
+Geometry32 geometry32(const ConvGeometry& g) {
+  auto narrow = [](int64_t v) { return static_cast<int>(v); };
+  return {narrow(g.channels), narrow(g.height),     narrow(g.width),      narrow(g.kernel_h), narrow(g.kernel_w),
+          narrow(g.stride_h), narrow(g.stride_w),   narrow(g.pad_h),      narrow(g.pad_w),    narrow(g.dilation_h),
+          narrow(g.dilation_w), narrow(g.out_h()), narrow(g.out_w())};
+}
+
+// Along one axis: the output position that reads input position i through
+// tap k, or -1 when none does (output_reading of conv_geometry.cuh, in 32
+// bits, with stride 1 spared the division).
+__device__ inline int reading_output(int i, int k, int pad, int dilation, int stride, int out) {
+  const int shifted = i + pad - k * dilation;
+  if (shifted < 0) return -1;
+  if (stride == 1) return shifted < out ? shifted : -1;
+  if (shifted % stride != 0 || shifted / stride >= out) return -1;
+  return shifted / stride;
+}
+
+// A block's threads over one image plane of `plane` positions: 256, or the
+// plane rounded up to whole warps when it is smaller.
+unsigned plane_threads(int plane) {
+  return static_cast<unsigned>(std::min<int64_t>(kThreadsPerBlock, ceil_div(plane, 32) * 32));
+}
+
+// Images go to gridDim.y, which CUDA caps at 65535; larger batches loop.
+constexpr int64_t kMaxGridY = 65535;
+
+// out (N, OC, oh, ow) = conv(x (N, C, H, W), weight (OC, taps)) + bias (OC,
+// or null); all contiguous. Block (position range, image, channel tile).
 template <class T>
-__device__ const T* stage_weight(const T* weight, int64_t count) {
-  extern __shared__ __align__(16) unsigned char shared_bytes[];
-  T* staged = reinterpret_cast<T*>(shared_bytes);
-  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) staged[i] = weight[i];
+__global__ void forward_kernel(T* out, const T* x, const T* weight, const T* bias, Geometry32 g, int out_channels,
+                               int64_t images) {
+  const int taps = g.taps(), o0 = blockIdx.z * kTile;
+  // The tile's weights as [t][j]: a product reads kTile neighbours.
+  extern __shared__ __align__(16) unsigned char staged[];
+  T* w = reinterpret_cast<T*>(staged);
+  for (int i = threadIdx.x; i < taps * kTile; i += blockDim.x) {
+    const int t = i / kTile, o = o0 + i % kTile;
+    w[i] = o < out_channels ? weight[static_cast<int64_t>(o) * taps + t] : T(0);
+  }
   __syncthreads();
-  return staged;
-}
-
-// out: (N, OC, oh, ow), x: (N, C, H, W), weight: (OC, C, kh, kw), bias: (OC) or null; all contiguous.
-template <class T>
-__global__ void forward_kernel(T* out, const T* x, const T* weight, const T* bias, DeviceGeometry g,
-                               int64_t out_channels, int64_t total) {
-  const int64_t taps = g.kernel_h * g.kernel_w;
-  const T* w = stage_weight(weight, out_channels * g.channels * taps);
-  for (int64_t index = global_thread_index(); index < total; index += grid_stride()) {
-    const int64_t ox = index % g.out_w, oy = (index / g.out_w) % g.out_h;
-    const int64_t o = (index / (g.out_w * g.out_h)) % out_channels, b = index / (g.out_w * g.out_h * out_channels);
-    T sum = bias != nullptr ? bias[o] : T(0);
-    for (int64_t c = 0; c < g.channels; ++c) {
-      const T* plane = x + (b * g.channels + c) * g.height * g.width;  // (H, W)
-      const T* taps_of = w + (o * g.channels + c) * taps;              // (kh, kw)
-      for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
-        const int64_t iy = oy * g.stride_h - g.pad_h + ki * g.dilation_h;
+  const int q = blockIdx.x * blockDim.x + threadIdx.x;  // output position in the plane
+  if (q >= g.out_plane()) return;
+  const int oy = q / g.out_w, ox = q % g.out_w;
+  const int y0 = oy * g.stride_h - g.pad_h, x0 = ox * g.stride_w - g.pad_w;
+  T start[kTile];
+#pragma unroll
+  for (int j = 0; j < kTile; ++j) start[j] = bias != nullptr && o0 + j < out_channels ? bias[o0 + j] : T(0);
+  for (int64_t n = blockIdx.y; n < images; n += gridDim.y) {
+    T acc[kTile];
+#pragma unroll
+    for (int j = 0; j < kTile; ++j) acc[j] = start[j];
+    const T* image = x + n * g.channels * static_cast<int64_t>(g.in_plane());
+    for (int c = 0; c < g.channels; ++c) {
+      const T* plane = image + c * static_cast<int64_t>(g.in_plane());
+      for (int ki = 0; ki < g.kernel_h; ++ki) {
+        const int iy = y0 + ki * g.dilation_h;
         if (iy < 0 || iy >= g.height) continue;
-        for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
-          const int64_t ix = ox * g.stride_w - g.pad_w + kj * g.dilation_w;
+        const T* row = plane + iy * g.width;
+        const T* wt = w + ((c * g.kernel_h + ki) * g.kernel_w) * kTile;
+        for (int kj = 0; kj < g.kernel_w; ++kj) {
+          const int ix = x0 + kj * g.dilation_w;
           if (ix < 0 || ix >= g.width) continue;
-          sum += plane[iy * g.width + ix] * taps_of[ki * g.kernel_w + kj];
+          const T v = row[ix];
+#pragma unroll
+          for (int j = 0; j < kTile; ++j) acc[j] += v * wt[kj * kTile + j];
         }
       }
     }
-    out[index] = sum;
+    T* o_at = out + (n * out_channels + o0) * static_cast<int64_t>(g.out_plane()) + q;
+#pragma unroll
+    for (int j = 0; j < kTile; ++j) {
+      if (o0 + j < out_channels) o_at[static_cast<int64_t>(j) * g.out_plane()] = acc[j];
+    }
   }
 }
 
-// grad_input: (N, C, H, W); grad_out: (N, OC, oh, ow); weight: (OC, C, kh, kw); all contiguous.
-// The taps that read input (iy, ix) are found by output_reading
-// (conv_geometry.cuh), the gather im2col.cu's col2im does.
+// grad_input (N, C, H, W) from grad_out (N, OC, oh, ow) and weight (OC, taps);
+// all contiguous. Block (position range, image, channel tile).
 template <class T>
-__global__ void grad_input_kernel(T* grad_input, const T* grad_out, const T* weight, DeviceGeometry g,
-                                  int64_t out_channels, int64_t total) {
-  const int64_t taps = g.kernel_h * g.kernel_w;
-  const T* w = stage_weight(weight, out_channels * g.channels * taps);
-  for (int64_t index = global_thread_index(); index < total; index += grid_stride()) {
-    const int64_t ix = index % g.width, iy = (index / g.width) % g.height;
-    const int64_t c = (index / (g.width * g.height)) % g.channels, b = index / (g.width * g.height * g.channels);
-    T sum = 0;
-    for (int64_t o = 0; o < out_channels; ++o) {
-      const T* plane = grad_out + (b * out_channels + o) * g.out_h * g.out_w;  // (oh, ow)
-      const T* taps_of = w + (o * g.channels + c) * taps;                      // (kh, kw)
-      for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
-        const int64_t oy = output_reading(iy, ki, g.pad_h, g.dilation_h, g.stride_h, g.out_h);
+__global__ void grad_input_kernel(T* grad_input, const T* grad_out, const T* weight, Geometry32 g, int out_channels,
+                                  int64_t images) {
+  const int window = g.kernel_h * g.kernel_w, c0 = blockIdx.z * kTile;
+  // The tile's weights as [o][ki][kj][j].
+  extern __shared__ __align__(16) unsigned char staged[];
+  T* w = reinterpret_cast<T*>(staged);
+  for (int i = threadIdx.x; i < out_channels * window * kTile; i += blockDim.x) {
+    const int j = i % kTile, k = (i / kTile) % window, o = i / (kTile * window), c = c0 + j;
+    w[i] = c < g.channels ? weight[(static_cast<int64_t>(o) * g.channels + c) * window + k] : T(0);
+  }
+  __syncthreads();
+  const int q = blockIdx.x * blockDim.x + threadIdx.x;  // input position in the plane
+  if (q >= g.in_plane()) return;
+  const int iy = q / g.width, ix = q % g.width;
+  for (int64_t n = blockIdx.y; n < images; n += gridDim.y) {
+    T acc[kTile];
+#pragma unroll
+    for (int j = 0; j < kTile; ++j) acc[j] = T(0);
+    const T* image = grad_out + n * out_channels * static_cast<int64_t>(g.out_plane());
+    for (int o = 0; o < out_channels; ++o) {
+      const T* plane = image + o * static_cast<int64_t>(g.out_plane());
+      for (int ki = 0; ki < g.kernel_h; ++ki) {
+        const int oy = reading_output(iy, ki, g.pad_h, g.dilation_h, g.stride_h, g.out_h);
         if (oy < 0) continue;
-        for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
-          const int64_t ox = output_reading(ix, kj, g.pad_w, g.dilation_w, g.stride_w, g.out_w);
+        const T* row = plane + oy * g.out_w;
+        const T* wt = w + (o * window + ki * g.kernel_w) * kTile;
+        for (int kj = 0; kj < g.kernel_w; ++kj) {
+          const int ox = reading_output(ix, kj, g.pad_w, g.dilation_w, g.stride_w, g.out_w);
           if (ox < 0) continue;
-          sum += plane[oy * g.out_w + ox] * taps_of[ki * g.kernel_w + kj];
+          const T v = row[ox];
+#pragma unroll
+          for (int j = 0; j < kTile; ++j) acc[j] += v * wt[kj * kTile + j];
         }
       }
     }
-    grad_input[index] = sum;
+    T* i_at = grad_input + (n * g.channels + c0) * static_cast<int64_t>(g.in_plane()) + q;
+#pragma unroll
+    for (int j = 0; j < kTile; ++j) {
+      if (c0 + j < g.channels) i_at[static_cast<int64_t>(j) * g.in_plane()] = acc[j];
+    }
   }
 }
 
-// grad_weight: (OC, C, kh, kw); grad_out: (N, OC, oh, ow); x: (N, C, H, W); all contiguous.
-// One block per weight element; blockDim.x a multiple of 32.
+// Block (range, o): every tap t of output channel o summed over positions
+// [range * range_len, ...) of the N*oh*ow, walked image by image, row by row
+// (no division per position). Within a range the products are summed in T
+// (converting each to double would cost more than the product: the GPU
+// converts at a fraction of its FMA rate), the ranges' sums in double. Two
+// accumulators alternate, so two sums are in flight. With one range the sum
+// is grad_weight's value; otherwise it goes to
+// partial[(o * taps + t) * ranges + range].
 template <class T>
-__global__ void grad_weight_kernel(T* grad_weight, const T* grad_out, const T* x, DeviceGeometry g,
-                                   int64_t images, int64_t out_channels) {
-  const int64_t taps = g.kernel_h * g.kernel_w, weights = out_channels * g.channels * taps;
-  const int64_t positions = images * g.out_h * g.out_w;
-  for (int64_t k = blockIdx.x; k < weights; k += gridDim.x) {
-    const int64_t kj = k % g.kernel_w, ki = (k / g.kernel_w) % g.kernel_h;
-    const int64_t c = (k / taps) % g.channels, o = k / (taps * g.channels);
-    double partial = 0;
-    for (int64_t p = threadIdx.x; p < positions; p += blockDim.x) {
-      const int64_t ox = p % g.out_w, oy = (p / g.out_w) % g.out_h, b = p / (g.out_w * g.out_h);
-      const int64_t iy = oy * g.stride_h - g.pad_h + ki * g.dilation_h;
-      const int64_t ix = ox * g.stride_w - g.pad_w + kj * g.dilation_w;
-      if (iy < 0 || iy >= g.height || ix < 0 || ix >= g.width) continue;
-      partial += static_cast<double>(grad_out[((b * out_channels + o) * g.out_h + oy) * g.out_w + ox]) *
-                 static_cast<double>(x[((b * g.channels + c) * g.height + iy) * g.width + ix]);
+__global__ void grad_weight_kernel(T* grad_weight, double* partial, const T* grad_out, const T* x, Geometry32 g,
+                                   int out_channels, int64_t positions, int64_t range_len) {
+  const int o = blockIdx.y, taps = g.taps(), ranges = gridDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * range_len;
+  const int64_t count = positions - first < range_len ? positions - first : range_len;
+  const int64_t grad_image = static_cast<int64_t>(out_channels) * g.out_plane();
+  const int64_t x_image = static_cast<int64_t>(g.channels) * g.in_plane();
+  for (int t = threadIdx.x; t < taps; t += blockDim.x) {
+    const int kj = t % g.kernel_w, ki = (t / g.kernel_w) % g.kernel_h, c = t / (g.kernel_w * g.kernel_h);
+    const int64_t n = first / g.out_plane();
+    const int q = static_cast<int>(first % g.out_plane());
+    int oy = q / g.out_w, ox = q % g.out_w;
+    const T* dy = grad_out + n * grad_image + o * static_cast<int64_t>(g.out_plane());
+    const T* xc = x + n * x_image + c * static_cast<int64_t>(g.in_plane());
+    const int ky = ki * g.dilation_h - g.pad_h, kx = kj * g.dilation_w - g.pad_w;
+    T even = 0, odd = 0;  // the sums of even and odd positions, in registers
+    for (int64_t p = 0; p < count; ++p) {
+      const int iy = oy * g.stride_h + ky, ix = ox * g.stride_w + kx;
+      if (iy >= 0 && iy < g.height && ix >= 0 && ix < g.width) {
+        const T product = dy[oy * g.out_w + ox] * xc[iy * g.width + ix];
+        if (p & 1) {
+          odd += product;
+        } else {
+          even += product;
+        }
+      }
+      if (++ox == g.out_w) {
+        ox = 0;
+        if (++oy == g.out_h) {
+          oy = 0;
+          dy += grad_image;
+          xc += x_image;
+        }
+      }
     }
-    const SumPair total = block_sum(SumPair{partial, 0});
-    if (threadIdx.x == 0) grad_weight[k] = static_cast<T>(total.first);
+    const double sum = static_cast<double>(even) + static_cast<double>(odd);
+    const int64_t w = static_cast<int64_t>(o) * taps + t;
+    if (ranges == 1) {
+      grad_weight[w] = static_cast<T>(sum);
+    } else {
+      partial[w * ranges + blockIdx.x] = sum;
+    }
   }
 }
+
+// grad_weight[w] = the sum of partial[w * ranges ...], a warp per weight:
+// lane l adds ranges l, l + 32, ..., then the lanes combine in a fixed tree.
+template <class T>
+__global__ void grad_weight_sum_kernel(T* grad_weight, const double* partial, int64_t weights, int ranges) {
+  constexpr int kWarps = kThreadsPerBlock / 32;
+  const int64_t w = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (w >= weights) return;  // the whole warp: w is the same for its lanes
+  double sum = 0;
+  for (int r = lane; r < ranges; r += 32) sum += partial[w * ranges + r];
+#pragma unroll
+  for (int delta = 16; delta > 0; delta /= 2) sum += __shfl_down_sync(0xffffffffu, sum, delta);
+  if (lane == 0) grad_weight[w] = static_cast<T>(sum);
+}
+
+// Ranges of positions for grad_weight: about kWeightBlocks blocks in all
+// (enough to fill a large GPU at any batch size), each walking at least
+// kMinRangeLen positions. Shapes alone decide, so the sums' order, and
+// with it their rounding, is the same on every GPU.
+constexpr int64_t kWeightBlocks = 2048;
+constexpr int64_t kMinRangeLen = 256;
 
 template <class T>
 const T* data_or_null(const Tensor& t) {
@@ -123,6 +245,12 @@ void check_operands(const char* op, std::initializer_list<const Tensor*> tensors
   }
 }
 
+void check_applies(const char* op, int64_t out_channels, const ConvGeometry& g, DType dtype) {
+  KILN_CHECK(direct_conv_applies(out_channels, g, dtype), op, ": the direct CUDA kernels do not take this layer (",
+             out_channels, " output channels, ", g.channels, " input channels, kernel ", g.kernel_h, "x", g.kernel_w,
+             ", ", dtype_name(dtype), ")");
+}
+
 template <class Fn>
 void with_real_type(DType dtype, Fn&& fn) {
   if (dtype == DType::Float64) {
@@ -132,28 +260,46 @@ void with_real_type(DType dtype, Fn&& fn) {
   }
 }
 
+// Grid (position blocks, images, channel tiles) for a kernel whose threads
+// cover a plane of `plane` positions.
+dim3 plane_grid(int plane, unsigned threads, int64_t images, int64_t channels) {
+  return dim3(static_cast<unsigned>(ceil_div(plane, threads)), static_cast<unsigned>(std::min(images, kMaxGridY)),
+              static_cast<unsigned>(ceil_div(channels, kTile)));
+}
+
 }  // namespace
 
 bool direct_conv_applies(int64_t out_channels, const ConvGeometry& g, DType dtype) {
   if (dtype != DType::Float32 && dtype != DType::Float64) return false;
-  const int64_t weights = out_channels * g.channels * g.kernel_h * g.kernel_w;
-  return weights > 0 && static_cast<size_t>(weights) * (dtype == DType::Float64 ? 8 : 4) <= kDirectConvMaxWeightBytes;
+  const int64_t element = dtype == DType::Float64 ? 8 : 4;
+  const int64_t window = g.kernel_h * g.kernel_w, weights = out_channels * g.channels * window;
+  if (weights <= 0 || weights * element > static_cast<int64_t>(kDirectConvMaxWeightBytes)) return false;
+  // The channel tiles' staged weights: forward [taps][kTile], grad_input [OC * window][kTile].
+  const int64_t staged = std::max(g.channels, out_channels) * window * kTile * element;
+  if (staged > static_cast<int64_t>(kDirectConvMaxStagedBytes)) return false;
+  // Positions along an axis, padding and taps included, stay within int.
+  const int64_t out_h = g.out_h(), out_w = g.out_w();
+  const bool rows_fit = g.height + 2 * g.pad_h + g.dilation_h * g.kernel_h + g.stride_h <= INT_MAX;
+  const bool columns_fit = g.width + 2 * g.pad_w + g.dilation_w * g.kernel_w + g.stride_w <= INT_MAX;
+  return out_h > 0 && out_w > 0 && rows_fit && columns_fit && g.height * g.width <= INT_MAX &&
+         out_h * out_w <= INT_MAX;
 }
 
 void direct_conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
                            const ConvGeometry& g) {
   check_operands("conv2d", {&out, &x, &weight, &bias});
-  const int64_t out_channels = weight.size(0), total = out.numel();
-  KILN_CHECK(direct_conv_applies(out_channels, g, x.dtype()), "conv2d: the layer's weight ", weight.shape(),
-             " does not fit the direct CUDA kernels' shared memory");
-  if (total == 0) return;
-  const size_t shared = static_cast<size_t>(weight.numel()) * weight.element_size();
+  const int64_t out_channels = weight.size(0), images = x.size(0);
+  check_applies("conv2d", out_channels, g, x.dtype());
+  if (out.numel() == 0) return;
+  const Geometry32 g32 = geometry32(g);
+  const unsigned threads = plane_threads(g32.out_plane());
+  const size_t shared = static_cast<size_t>(g32.taps()) * kTile * weight.element_size();
   cudaStream_t stream = current_raw_stream(out.device());
   with_real_type(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    forward_kernel<T><<<grid_for(total), kThreadsPerBlock, shared, stream>>>(
-        static_cast<T*>(out.data_ptr()), data_or_null<T>(x), data_or_null<T>(weight), data_or_null<T>(bias),
-        device_geometry(g), out_channels, total);
+    forward_kernel<T><<<plane_grid(g32.out_plane(), threads, images, out_channels), threads, shared, stream>>>(
+        static_cast<T*>(out.data_ptr()), data_or_null<T>(x), data_or_null<T>(weight), data_or_null<T>(bias), g32,
+        static_cast<int>(out_channels), images);
     KILN_CUDA_CHECK_LAUNCH("conv2d forward_kernel");
   });
 }
@@ -161,17 +307,19 @@ void direct_conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& wei
 void direct_conv2d_grad_input(const Tensor& grad_input, const Tensor& grad_out, const Tensor& weight,
                               const ConvGeometry& g) {
   check_operands("conv2d_backward", {&grad_input, &grad_out, &weight});
-  const int64_t out_channels = weight.size(0), total = grad_input.numel();
-  KILN_CHECK(direct_conv_applies(out_channels, g, weight.dtype()), "conv2d_backward: the layer's weight ",
-             weight.shape(), " does not fit the direct CUDA kernels' shared memory");
-  if (total == 0) return;
-  const size_t shared = static_cast<size_t>(weight.numel()) * weight.element_size();
+  const int64_t out_channels = weight.size(0), images = grad_input.size(0);
+  check_applies("conv2d_backward", out_channels, g, weight.dtype());
+  if (grad_input.numel() == 0) return;
+  const Geometry32 g32 = geometry32(g);
+  const unsigned threads = plane_threads(g32.in_plane());
+  const size_t shared =
+      static_cast<size_t>(out_channels * g.kernel_h * g.kernel_w) * kTile * weight.element_size();
   cudaStream_t stream = current_raw_stream(grad_input.device());
   with_real_type(weight.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    grad_input_kernel<T><<<grid_for(total), kThreadsPerBlock, shared, stream>>>(
-        static_cast<T*>(grad_input.data_ptr()), data_or_null<T>(grad_out), data_or_null<T>(weight),
-        device_geometry(g), out_channels, total);
+    grad_input_kernel<T><<<plane_grid(g32.in_plane(), threads, images, g.channels), threads, shared, stream>>>(
+        static_cast<T*>(grad_input.data_ptr()), data_or_null<T>(grad_out), data_or_null<T>(weight), g32,
+        static_cast<int>(out_channels), images);
     KILN_CUDA_CHECK_LAUNCH("conv2d grad_input_kernel");
   });
 }
@@ -180,15 +328,36 @@ void direct_conv2d_grad_weight(const Tensor& grad_weight, const Tensor& grad_out
                                const ConvGeometry& g) {
   check_operands("conv2d_backward", {&grad_weight, &grad_out, &x});
   const int64_t out_channels = grad_weight.size(0), weights = grad_weight.numel();
+  check_applies("conv2d_backward", out_channels, g, x.dtype());
   if (weights == 0) return;
+  const Geometry32 g32 = geometry32(g);
+  const int64_t positions = x.size(0) * g32.out_plane();
+  if (positions == 0) {
+    backend().fill(grad_weight, Scalar(0));  // a sum of no terms
+    return;
+  }
+  // Ranges: about kWeightBlocks blocks, at least kMinRangeLen positions each.
+  const int64_t wanted = std::max<int64_t>(1, kWeightBlocks / out_channels);
+  const int64_t range_len = std::max(kMinRangeLen, ceil_div(positions, wanted));
+  const int64_t ranges = ceil_div(positions, range_len);
+  const Tensor partial =
+      ranges > 1 ? Tensor::empty({weights * ranges}, {DType::Float64, grad_weight.device()}) : Tensor();
+  double* partial_data = ranges > 1 ? static_cast<double*>(partial.data_ptr()) : nullptr;
+  const unsigned threads = static_cast<unsigned>(std::min<int64_t>(kThreadsPerBlock, ceil_div(g32.taps(), 32) * 32));
   cudaStream_t stream = current_raw_stream(grad_weight.device());
   with_real_type(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(weights, kMaxBlocks));
-    grad_weight_kernel<T><<<blocks, kThreadsPerBlock, 0, stream>>>(static_cast<T*>(grad_weight.data_ptr()),
-                                                                  data_or_null<T>(grad_out), data_or_null<T>(x),
-                                                                  device_geometry(g), x.size(0), out_channels);
+    T* out = static_cast<T*>(grad_weight.data_ptr());
+    grad_weight_kernel<T>
+        <<<dim3(static_cast<unsigned>(ranges), static_cast<unsigned>(out_channels)), threads, 0, stream>>>(
+            out, partial_data, data_or_null<T>(grad_out), data_or_null<T>(x), g32, static_cast<int>(out_channels),
+            positions, range_len);
     KILN_CUDA_CHECK_LAUNCH("conv2d grad_weight_kernel");
+    if (ranges > 1) {
+      grad_weight_sum_kernel<T><<<static_cast<unsigned>(ceil_div(weights, kThreadsPerBlock / 32)), kThreadsPerBlock,
+                                  0, stream>>>(out, partial_data, weights, static_cast<int>(ranges));
+      KILN_CUDA_CHECK_LAUNCH("conv2d grad_weight_sum_kernel");
+    }
   });
 }
 

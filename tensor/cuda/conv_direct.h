@@ -4,21 +4,31 @@
 // cuDNN's convolution kernels are built for layers with many channels; on
 // LeNet's (3 -> 6 and 6 -> 16 channels, 5x5) each call does microseconds of
 // arithmetic and the choice of kernel, the descriptors and the launches of a
-// general library are a large part of it. These three kernels compute the
-// convolution directly, one launch per direction, for float32 and float64:
-// - forward: one thread per output element, summing C*kh*kw products, the
-//   whole weight (OC, C*kh*kw) staged once per block in shared memory;
-// - grad_input: one thread per input element, gathering the taps that read
-//   it (no atomics), the weight in shared memory likewise;
-// - grad_weight: one block per weight element, its threads walking the
-//   (N, oh, ow) positions with neighbouring threads on neighbouring columns,
-//   then a fixed-order block sum (block_reduce.cuh) in double.
-// No float atomics anywhere, so results do not vary from run to run (Note
-// [cuDNN convolution algorithms] asks the same of cuDNN's algorithms).
-// They take layers whose weight fits in kDirectConvMaxWeightBytes of shared
-// memory. Which kernels run is cuda::conv_implementation()
-// (tensor/cuda/settings.h): cuDNN by default until a benchmark on a GPU has
-// shown where these are faster (docs/BENCHMARKS.md, issue 5).
+// general library are a large part of it: cuDNN 9's legacy calls cost the
+// host 30 to 130 microseconds each (docs/BENCHMARKS.md). These kernels
+// compute the convolution directly, for float32 and float64, with 32-bit
+// index arithmetic inside an image and no division in their inner loops:
+// - forward (one launch): a thread per output position of one image
+//   computes kChannelTile output channels at once, so each input value it
+//   loads feeds kChannelTile products; the tile's weights sit in shared
+//   memory, laid out [tap][channel] so that a warp reads one broadcast
+//   address per product; the bias is the sums' starting value;
+// - grad_input (one launch): the same with roles swapped, a thread per
+//   input position gathering, for kChannelTile input channels, the output
+//   gradients that read it (no atomics);
+// - grad_weight (one launch, two when the positions are split): a block per
+//   (output channel, range of the N*oh*ow positions) whose threads each own
+//   one tap (c, ki, kj) and walk the range, accumulating in the data's
+//   type; with several ranges, each writes its sum and a second kernel adds
+//   them in double per weight, a warp per weight in a fixed shuffle tree.
+// The number of ranges depends only on the shapes, never on the GPU, and no
+// float atomics are used, so results do not vary from run to run or from
+// GPU to GPU (Note [cuDNN convolution algorithms] asks the same of cuDNN's
+// algorithms). They take layers whose staged weights fit the shared-memory
+// limits below and whose planes have fewer than 2^31 elements. Which
+// kernels run is cuda::conv_implementation() (tensor/cuda/settings.h):
+// cuDNN by default until a benchmark on a GPU has shown where these are
+// faster (docs/BENCHMARKS.md, issue 5).
 #pragma once
 
 #include <cstddef>
@@ -30,9 +40,17 @@
 namespace kiln::cuda {
 
 inline constexpr size_t kDirectConvMaxWeightBytes = size_t{32} << 10;
+// Output (forward) or input (grad_input) channels one thread computes.
+inline constexpr int kDirectConvChannelTile = 4;
+// What one block stages: a tile's weights, within the 48 KiB of shared
+// memory every CUDA GPU gives a block without opting in.
+inline constexpr size_t kDirectConvMaxStagedBytes = size_t{48} << 10;
 
 // Whether the direct kernels take a layer of `out_channels` with geometry
-// `g` in `dtype` (float32 or float64, weight within the shared-memory limit).
+// `g` in `dtype`: float32 or float64, the weight within
+// kDirectConvMaxWeightBytes, a channel tile's weights within
+// kDirectConvMaxStagedBytes, and input and output planes with fewer than
+// 2^31 elements.
 bool direct_conv_applies(int64_t out_channels, const ConvGeometry& g, DType dtype);
 
 // All tensors contiguous, on one CUDA device, of one dtype.
