@@ -154,48 +154,53 @@ __global__ void grad_input_kernel(T* grad_input, const T* grad_out, const T* wei
   }
 }
 
-// Block (range, o): every tap t of output channel o summed over positions
-// [range * range_len, ...) of the N*oh*ow, walked image by image, row by row
-// (no division per position). Within a range the products are summed in T
+// Block (range, o): every tap t = (c, ki, kj) of output channel o summed
+// over output rows [range * range_rows, ...) of the N*oh rows, walked image
+// by image. Along a row the tap reads input columns ox * stride_w + kx, so
+// the columns inside the image are one interval [lo, hi) found once per
+// thread, and the inner loop is two loads and a product, with no bounds
+// check or division. Within a range the products are summed in T
 // (converting each to double would cost more than the product: the GPU
-// converts at a fraction of its FMA rate), the ranges' sums in double. Two
-// accumulators alternate, so two sums are in flight. With one range the sum
-// is grad_weight's value; otherwise it goes to
+// converts at a fraction of its FMA rate), the ranges' sums in double; two
+// accumulators take alternate columns, so two sums are in flight. With one
+// range the sum is grad_weight's value; otherwise it goes to
 // partial[(o * taps + t) * ranges + range].
 template <class T>
 __global__ void grad_weight_kernel(T* grad_weight, double* partial, const T* grad_out, const T* x, Geometry32 g,
-                                   int out_channels, int64_t positions, int64_t range_len) {
+                                   int out_channels, int64_t rows, int64_t range_rows) {
   const int o = blockIdx.y, taps = g.taps(), ranges = gridDim.x;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * range_len;
-  const int64_t count = positions - first < range_len ? positions - first : range_len;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * range_rows;
+  const int64_t count = rows - first < range_rows ? rows - first : range_rows;
   const int64_t grad_image = static_cast<int64_t>(out_channels) * g.out_plane();
   const int64_t x_image = static_cast<int64_t>(g.channels) * g.in_plane();
   for (int t = threadIdx.x; t < taps; t += blockDim.x) {
     const int kj = t % g.kernel_w, ki = (t / g.kernel_w) % g.kernel_h, c = t / (g.kernel_w * g.kernel_h);
-    const int64_t n = first / g.out_plane();
-    const int q = static_cast<int>(first % g.out_plane());
-    int oy = q / g.out_w, ox = q % g.out_w;
-    const T* dy = grad_out + n * grad_image + o * static_cast<int64_t>(g.out_plane());
-    const T* xc = x + n * x_image + c * static_cast<int64_t>(g.in_plane());
     const int ky = ki * g.dilation_h - g.pad_h, kx = kj * g.dilation_w - g.pad_w;
-    T even = 0, odd = 0;  // the sums of even and odd positions, in registers
-    for (int64_t p = 0; p < count; ++p) {
-      const int iy = oy * g.stride_h + ky, ix = ox * g.stride_w + kx;
-      if (iy >= 0 && iy < g.height && ix >= 0 && ix < g.width) {
-        const T product = dy[oy * g.out_w + ox] * xc[iy * g.width + ix];
-        if (p & 1) {
-          odd += product;
-        } else {
-          even += product;
+    // Output columns ox with 0 <= ox * stride_w + kx < width.
+    const int lo = kx >= 0 ? 0 : (-kx + g.stride_w - 1) / g.stride_w;
+    const int last_column = g.width - 1 - kx;
+    const int hi = last_column < 0 ? 0 : min(g.out_w, last_column / g.stride_w + 1);
+    const int64_t n = first / g.out_h;
+    int oy = static_cast<int>(first % g.out_h);
+    const T* dy_plane = grad_out + n * grad_image + o * static_cast<int64_t>(g.out_plane());
+    const T* x_plane = x + n * x_image + c * static_cast<int64_t>(g.in_plane());
+    T even = 0, odd = 0;
+    for (int64_t r = 0; r < count; ++r) {
+      const int iy = oy * g.stride_h + ky;
+      if (iy >= 0 && iy < g.height) {
+        const T* dy_row = dy_plane + oy * g.out_w;
+        const int base = iy * g.width + kx;  // x_plane[base + ox * stride_w] is the tap's input
+        int ox = lo;
+        for (; ox + 1 < hi; ox += 2) {
+          even += dy_row[ox] * x_plane[base + ox * g.stride_w];
+          odd += dy_row[ox + 1] * x_plane[base + (ox + 1) * g.stride_w];
         }
+        if (ox < hi) even += dy_row[ox] * x_plane[base + ox * g.stride_w];
       }
-      if (++ox == g.out_w) {
-        ox = 0;
-        if (++oy == g.out_h) {
-          oy = 0;
-          dy += grad_image;
-          xc += x_image;
-        }
+      if (++oy == g.out_h) {
+        oy = 0;
+        dy_plane += grad_image;
+        x_plane += x_image;
       }
     }
     const double sum = static_cast<double>(even) + static_cast<double>(odd);
@@ -223,12 +228,12 @@ __global__ void grad_weight_sum_kernel(T* grad_weight, const double* partial, in
   if (lane == 0) grad_weight[w] = static_cast<T>(sum);
 }
 
-// Ranges of positions for grad_weight: about kWeightBlocks blocks in all
+// Ranges of output rows for grad_weight: about kWeightBlocks blocks in all
 // (enough to fill a large GPU at any batch size), each walking at least
-// kMinRangeLen positions. Shapes alone decide, so the sums' order, and
-// with it their rounding, is the same on every GPU.
+// kMinRangePositions positions. Shapes alone decide, so the sums' order,
+// and with it their rounding, is the same on every GPU.
 constexpr int64_t kWeightBlocks = 2048;
-constexpr int64_t kMinRangeLen = 256;
+constexpr int64_t kMinRangePositions = 256;
 
 template <class T>
 const T* data_or_null(const Tensor& t) {
@@ -331,15 +336,15 @@ void direct_conv2d_grad_weight(const Tensor& grad_weight, const Tensor& grad_out
   check_applies("conv2d_backward", out_channels, g, x.dtype());
   if (weights == 0) return;
   const Geometry32 g32 = geometry32(g);
-  const int64_t positions = x.size(0) * g32.out_plane();
-  if (positions == 0) {
+  const int64_t rows = x.size(0) * g32.out_h;
+  if (rows == 0) {
     backend().fill(grad_weight, Scalar(0));  // a sum of no terms
     return;
   }
-  // Ranges: about kWeightBlocks blocks, at least kMinRangeLen positions each.
+  // Ranges: about kWeightBlocks blocks, at least kMinRangePositions positions each.
   const int64_t wanted = std::max<int64_t>(1, kWeightBlocks / out_channels);
-  const int64_t range_len = std::max(kMinRangeLen, ceil_div(positions, wanted));
-  const int64_t ranges = ceil_div(positions, range_len);
+  const int64_t range_rows = std::max(ceil_div(kMinRangePositions, g32.out_w), ceil_div(rows, wanted));
+  const int64_t ranges = ceil_div(rows, range_rows);
   const Tensor partial =
       ranges > 1 ? Tensor::empty({weights * ranges}, {DType::Float64, grad_weight.device()}) : Tensor();
   double* partial_data = ranges > 1 ? static_cast<double*>(partial.data_ptr()) : nullptr;
@@ -351,7 +356,7 @@ void direct_conv2d_grad_weight(const Tensor& grad_weight, const Tensor& grad_out
     grad_weight_kernel<T>
         <<<dim3(static_cast<unsigned>(ranges), static_cast<unsigned>(out_channels)), threads, 0, stream>>>(
             out, partial_data, data_or_null<T>(grad_out), data_or_null<T>(x), g32, static_cast<int>(out_channels),
-            positions, range_len);
+            rows, range_rows);
     KILN_CUDA_CHECK_LAUNCH("conv2d grad_weight_kernel");
     if (ranges > 1) {
       grad_weight_sum_kernel<T><<<static_cast<unsigned>(ceil_div(weights, kThreadsPerBlock / 32)), kThreadsPerBlock,
