@@ -194,10 +194,14 @@ class Backend {
   virtual void conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
                       const ConvGeometry& g) = 0;
   // grad_out: (N, OC, oh, ow) with contiguous planes. Overwrites
-  // grad_input (N, C, H, W) with contiguous planes and grad_weight
-  // (OC, C*kh*kw) with contiguous rows, each only when defined.
-  virtual void conv2d_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_out,
-                               const Tensor& x, const Tensor& weight, const ConvGeometry& g) = 0;
+  // grad_input (N, C, H, W) with contiguous planes, grad_weight
+  // (OC, C*kh*kw) with contiguous rows and grad_bias (OC), the sum of
+  // grad_out over (N, oh, ow), each only when defined. The bias gradient is
+  // here, not a separate reduction, so that a backend may compute it in the
+  // same pass as the weight's (Note [Direct CUDA convolution]).
+  virtual void conv2d_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
+                               const Tensor& grad_out, const Tensor& x, const Tensor& weight,
+                               const ConvGeometry& g) = 0;
 
   // ---- pooling (tensor/cpu/pool.cpp) ----
   // Every tensor is contiguous and holds P = N*C planes: x and grad_x are

@@ -159,7 +159,8 @@ Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tenso
   Tensor w2 = weight.to(compute).reshape({out_channels, ckk});  // (OC, C/groups * kh * kw)
   Tensor grad_input = output_mask[0] ? Tensor::empty(x4.shape(), {compute, x.device()}) : Tensor();
   Tensor grad_weight = output_mask[1] ? Tensor::empty({out_channels, ckk}, {compute, x.device()}) : Tensor();
-  if (grad_input.defined() || grad_weight.defined()) {
+  Tensor grad_bias = output_mask[2] ? Tensor::empty({out_channels}, {compute, x.device()}) : Tensor();
+  if (grad_input.defined() || grad_weight.defined() || grad_bias.defined()) {
     Backend& backend = backend_for(x.device());
     auto slice_or_undefined = [](const Tensor& t, int64_t dim, int64_t begin, int64_t length) {
       return t.defined() ? t.slice(dim, begin, begin + length) : Tensor();
@@ -167,7 +168,8 @@ Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tenso
     for (int64_t group = 0; group < p.groups; ++group) {
       const int64_t c0 = group * g.channels, o0 = group * group_out;
       backend.conv2d_backward(slice_or_undefined(grad_input, 1, c0, g.channels),
-                              slice_or_undefined(grad_weight, 0, o0, group_out), go.slice(1, o0, o0 + group_out),
+                              slice_or_undefined(grad_weight, 0, o0, group_out),
+                              slice_or_undefined(grad_bias, 0, o0, group_out), go.slice(1, o0, o0 + group_out),
                               x4.slice(1, c0, c0 + g.channels), w2.slice(0, o0, o0 + group_out), g);
     }
   }
@@ -175,7 +177,7 @@ Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tenso
   Conv2dGrads grads;
   if (grad_input.defined()) grads.grad_input = (unbatched ? grad_input.squeeze(0) : grad_input).to(x.dtype());
   if (grad_weight.defined()) grads.grad_weight = grad_weight.view(weight.shape()).to(x.dtype());
-  if (output_mask[2]) grads.grad_bias = sum(go, {0, 2, 3}).to(x.dtype());
+  if (grad_bias.defined()) grads.grad_bias = grad_bias.to(x.dtype());
   return grads;
 }
 

@@ -216,13 +216,19 @@ void CpuBackend::conv2d(const Tensor& out, const Tensor& x, const Tensor& weight
   }
 }
 
-void CpuBackend::conv2d_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_out,
-                                 const Tensor& x, const Tensor& weight, const ConvGeometry& g) {
-  switch (x.dtype()) {
-    case DType::Float32: return conv2d_backward_kernel<float>(grad_input, grad_weight, grad_out, x, weight, g);
-    case DType::Float64: return conv2d_backward_kernel<double>(grad_input, grad_weight, grad_out, x, weight, g);
-    default: KILN_FAIL("conv2d_backward: the CPU kernel takes float32 or float64, got ", dtype_name(x.dtype()));
+void CpuBackend::conv2d_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
+                                 const Tensor& grad_out, const Tensor& x, const Tensor& weight, const ConvGeometry& g) {
+  KILN_CHECK(x.dtype() == DType::Float32 || x.dtype() == DType::Float64,
+             "conv2d_backward: the CPU kernel takes float32 or float64, got ", dtype_name(x.dtype()));
+  if (grad_input.defined() || grad_weight.defined()) {
+    if (x.dtype() == DType::Float32) {
+      conv2d_backward_kernel<float>(grad_input, grad_weight, grad_out, x, weight, g);
+    } else {
+      conv2d_backward_kernel<double>(grad_input, grad_weight, grad_out, x, weight, g);
+    }
   }
+  // The bias gradient: the reduction's own blocked sum (tensor/cpu/reduce.cpp).
+  if (grad_bias.defined()) reduce(ReduceOp::Sum, grad_bias.view({1, grad_bias.size(0), 1, 1}), grad_out, {0, 2, 3});
 }
 
 }  // namespace kiln::cpu

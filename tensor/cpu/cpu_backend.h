@@ -43,8 +43,8 @@ class CpuBackend final : public Backend {
 
   void conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
               const ConvGeometry& g) override;
-  void conv2d_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x,
-                       const Tensor& weight, const ConvGeometry& g) override;
+  void conv2d_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
+                       const Tensor& grad_out, const Tensor& x, const Tensor& weight, const ConvGeometry& g) override;
 
   void max_pool2d(const Tensor& values, const Tensor& indices, const Tensor& x, const PoolGeometry& g) override;
   void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,

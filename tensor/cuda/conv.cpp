@@ -485,18 +485,23 @@ void CudaBackend::conv2d(const Tensor& out, const Tensor& x, const Tensor& weigh
   });
 }
 
-void CudaBackend::conv2d_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_out,
-                                  const Tensor& x, const Tensor& weight, const ConvGeometry& g) {
+void CudaBackend::conv2d_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
+                                  const Tensor& grad_out, const Tensor& x, const Tensor& weight,
+                                  const ConvGeometry& g) {
   check_dtype(x.dtype(), "conv2d_backward");
-  if (!grad_input.defined() && !grad_weight.defined()) return;
+  if (!grad_input.defined() && !grad_weight.defined() && !grad_bias.defined()) return;
   DeviceGuard guard(x.device(), "conv2d_backward");
   if (x.size(0) == 0) {
-    // An empty batch contributes nothing: grad_weight is a sum of no terms.
+    // An empty batch contributes nothing: the weight's and the bias's
+    // gradients are sums of no terms.
     if (grad_weight.defined()) fill(grad_weight, Scalar(0));
+    if (grad_bias.defined()) fill(grad_bias, Scalar(0));
     return;
   }
-  // grad_input: (N, C, H, W); grad_weight: (OC, C*kh*kw), written packed.
+  // grad_input: (N, C, H, W); grad_weight: (OC, C*kh*kw), written packed;
+  // grad_bias: (OC), in the direct kernels' weight pass when they run it.
   const bool direct = use_direct_kernels(weight.size(0), g, x.dtype());
+  const bool bias_with_weight = direct && grad_weight.defined() && grad_bias.defined() && grad_bias.is_contiguous();
   const Tensor dy = direct ? grad_out.contiguous() : readable(grad_out);  // (N, OC, oh, ow)
   if (grad_input.defined()) {
     write_into(
@@ -513,12 +518,18 @@ void CudaBackend::conv2d_backward(const Tensor& grad_input, const Tensor& grad_w
   if (grad_weight.defined()) {
     write_into(grad_weight, grad_weight.is_contiguous(), [&](const Tensor& result) {
       if (direct) {
-        direct_conv2d_grad_weight(result, dy, x.contiguous(), g);
+        direct_conv2d_grad_weight(result, bias_with_weight ? grad_bias : Tensor(), dy, x.contiguous(), g);
       } else {
         in_float32_where_declined(result, {dy, readable(x)}, [&](const Tensor& r, const std::vector<Tensor>& in) {
           return backward_filter(r, in[0], in[1], g);
         });
       }
+    });
+  }
+  if (grad_bias.defined() && !bias_with_weight) {
+    // The sum over (N, oh, ow) by the reduction kernels (reduce.cu).
+    write_into(grad_bias, grad_bias.is_contiguous(), [&](const Tensor& result) {
+      reduce(ReduceOp::Sum, result.view({1, result.size(0), 1, 1}), dy, {0, 2, 3});
     });
   }
 }

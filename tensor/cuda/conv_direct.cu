@@ -3,13 +3,12 @@
 // (iy, ix) input position, (oy, ox) output position, (ki, kj) kernel tap,
 // t = (c * kh + ki) * kw + kj a tap's index in a weight row, j a channel's
 // place in its tile.
-#include "tensor/cuda/conv_direct.h"
-
 #include <algorithm>
 #include <climits>
 #include <initializer_list>
 
 #include "tensor/cuda/check.h"
+#include "tensor/cuda/conv_direct.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/launch.cuh"
 #include "tensor/cuda/stream.h"
@@ -33,9 +32,9 @@ struct Geometry32 {
 
 Geometry32 geometry32(const ConvGeometry& g) {
   auto narrow = [](int64_t v) { return static_cast<int>(v); };
-  return {narrow(g.channels), narrow(g.height),     narrow(g.width),      narrow(g.kernel_h), narrow(g.kernel_w),
-          narrow(g.stride_h), narrow(g.stride_w),   narrow(g.pad_h),      narrow(g.pad_w),    narrow(g.dilation_h),
-          narrow(g.dilation_w), narrow(g.out_h()), narrow(g.out_w())};
+  return {narrow(g.channels),   narrow(g.height),   narrow(g.width),  narrow(g.kernel_h), narrow(g.kernel_w),
+          narrow(g.stride_h),   narrow(g.stride_w), narrow(g.pad_h),  narrow(g.pad_w),    narrow(g.dilation_h),
+          narrow(g.dilation_w), narrow(g.out_h()),  narrow(g.out_w())};
 }
 
 // Along one axis: the output position that reads input position i through
@@ -162,17 +161,52 @@ __global__ void grad_input_kernel(T* grad_input, const T* grad_out, const T* wei
 // check or division. Within a range the products are summed in T
 // (converting each to double would cost more than the product: the GPU
 // converts at a fraction of its FMA rate), the ranges' sums in double; two
-// accumulators take alternate columns, so two sums are in flight. With one
-// range the sum is grad_weight's value; otherwise it goes to
-// partial[(o * taps + t) * ranges + range].
+// accumulators take alternate columns, so two sums are in flight. When
+// grad_bias is not null, thread t = taps sums grad_out itself over the same
+// rows: the bias's gradient. Entry e is weight e (o * taps + t) below
+// OC * taps, bias e - OC * taps above; with one range its sum is the
+// gradient's value, otherwise it goes to partial[e * ranges + range].
 template <class T>
-__global__ void grad_weight_kernel(T* grad_weight, double* partial, const T* grad_out, const T* x, Geometry32 g,
-                                   int out_channels, int64_t rows, int64_t range_rows) {
+__global__ void grad_weight_kernel(T* grad_weight, T* grad_bias, double* partial, const T* grad_out, const T* x,
+                                   Geometry32 g, int out_channels, int64_t rows, int64_t range_rows) {
   const int o = blockIdx.y, taps = g.taps(), ranges = gridDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * range_rows;
   const int64_t count = rows - first < range_rows ? rows - first : range_rows;
   const int64_t grad_image = static_cast<int64_t>(out_channels) * g.out_plane();
   const int64_t x_image = static_cast<int64_t>(g.channels) * g.in_plane();
+  const int64_t weights = static_cast<int64_t>(out_channels) * taps;
+  auto finish = [&](int64_t entry, T even, T odd) {
+    const double sum = static_cast<double>(even) + static_cast<double>(odd);
+    if (ranges > 1) {
+      partial[entry * ranges + blockIdx.x] = sum;
+    } else if (entry < weights) {
+      grad_weight[entry] = static_cast<T>(sum);
+    } else {
+      grad_bias[entry - weights] = static_cast<T>(sum);
+    }
+  };
+  const int64_t n = first / g.out_h;
+  const int first_row = static_cast<int>(first % g.out_h);
+  if (grad_bias != nullptr && threadIdx.x == (taps % blockDim.x)) {
+    // The bias: every column of every row of the range.
+    const T* dy_plane = grad_out + n * grad_image + o * static_cast<int64_t>(g.out_plane());
+    int oy = first_row;
+    T even = 0, odd = 0;
+    for (int64_t r = 0; r < count; ++r) {
+      const T* dy_row = dy_plane + oy * g.out_w;
+      int ox = 0;
+      for (; ox + 1 < g.out_w; ox += 2) {
+        even += dy_row[ox];
+        odd += dy_row[ox + 1];
+      }
+      if (ox < g.out_w) even += dy_row[ox];
+      if (++oy == g.out_h) {
+        oy = 0;
+        dy_plane += grad_image;
+      }
+    }
+    finish(weights + o, even, odd);
+  }
   for (int t = threadIdx.x; t < taps; t += blockDim.x) {
     const int kj = t % g.kernel_w, ki = (t / g.kernel_w) % g.kernel_h, c = t / (g.kernel_w * g.kernel_h);
     const int ky = ki * g.dilation_h - g.pad_h, kx = kj * g.dilation_w - g.pad_w;
@@ -180,8 +214,7 @@ __global__ void grad_weight_kernel(T* grad_weight, double* partial, const T* gra
     const int lo = kx >= 0 ? 0 : (-kx + g.stride_w - 1) / g.stride_w;
     const int last_column = g.width - 1 - kx;
     const int hi = last_column < 0 ? 0 : min(g.out_w, last_column / g.stride_w + 1);
-    const int64_t n = first / g.out_h;
-    int oy = static_cast<int>(first % g.out_h);
+    int oy = first_row;
     const T* dy_plane = grad_out + n * grad_image + o * static_cast<int64_t>(g.out_plane());
     const T* x_plane = x + n * x_image + c * static_cast<int64_t>(g.in_plane());
     T even = 0, odd = 0;
@@ -203,29 +236,31 @@ __global__ void grad_weight_kernel(T* grad_weight, double* partial, const T* gra
         x_plane += x_image;
       }
     }
-    const double sum = static_cast<double>(even) + static_cast<double>(odd);
-    const int64_t w = static_cast<int64_t>(o) * taps + t;
-    if (ranges == 1) {
-      grad_weight[w] = static_cast<T>(sum);
-    } else {
-      partial[w * ranges + blockIdx.x] = sum;
-    }
+    finish(static_cast<int64_t>(o) * taps + t, even, odd);
   }
 }
 
-// grad_weight[w] = the sum of partial[w * ranges ...], a warp per weight:
-// lane l adds ranges l, l + 32, ..., then the lanes combine in a fixed tree.
+// Entry e's gradient (grad_weight_kernel's entries) = the sum of
+// partial[e * ranges ...], a warp per entry: lane l adds ranges l, l + 32,
+// ..., then the lanes combine in a fixed tree.
 template <class T>
-__global__ void grad_weight_sum_kernel(T* grad_weight, const double* partial, int64_t weights, int ranges) {
+__global__ void grad_weight_sum_kernel(T* grad_weight, T* grad_bias, const double* partial, int64_t weights,
+                                       int64_t entries, int ranges) {
   constexpr int kWarps = kThreadsPerBlock / 32;
-  const int64_t w = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (w >= weights) return;  // the whole warp: w is the same for its lanes
+  if (e >= entries) return;  // the whole warp: e is the same for its lanes
   double sum = 0;
-  for (int r = lane; r < ranges; r += 32) sum += partial[w * ranges + r];
+  for (int r = lane; r < ranges; r += 32) sum += partial[e * ranges + r];
 #pragma unroll
   for (int delta = 16; delta > 0; delta /= 2) sum += __shfl_down_sync(0xffffffffu, sum, delta);
-  if (lane == 0) grad_weight[w] = static_cast<T>(sum);
+  if (lane == 0) {
+    if (e < weights) {
+      grad_weight[e] = static_cast<T>(sum);
+    } else {
+      grad_bias[e - weights] = static_cast<T>(sum);
+    }
+  }
 }
 
 // Ranges of output rows for grad_weight: about kWeightBlocks blocks in all
@@ -243,8 +278,7 @@ const T* data_or_null(const Tensor& t) {
 void check_operands(const char* op, std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors) {
     if (!t->defined()) continue;
-    KILN_CHECK(t->is_contiguous(), op, ": the direct CUDA kernels take contiguous tensors, got strides ",
-               t->strides());
+    KILN_CHECK(t->is_contiguous(), op, ": the direct CUDA kernels take contiguous tensors, got strides ", t->strides());
     KILN_CHECK(t->dtype() == DType::Float32 || t->dtype() == DType::Float64, op,
                ": the direct CUDA kernels take float32 or float64, got ", dtype_name(t->dtype()));
   }
@@ -286,8 +320,7 @@ bool direct_conv_applies(int64_t out_channels, const ConvGeometry& g, DType dtyp
   const int64_t out_h = g.out_h(), out_w = g.out_w();
   const bool rows_fit = g.height + 2 * g.pad_h + g.dilation_h * g.kernel_h + g.stride_h <= INT_MAX;
   const bool columns_fit = g.width + 2 * g.pad_w + g.dilation_w * g.kernel_w + g.stride_w <= INT_MAX;
-  return out_h > 0 && out_w > 0 && rows_fit && columns_fit && g.height * g.width <= INT_MAX &&
-         out_h * out_w <= INT_MAX;
+  return out_h > 0 && out_w > 0 && rows_fit && columns_fit && g.height * g.width <= INT_MAX && out_h * out_w <= INT_MAX;
 }
 
 void direct_conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -317,8 +350,7 @@ void direct_conv2d_grad_input(const Tensor& grad_input, const Tensor& grad_out, 
   if (grad_input.numel() == 0) return;
   const Geometry32 g32 = geometry32(g);
   const unsigned threads = plane_threads(g32.in_plane());
-  const size_t shared =
-      static_cast<size_t>(out_channels * g.kernel_h * g.kernel_w) * kTile * weight.element_size();
+  const size_t shared = static_cast<size_t>(out_channels * g.kernel_h * g.kernel_w) * kTile * weight.element_size();
   cudaStream_t stream = current_raw_stream(grad_input.device());
   with_real_type(weight.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -329,38 +361,46 @@ void direct_conv2d_grad_input(const Tensor& grad_input, const Tensor& grad_out, 
   });
 }
 
-void direct_conv2d_grad_weight(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x,
-                               const ConvGeometry& g) {
-  check_operands("conv2d_backward", {&grad_weight, &grad_out, &x});
+void direct_conv2d_grad_weight(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_out,
+                               const Tensor& x, const ConvGeometry& g) {
+  check_operands("conv2d_backward", {&grad_weight, &grad_bias, &grad_out, &x});
   const int64_t out_channels = grad_weight.size(0), weights = grad_weight.numel();
   check_applies("conv2d_backward", out_channels, g, x.dtype());
+  KILN_CHECK(!grad_bias.defined() || grad_bias.numel() == out_channels, "conv2d_backward: grad_bias has ",
+             grad_bias.numel(), " elements for ", out_channels, " output channels");
   if (weights == 0) return;
   const Geometry32 g32 = geometry32(g);
   const int64_t rows = x.size(0) * g32.out_h;
   if (rows == 0) {
-    backend().fill(grad_weight, Scalar(0));  // a sum of no terms
+    // Sums of no terms.
+    backend().fill(grad_weight, Scalar(0));
+    if (grad_bias.defined()) backend().fill(grad_bias, Scalar(0));
     return;
   }
   // Ranges: about kWeightBlocks blocks, at least kMinRangePositions positions each.
   const int64_t wanted = std::max<int64_t>(1, kWeightBlocks / out_channels);
   const int64_t range_rows = std::max(ceil_div(kMinRangePositions, g32.out_w), ceil_div(rows, wanted));
   const int64_t ranges = ceil_div(rows, range_rows);
+  const int64_t entries = weights + (grad_bias.defined() ? out_channels : 0);
   const Tensor partial =
-      ranges > 1 ? Tensor::empty({weights * ranges}, {DType::Float64, grad_weight.device()}) : Tensor();
+      ranges > 1 ? Tensor::empty({entries * ranges}, {DType::Float64, grad_weight.device()}) : Tensor();
   double* partial_data = ranges > 1 ? static_cast<double*>(partial.data_ptr()) : nullptr;
-  const unsigned threads = static_cast<unsigned>(std::min<int64_t>(kThreadsPerBlock, ceil_div(g32.taps(), 32) * 32));
+  const int64_t per_channel = entries / out_channels;  // taps, and the bias's sum when wanted
+  const unsigned threads = static_cast<unsigned>(std::min<int64_t>(kThreadsPerBlock, ceil_div(per_channel, 32) * 32));
   cudaStream_t stream = current_raw_stream(grad_weight.device());
   with_real_type(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    T* out = static_cast<T*>(grad_weight.data_ptr());
+    T* weight_out = static_cast<T*>(grad_weight.data_ptr());
+    T* bias_out = grad_bias.defined() ? static_cast<T*>(grad_bias.data_ptr()) : nullptr;
     grad_weight_kernel<T>
         <<<dim3(static_cast<unsigned>(ranges), static_cast<unsigned>(out_channels)), threads, 0, stream>>>(
-            out, partial_data, data_or_null<T>(grad_out), data_or_null<T>(x), g32, static_cast<int>(out_channels),
-            rows, range_rows);
+            weight_out, bias_out, partial_data, data_or_null<T>(grad_out), data_or_null<T>(x), g32,
+            static_cast<int>(out_channels), rows, range_rows);
     KILN_CUDA_CHECK_LAUNCH("conv2d grad_weight_kernel");
     if (ranges > 1) {
-      grad_weight_sum_kernel<T><<<static_cast<unsigned>(ceil_div(weights, kThreadsPerBlock / 32)), kThreadsPerBlock,
-                                  0, stream>>>(out, partial_data, weights, static_cast<int>(ranges));
+      grad_weight_sum_kernel<T>
+          <<<static_cast<unsigned>(ceil_div(entries, kThreadsPerBlock / 32)), kThreadsPerBlock, 0, stream>>>(
+              weight_out, bias_out, partial_data, weights, entries, static_cast<int>(ranges));
       KILN_CUDA_CHECK_LAUNCH("conv2d grad_weight_sum_kernel");
     }
   });

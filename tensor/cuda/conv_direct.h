@@ -16,11 +16,14 @@
 // - grad_input (one launch): the same with roles swapped, a thread per
 //   input position gathering, for kChannelTile input channels, the output
 //   gradients that read it (no atomics);
-// - grad_weight (one launch, two when the positions are split): a block per
-//   (output channel, range of the N*oh*ow positions) whose threads each own
+// - grad_weight (one launch, two when the rows are split): a block per
+//   (output channel, range of the N*oh output rows) whose threads each own
 //   one tap (c, ki, kj) and walk the range, accumulating in the data's
-//   type; with several ranges, each writes its sum and a second kernel adds
-//   them in double per weight, a warp per weight in a fixed shuffle tree.
+//   type; one more thread sums grad_out itself, which is the bias's
+//   gradient (a tap whose input is always 1), so the bias costs no
+//   reduction of its own. With several ranges, each writes its sums and a
+//   second kernel adds them in double per weight, a warp per weight in a
+//   fixed shuffle tree.
 // The number of ranges depends only on the shapes, never on the GPU, and no
 // float atomics are used, so results do not vary from run to run or from
 // GPU to GPU (Note [cuDNN convolution algorithms] asks the same of cuDNN's
@@ -61,8 +64,10 @@ void direct_conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& wei
 // grad_input (N, C, H, W) from grad_out (N, OC, oh, ow) and weight (OC, C*kh*kw).
 void direct_conv2d_grad_input(const Tensor& grad_input, const Tensor& grad_out, const Tensor& weight,
                               const ConvGeometry& g);
-// grad_weight (OC, C*kh*kw) from grad_out (N, OC, oh, ow) and x (N, C, H, W).
-void direct_conv2d_grad_weight(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x,
-                               const ConvGeometry& g);
+// grad_weight (OC, C*kh*kw) from grad_out (N, OC, oh, ow) and x (N, C, H, W),
+// and in the same pass grad_bias (OC), the sum of grad_out over (N, oh, ow),
+// when it is defined.
+void direct_conv2d_grad_weight(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_out,
+                               const Tensor& x, const ConvGeometry& g);
 
 }  // namespace kiln::cuda

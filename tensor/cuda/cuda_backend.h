@@ -58,8 +58,8 @@ class CudaBackend final : public Backend {
   bool conv2d_takes(DType dtype) const override;  // also float16 and bfloat16, through cuDNN
   void conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
               const ConvGeometry& g) override;
-  void conv2d_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x,
-                       const Tensor& weight, const ConvGeometry& g) override;
+  void conv2d_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
+                       const Tensor& grad_out, const Tensor& x, const Tensor& weight, const ConvGeometry& g) override;
 
   void max_pool2d(const Tensor& values, const Tensor& indices, const Tensor& x, const PoolGeometry& g) override;
   void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,

@@ -75,21 +75,28 @@ TEST(CudaConv2d, BackwardMatchesCpu) {
       Tensor w = random_tensor({k.oc, k.c / k.p.groups, k.kh, k.kw}, dtype, seed++);
       Tensor y = conv2d(x, w, Tensor(), k.p);
       Tensor dy = random_tensor(y.shape(), dtype, seed++);
-      Conv2dGrads expected = conv2d_backward(dy, x, w, k.p, {true, true, false});
+      Conv2dGrads expected = conv2d_backward(dy, x, w, k.p, {true, true, true});
       Conv2dGrads actual = conv2d_backward(dy.to(cuda_device(0)), x.to(cuda_device(0)), w.to(cuda_device(0)), k.p,
-                                           {true, true, false});
+                                           {true, true, true});
       const double rtol = rtol_for(dtype), atol = atol_per_term(dtype);
       // grad_weight sums over N*oh*ow products, grad_input over OC*kh*kw.
       expect_close(expected.grad_input, actual.grad_input, rtol, atol * double(k.oc * k.kh * k.kw),
                    name_of(k, dtype) + " grad_input");
       expect_close(expected.grad_weight, actual.grad_weight, rtol, atol * double(y.numel() / k.oc),
                    name_of(k, dtype) + " grad_weight");
-      // Only one of the two asked for.
+      expect_close(expected.grad_bias, actual.grad_bias, rtol, atol * double(y.numel() / k.oc),
+                   name_of(k, dtype) + " grad_bias");
+      // Only one of the three asked for.
       Conv2dGrads only_weight = conv2d_backward(dy.to(cuda_device(0)), x.to(cuda_device(0)), w.to(cuda_device(0)),
                                                 k.p, {false, true, false});
       EXPECT_FALSE(only_weight.grad_input.defined());
       expect_close(expected.grad_weight, only_weight.grad_weight, rtol, atol * double(y.numel() / k.oc),
                    name_of(k, dtype) + " grad_weight alone");
+      Conv2dGrads only_bias = conv2d_backward(dy.to(cuda_device(0)), x.to(cuda_device(0)), w.to(cuda_device(0)), k.p,
+                                              {false, false, true});
+      EXPECT_FALSE(only_bias.grad_weight.defined());
+      expect_close(expected.grad_bias, only_bias.grad_bias, rtol, atol * double(y.numel() / k.oc),
+                   name_of(k, dtype) + " grad_bias alone");
     }
   }
 }
@@ -131,7 +138,7 @@ struct CpuCase {
         b(k.bias ? random_tensor({k.oc}, dtype, seed++) : Tensor()),
         y(conv2d(x, w, b, k.p)),
         dy(random_tensor(y.shape(), dtype, seed++)),
-        grads(conv2d_backward(dy, x, w, k.p, {true, true, false})) {}
+        grads(conv2d_backward(dy, x, w, k.p, {true, true, true})) {}
 };
 
 // kCases, and LeNet's two layers at batch 64: planes of several blocks,
@@ -156,7 +163,7 @@ TEST(CudaConv2d, DirectKernelsMatchCpuAndCudnn) {
       Tensor cudnn_y = conv2d(x.to(gpu), w.to(gpu), b.defined() ? b.to(gpu) : b, k.p);
       DirectKernels direct;
       Tensor direct_y = conv2d(x.to(gpu), w.to(gpu), b.defined() ? b.to(gpu) : b, k.p);
-      Conv2dGrads actual = conv2d_backward(dy.to(gpu), x.to(gpu), w.to(gpu), k.p, {true, true, false});
+      Conv2dGrads actual = conv2d_backward(dy.to(gpu), x.to(gpu), w.to(gpu), k.p, {true, true, true});
       const double rtol = rtol_for(dtype), terms = static_cast<double>(k.c / k.p.groups * k.kh * k.kw + 1);
       expect_close(y, direct_y, rtol, rtol * terms, name_of(k, dtype) + " direct forward");
       expect_close(cudnn_y, direct_y, rtol, rtol * terms, name_of(k, dtype) + " direct forward against cuDNN");
@@ -164,9 +171,17 @@ TEST(CudaConv2d, DirectKernelsMatchCpuAndCudnn) {
                    name_of(k, dtype) + " direct grad_input");
       expect_close(expected.grad_weight, actual.grad_weight, rtol, rtol * double(y.numel() / k.oc),
                    name_of(k, dtype) + " direct grad_weight");
+      // The bias's gradient from the weight pass (Note [Direct CUDA
+      // convolution]), and from the reduction when the weight's is not wanted.
+      expect_close(expected.grad_bias, actual.grad_bias, rtol, rtol * double(y.numel() / k.oc),
+                   name_of(k, dtype) + " direct grad_bias");
+      Conv2dGrads bias_alone = conv2d_backward(dy.to(gpu), x.to(gpu), w.to(gpu), k.p, {false, false, true});
+      expect_close(expected.grad_bias, bias_alone.grad_bias, rtol, rtol * double(y.numel() / k.oc),
+                   name_of(k, dtype) + " direct grad_bias alone");
       // Run to run, bit for bit: no atomics.
-      Conv2dGrads again = conv2d_backward(dy.to(gpu), x.to(gpu), w.to(gpu), k.p, {true, true, false});
+      Conv2dGrads again = conv2d_backward(dy.to(gpu), x.to(gpu), w.to(gpu), k.p, {false, true, true});
       expect_close(actual.grad_weight, again.grad_weight, 0, 0, name_of(k, dtype) + " direct grad_weight rerun");
+      expect_close(actual.grad_bias, again.grad_bias, 0, 0, name_of(k, dtype) + " direct grad_bias rerun");
     }
   }
 }
