@@ -15,8 +15,9 @@ namespace kiln::cuda {
 // The calling thread's cuBLAS handle for `device` (Note [Library handles] in
 // tensor/cuda/handle_pool.h), with its stream set to the thread's current
 // stream on that device. The device must be current (hold a DeviceGuard).
-// Handles use CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION: 16-bit
-// products accumulate in float32 all the way, as the CPU backend's do.
+// Handles start with CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION, so
+// that 16-bit products accumulate in float32 all the way, as the CPU
+// backend's do; CudaBackend::gemm sets the math mode for each call's dtype.
 cublasHandle_t cublas_handle(Device device);
 
 namespace detail {

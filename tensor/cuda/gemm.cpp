@@ -17,8 +17,8 @@
 // The batch dim maps to cuBLAS's batch stride as it is; a batch stride of 0
 // broadcasts one matrix over the batch.
 //
-// float16 and bfloat16 accumulate in float32 (CUBLAS_COMPUTE_32F, and the
-// handles forbid reduced-precision reductions, tensor/cuda/cublas.h); float32
+// float16 and bfloat16 accumulate in float32 (CUBLAS_COMPUTE_32F, with
+// reduced-precision reductions forbidden, tensor/cuda/cublas.h); float32
 // uses TF32 tensor cores only when cuda::set_allow_tf32(true) says so
 // (tensor/cuda/settings.h). Integer and bool matrices, and K = 0, go to the
 // plain kernel of tensor/cuda/gemm_reference.h.
@@ -121,8 +121,16 @@ void cublas_gemm(const Tensor& c, const Tensor& a, const Tensor& b, double alpha
   const void* alpha_ptr = dtype == DType::Float64 ? static_cast<const void*>(&alpha64) : &alpha32;
   const void* beta_ptr = dtype == DType::Float64 ? static_cast<const void*>(&beta64) : &beta32;
 
+  cublasHandle_t handle = cublas_handle(c.device());
+  // Forbidding reduced-precision reductions concerns outputs narrower than
+  // the compute type (cuBLAS's documentation), so only 16-bit GEMMs ask for
+  // it; float32 and float64 run with the default math mode, as torch's do,
+  // leaving cuBLAS its whole choice of kernels.
+  KILN_CUBLAS_CHECK(cublasSetMathMode(
+      handle, dtype == DType::Float16 || dtype == DType::BFloat16 ? CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION
+                                                                   : CUBLAS_DEFAULT_MATH));
   KILN_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
-      cublas_handle(c.device()), first.op, second.op, rows, cols, k, alpha_ptr, first.data, type, first.ld,
+      handle, first.op, second.op, rows, cols, k, alpha_ptr, first.data, type, first.ld,
       first.batch_stride, second.data, type, second.ld, second.batch_stride, beta_ptr, c.data_ptr(), type, ldc,
       c_batch_stride, batch, compute, CUBLAS_GEMM_DEFAULT));
 }
