@@ -1,11 +1,12 @@
 // cuda_conv_host: what one convolution call costs on a GPU, for LeNet's two
 // layers at batch 64, where a training step is bound by the host rather
-// than by the GPU: the host's time per call (what an eager step pays) and
-// the GPU's (what a CUDA graph replay pays).
-//
+// than by the GPU, and at batch 512, where it is bound by the GPU: the
+// host's time per call (what an eager step pays) and the GPU's (what a CUDA
+// graph replay pays).
 // - host: kCalls calls queued back to back on an idle GPU, without waiting,
-//   divided by kCalls (the median of kRepeats). The launch queue holds far
-//   more than kCalls calls' kernels, so the host never waits for the GPU.
+//   divided by kCalls (the median of kRepeats). At batch 64 the launch queue
+//   holds far more than kCalls calls' kernels, so the host never waits for
+//   the GPU; at batch 512 it may fill, and the figure is an upper bound.
 // - gpu: the same calls queued behind a large GEMM, so that they run back to
 //   back on the GPU once it ends, timed between CUDA events after it.
 // For Kiln (ops::conv2d and ops::conv2d_backward through cuDNN's legacy
@@ -13,7 +14,7 @@
 // small ops::add for scale), then for raw cuDNN's
 // legacy API on layer 2's buffers: the descriptors (create, set, destroy),
 // the workspace query and each call Kiln makes.
-//     cuda_conv_host layer=2 what=kiln_forward_cudnn host_us=.. gpu_us=..
+//     cuda_conv_host layer=2 batch=64 what=kiln_forward_cudnn host_us=.. gpu_us=..
 //
 // Usage: build/bench/cuda_conv_host
 #include <cuda_runtime.h>
@@ -74,12 +75,15 @@ double gpu_us(kiln::Device device, const std::function<void()>& body) {
   return times[kRepeats / 2];
 }
 
-void report(int layer, const char* what, kiln::Device device, const std::function<void()>& body, bool gpu = true) {
+void report(int layer, int64_t batch, const char* what, kiln::Device device, const std::function<void()>& body,
+            bool gpu = true) {
   const double host = host_us(device, body);
   if (gpu) {
-    std::printf("cuda_conv_host layer=%d what=%s host_us=%.1f gpu_us=%.1f\n", layer, what, host, gpu_us(device, body));
+    std::printf("cuda_conv_host layer=%d batch=%lld what=%s host_us=%.1f gpu_us=%.1f\n", layer,
+                static_cast<long long>(batch), what, host, gpu_us(device, body));
   } else {
-    std::printf("cuda_conv_host layer=%d what=%s host_us=%.1f\n", layer, what, host);
+    std::printf("cuda_conv_host layer=%d batch=%lld what=%s host_us=%.1f\n", layer, static_cast<long long>(batch), what,
+                host);
   }
   std::fflush(stdout);
 }
@@ -93,46 +97,48 @@ int main() try {
   kiln::manual_seed(3);
   const Tensor small_a = kiln::randn({64, 16}).to(device), small_b = kiln::randn({64, 16}).to(device);
   Tensor sink;
-  report(0, "kiln_add_64x16", device, [&] { sink = kiln::ops::add(small_a, small_b); });
-  // LeNet's layers at batch 64: x (64, 3, 32, 32), weight (6, 3, 5, 5), and
-  // x (64, 6, 14, 14), weight (16, 6, 5, 5); the first needs no grad_input.
+  report(0, 64, "kiln_add_64x16", device, [&] { sink = kiln::ops::add(small_a, small_b); });
+  // LeNet's layers: x (N, 3, 32, 32), weight (6, 3, 5, 5), and
+  // x (N, 6, 14, 14), weight (16, 6, 5, 5); the first needs no grad_input.
   struct Layer {
     int64_t in, out, size;
     bool grad_input;
   };
-  for (const Layer& l : {Layer{3, 6, 32, false}, Layer{6, 16, 14, true}}) {
-    const int layer = l.in == 3 ? 1 : 2;
-    const Tensor x = kiln::randn({64, l.in, l.size, l.size}).to(device);
-    const Tensor w = kiln::randn({l.out, l.in, 5, 5}).to(device), b = kiln::randn({l.out}).to(device);
-    const Tensor dy = kiln::randn({64, l.out, l.size - 4, l.size - 4}).to(device);
-    // cuDNN's legacy calls, cuDNN's graph API (Note [cuDNN graph API]), and
-    // Kiln's direct kernels.
-    struct Variant {
-      const char* forward;
-      const char* backward;
-      kiln::cuda::ConvImplementation implementation;
-      kiln::cuda::CudnnApi api;
-    };
-    for (const Variant& v : {Variant{"kiln_forward_cudnn", "kiln_backward_cudnn", kiln::cuda::ConvImplementation::Cudnn,
-                                     kiln::cuda::CudnnApi::Legacy},
-                             Variant{"kiln_forward_cudnn_graph", "kiln_backward_cudnn_graph",
-                                     kiln::cuda::ConvImplementation::Cudnn, kiln::cuda::CudnnApi::Graph},
-                             Variant{"kiln_forward_direct", "kiln_backward_direct",
-                                     kiln::cuda::ConvImplementation::Kiln, kiln::cuda::CudnnApi::Legacy}}) {
-      kiln::cuda::set_conv_implementation(v.implementation);
-      kiln::cuda::set_cudnn_api(v.api);
-      const int64_t graph_runs = kiln::cuda::cudnn_graph_runs();
-      report(layer, v.forward, device, [&] { sink = kiln::ops::conv2d(x, w, b); });
-      report(layer, v.backward, device, [&] {
-        sink = kiln::ops::conv2d_backward(dy, x, w, {}, {l.grad_input, true, true}).grad_weight;
-      });
-      if (v.api == kiln::cuda::CudnnApi::Graph && kiln::cuda::cudnn_graph_runs() == graph_runs) {
-        std::printf("cuda_conv_host layer=%d the graph API declined this layer: the legacy API ran it\n", layer);
+  for (const int64_t batch : {int64_t{64}, int64_t{512}})
+    for (const Layer& l : {Layer{3, 6, 32, false}, Layer{6, 16, 14, true}}) {
+      const int layer = l.in == 3 ? 1 : 2;
+      const Tensor x = kiln::randn({batch, l.in, l.size, l.size}).to(device);
+      const Tensor w = kiln::randn({l.out, l.in, 5, 5}).to(device), b = kiln::randn({l.out}).to(device);
+      const Tensor dy = kiln::randn({batch, l.out, l.size - 4, l.size - 4}).to(device);
+      // cuDNN's legacy calls, cuDNN's graph API (Note [cuDNN graph API]), and
+      // Kiln's direct kernels.
+      struct Variant {
+        const char* forward;
+        const char* backward;
+        kiln::cuda::ConvImplementation implementation;
+        kiln::cuda::CudnnApi api;
+      };
+      for (const Variant& v : {Variant{"kiln_forward_cudnn", "kiln_backward_cudnn",
+                                       kiln::cuda::ConvImplementation::Cudnn, kiln::cuda::CudnnApi::Legacy},
+                               Variant{"kiln_forward_cudnn_graph", "kiln_backward_cudnn_graph",
+                                       kiln::cuda::ConvImplementation::Cudnn, kiln::cuda::CudnnApi::Graph},
+                               Variant{"kiln_forward_direct", "kiln_backward_direct",
+                                       kiln::cuda::ConvImplementation::Kiln, kiln::cuda::CudnnApi::Legacy}}) {
+        kiln::cuda::set_conv_implementation(v.implementation);
+        kiln::cuda::set_cudnn_api(v.api);
+        const int64_t graph_runs = kiln::cuda::cudnn_graph_runs();
+        report(layer, batch, v.forward, device, [&] { sink = kiln::ops::conv2d(x, w, b); });
+        report(layer, batch, v.backward, device, [&] {
+          sink = kiln::ops::conv2d_backward(dy, x, w, {}, {l.grad_input, true, true}).grad_weight;
+        });
+        if (v.api == kiln::cuda::CudnnApi::Graph && kiln::cuda::cudnn_graph_runs() == graph_runs) {
+          std::printf("cuda_conv_host layer=%d batch=%lld the graph API declined this layer: the legacy API ran it\n",
+                      layer, static_cast<long long>(batch));
+        }
       }
+      kiln::cuda::set_cudnn_api(kiln::cuda::CudnnApi::Legacy);
+      kiln::cuda::set_conv_implementation(kiln::cuda::ConvImplementation::Cudnn);
     }
-    kiln::cuda::set_cudnn_api(kiln::cuda::CudnnApi::Legacy);
-    kiln::cuda::set_conv_implementation(kiln::cuda::ConvImplementation::Cudnn);
-  }
   const Tensor x = kiln::randn({64, 6, 14, 14}).to(device);
   const Tensor w = kiln::randn({16, 6, 5, 5}).to(device), b = kiln::randn({16}).to(device);
   const Tensor dy = kiln::randn({64, 16, 10, 10}).to(device);
@@ -166,7 +172,7 @@ int main() try {
     cudnnDestroyConvolutionDescriptor(cd);
   };
   report(
-      2, "cudnn_descriptors", device,
+      2, 64, "cudnn_descriptors", device,
       [&] {
         create();
         destroy();
@@ -185,38 +191,38 @@ int main() try {
   std::printf("cuda_conv_host algorithms forward=%d filter=%d data=%d\n", fwd[0].algo, filt[0].algo, data[0].algo);
   size_t bytes = 0, most = 0;
   report(
-      2, "cudnn_forward_workspace_query", device,
+      2, 64, "cudnn_forward_workspace_query", device,
       [&] { CHECK(cudnnGetConvolutionForwardWorkspaceSize(handle, xd, wd, cd, yd, fwd[0].algo, &bytes)); }, false);
   most = std::max({bytes, fwd[0].memory, filt[0].memory, data[0].memory});
   const Tensor scratch = kiln::empty({static_cast<int64_t>(most) + 1}, {kiln::DType::UInt8, device});
   const float one = 1, zero = 0;
   Tensor dx = kiln::empty_like(x), dw = kiln::empty_like(w), db = kiln::empty_like(b);
   report(
-      2, "cudnn_forward", device,
+      2, 64, "cudnn_forward", device,
       [&] {
         CHECK(cudnnConvolutionForward(handle, &one, xd, x.data_ptr(), wd, w.data_ptr(), cd, fwd[0].algo,
                                       scratch.data_ptr(), most, &zero, yd, y.data_ptr()));
       },
       true);
   report(
-      2, "cudnn_add_bias", device,
+      2, 64, "cudnn_add_bias", device,
       [&] { CHECK(cudnnAddTensor(handle, &one, bd, b.data_ptr(), &one, yd, y.data_ptr())); }, true);
   report(
-      2, "cudnn_backward_filter", device,
+      2, 64, "cudnn_backward_filter", device,
       [&] {
         CHECK(cudnnConvolutionBackwardFilter(handle, &one, xd, x.data_ptr(), yd, dy.data_ptr(), cd, filt[0].algo,
                                              scratch.data_ptr(), most, &zero, wd, dw.data_ptr()));
       },
       true);
   report(
-      2, "cudnn_backward_data", device,
+      2, 64, "cudnn_backward_data", device,
       [&] {
         CHECK(cudnnConvolutionBackwardData(handle, &one, wd, w.data_ptr(), yd, dy.data_ptr(), cd, data[0].algo,
                                            scratch.data_ptr(), most, &zero, xd, dx.data_ptr()));
       },
       true);
   report(
-      2, "cudnn_backward_bias", device,
+      2, 64, "cudnn_backward_bias", device,
       [&] { CHECK(cudnnConvolutionBackwardBias(handle, &one, yd, dy.data_ptr(), &zero, bd, db.data_ptr())); }, true);
   destroy();
   cudnnDestroy(handle);

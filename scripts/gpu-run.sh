@@ -209,7 +209,7 @@ if [[ "${KILN_GPU_SKIP_BENCH:-0}" != 1 ]]; then
     echo "==== cuda_ops"
     timeout 60 "$kit/bench/cuda_ops"
     echo "==== cuda_conv_host"
-    timeout 60 "$kit/bench/cuda_conv_host"
+    timeout 120 "$kit/bench/cuda_conv_host"
     echo "==== bench/op_overhead_vs_pytorch.sh --device cuda"
     timeout 90 bash "$root/bench/op_overhead_vs_pytorch.sh" "$kit" --device cuda
     # Where the GPU time of a LeNet step goes, Kiln's kernels and PyTorch's.
