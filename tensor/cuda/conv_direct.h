@@ -24,6 +24,8 @@
 //   reduction of its own. With several ranges, each writes its sums and a
 //   second kernel adds them in double per weight, a warp per weight in a
 //   fixed shuffle tree.
+// The kernels and their launch shapes are in conv_direct_kernels.cuh, which
+// a test also runs on the CPU (Note [Emulated kernels]).
 // The number of ranges depends only on the shapes, never on the GPU, and no
 // float atomics are used, so results do not vary from run to run or from
 // GPU to GPU (Note [cuDNN convolution algorithms] asks the same of cuDNN's

@@ -1,0 +1,191 @@
+// Kiln's direct CUDA convolution kernels (Note [Direct CUDA convolution])
+// run on the CPU through tests/tensor/cuda_emulation.h (Note [Emulated
+// kernels]) against the CPU backend's convolution in float64, each launched
+// with the shape conv_direct.cu launches it with: every geometry of the
+// CUDA tests and wider ones (padding past the kernel, strides and dilations
+// together, more taps than a block has threads, several channel tiles and
+// weight-gradient ranges). This checks their index arithmetic on every
+// machine; CudaConv2d.DirectKernelsMatchCpuAndCudnn checks them on a GPU.
+#include "tests/tensor/cuda_emulation.h"
+// After the emulation: its definitions make the kernels C++ (their #pragma
+// unroll is nvcc's; tests/CMakeLists.txt quiets g++ about it).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tensor/conv.h"
+#include "tensor/cuda/conv_direct_kernels.cuh"
+#include "tests/tensor/test_util.h"
+
+namespace kiln {
+namespace {
+
+namespace dc = cuda::direct_conv;
+using emulation::Dim3;
+
+struct Case {
+  int64_t n, c, h, w, oc, kh, kw;
+  ops::Conv2dParams p;
+};
+
+std::string name_of(const Case& k) {
+  return "x(" + std::to_string(k.n) + "," + std::to_string(k.c) + "," + std::to_string(k.h) + "," +
+         std::to_string(k.w) + ") oc " + std::to_string(k.oc) + " k" + std::to_string(k.kh) + "x" +
+         std::to_string(k.kw) + " stride " + std::to_string(k.p.stride_h) + "," + std::to_string(k.p.stride_w) +
+         " pad " + std::to_string(k.p.pad_h) + "," + std::to_string(k.p.pad_w) + " dilation " +
+         std::to_string(k.p.dilation_h) + "," + std::to_string(k.p.dilation_w);
+}
+
+ConvGeometry geometry_of(const Case& k) {
+  ConvGeometry g{k.c, k.h, k.w, k.kh, k.kw};
+  g.stride_h = k.p.stride_h, g.stride_w = k.p.stride_w;
+  g.pad_h = k.p.pad_h, g.pad_w = k.p.pad_w;
+  g.dilation_h = k.p.dilation_h, g.dilation_w = k.p.dilation_w;
+  return g;
+}
+
+dc::Geometry32 geometry32(const ConvGeometry& g) {
+  auto narrow = [](int64_t v) { return static_cast<int>(v); };
+  return {narrow(g.channels),   narrow(g.height),   narrow(g.width),  narrow(g.kernel_h), narrow(g.kernel_w),
+          narrow(g.stride_h),   narrow(g.stride_w), narrow(g.pad_h),  narrow(g.pad_w),    narrow(g.dilation_h),
+          narrow(g.dilation_w), narrow(g.out_h()),  narrow(g.out_w())};
+}
+
+Dim3 grid_of(const dc::LaunchShape& s) { return {s.grid_x, s.grid_y, s.grid_z}; }
+
+// Every element within tol * (1 + |expected|) of the float64 reference.
+void expect_near_reference(const Tensor& reference, const std::vector<double>& actual, double tol,
+                           const std::string& what) {
+  ASSERT_EQ(reference.numel(), static_cast<int64_t>(actual.size())) << what;
+  const Tensor r = reference.contiguous();
+  int reported = 0;
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    const double e = r.data<double>()[i];
+    if (!(std::abs(actual[i] - e) <= tol * (1 + std::abs(e))) && reported++ < 5) {
+      ADD_FAILURE() << what << ": element " << i << " is " << actual[i] << ", expected " << e;
+    }
+  }
+}
+
+template <class T>
+std::vector<T> values_as(const Tensor& t) {
+  const Tensor c = t.to(DType::Float64).contiguous();
+  return std::vector<T>(c.data<double>(), c.data<double>() + c.numel());
+}
+
+template <class T>
+std::vector<double> widened(const std::vector<T>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+// The four kernels in T on a case, against ops::conv2d and conv2d_backward
+// in float64 on the CPU backend.
+template <class T>
+void check_case(const Case& k, uint64_t seed, double tol) {
+  const std::string what = name_of(k) + (sizeof(T) == 4 ? " float32" : " float64");
+  const ConvGeometry g = geometry_of(k);
+  ASSERT_TRUE(cuda::direct_conv_applies(k.oc, g, sizeof(T) == 4 ? DType::Float32 : DType::Float64)) << what;
+  const dc::Geometry32 g32 = geometry32(g);
+  auto random = [&](const Shape& shape) {
+    return from_vector(pseudo_random(shape_numel(shape, "random"), -1, 1, seed++), shape).to(DType::Float64);
+  };
+  // Values exact in T, so that the reference sees what the kernels see.
+  const Tensor x = random({k.n, k.c, k.h, k.w}).to(sizeof(T) == 4 ? DType::Float32 : DType::Float64).to(DType::Float64);
+  const Tensor w =
+      random({k.oc, k.c, k.kh, k.kw}).to(sizeof(T) == 4 ? DType::Float32 : DType::Float64).to(DType::Float64);
+  const Tensor b = random({k.oc}).to(sizeof(T) == 4 ? DType::Float32 : DType::Float64).to(DType::Float64);
+  const Tensor y = ops::conv2d(x, w, b, k.p);
+  const Tensor dy = random(y.shape()).to(sizeof(T) == 4 ? DType::Float32 : DType::Float64).to(DType::Float64);
+  const ops::Conv2dGrads expected = ops::conv2d_backward(dy, x, w, k.p, {true, true, true});
+
+  const std::vector<T> xs = values_as<T>(x), ws = values_as<T>(w), bs = values_as<T>(b), dys = values_as<T>(dy);
+  const int oc = static_cast<int>(k.oc);
+
+  std::vector<T> out(y.numel(), T(-999));
+  const dc::LaunchShape fs = dc::forward_shape(g32, k.n, k.oc, sizeof(T));
+  emulation::launch(grid_of(fs), fs.threads, fs.shared_bytes, dc::forward_kernel<T>, out.data(), xs.data(), ws.data(),
+                    bs.data(), g32, oc, k.n);
+  expect_near_reference(y, widened(out), tol, what + " forward");
+
+  std::vector<T> dx(x.numel(), T(-999));
+  const dc::LaunchShape is = dc::grad_input_shape(g32, k.n, k.oc, sizeof(T));
+  emulation::launch(grid_of(is), is.threads, is.shared_bytes, dc::grad_input_kernel<T>, dx.data(), dys.data(),
+                    ws.data(), g32, oc, k.n);
+  expect_near_reference(expected.grad_input, widened(dx), tol, what + " grad_input");
+
+  for (bool with_bias : {true, false}) {
+    std::vector<T> dw(w.numel(), T(-999)), db(k.oc, T(-999));
+    const dc::WeightPlan plan = dc::grad_weight_plan(g32, k.n, k.oc, with_bias);
+    std::vector<double> partial(plan.ranges > 1 ? plan.entries * plan.ranges : 0, -777.0);
+    T* bias_out = with_bias ? db.data() : nullptr;
+    double* partial_data = plan.ranges > 1 ? partial.data() : nullptr;
+    emulation::launch(grid_of(plan.partial), plan.partial.threads, 0, dc::grad_weight_kernel<T>, dw.data(), bias_out,
+                      partial_data, dys.data(), xs.data(), g32, oc, plan.rows, plan.range_rows);
+    if (plan.ranges > 1) {
+      emulation::launch(grid_of(plan.sum), plan.sum.threads, 0, dc::grad_weight_sum_kernel<T>, dw.data(), bias_out,
+                        static_cast<const double*>(partial_data), plan.weights, plan.entries,
+                        static_cast<int>(plan.ranges));
+    }
+    const std::string how = what + (with_bias ? " with the bias" : " alone") + ", " + std::to_string(plan.ranges) +
+                            " ranges of " + std::to_string(plan.range_rows) + " rows";
+    expect_near_reference(expected.grad_weight, widened(dw), tol, how + ": grad_weight");
+    if (with_bias) {
+      expect_near_reference(expected.grad_bias, widened(db), tol, how + ": grad_bias");
+    } else {
+      EXPECT_TRUE(std::all_of(db.begin(), db.end(), [](T v) { return v == T(-999); })) << how << " wrote a bias";
+    }
+  }
+}
+
+const Case kCases[] = {
+    {2, 3, 8, 8, 4, 3, 3, {}},
+    {3, 1, 28, 28, 6, 5, 5, {.pad_h = 2, .pad_w = 2}},
+    {2, 4, 9, 7, 6, 3, 2, {.stride_h = 2, .stride_w = 3, .pad_h = 1, .pad_w = 0}},
+    {1, 3, 11, 12, 2, 3, 3, {.pad_h = 2, .pad_w = 1, .dilation_h = 2, .dilation_w = 3}},
+    {4, 2, 5, 5, 3, 1, 1, {}},
+    {4, 3, 32, 32, 6, 5, 5, {}},   // LeNet's conv1: planes of several blocks
+    {8, 6, 14, 14, 16, 5, 5, {}},  // LeNet's conv2: four output-channel tiles
+    {2, 5, 20, 19, 7, 4, 3, {.stride_h = 3, .stride_w = 2, .pad_h = 2, .pad_w = 1, .dilation_h = 2}},
+    {3, 2, 9, 23, 3, 3, 5, {.stride_h = 2, .stride_w = 3, .pad_h = 4, .pad_w = 5, .dilation_w = 2}},  // pad > kernel
+    {40, 3, 12, 12, 5, 3, 3, {.pad_h = 1, .pad_w = 1}},  // many weight-gradient ranges
+    {30, 12, 9, 9, 3, 5, 5, {.pad_h = 1, .pad_w = 1}},   // 300 taps: more than a block's threads
+};
+
+TEST(CudaDirectConvEmulated, KernelsMatchTheCpuBackendInFloat32AndFloat64) {
+  uint64_t seed = 1;
+  for (const Case& k : kCases) {
+    check_case<float>(k, seed, 1e-4);
+    check_case<double>(k, seed, 1e-10);
+    seed += 10;
+  }
+}
+
+TEST(CudaDirectConvEmulated, LaunchShapesFollowTheShapesOnly) {
+  // LeNet's conv1 at batch 64: planes of 784 positions in 4 blocks of 256,
+  // 6 output channels in 2 tiles; the weight gradient in ranges of whole
+  // rows, each at least 256 positions, about 2048 blocks in all.
+  const ConvGeometry g{3, 32, 32, 5, 5};
+  const dc::Geometry32 g32 = geometry32(g);
+  const dc::LaunchShape f = dc::forward_shape(g32, 64, 6, 4);
+  EXPECT_EQ(f.threads, 256u);
+  EXPECT_EQ(f.grid_x, 4u);
+  EXPECT_EQ(f.grid_y, 64u);
+  EXPECT_EQ(f.grid_z, 2u);
+  EXPECT_EQ(f.shared_bytes, 75u * 4 * 4);
+  const dc::WeightPlan p = dc::grad_weight_plan(g32, 64, 6, true);
+  EXPECT_EQ(p.rows, 64 * 28);
+  EXPECT_EQ(p.range_rows, 10);  // ceil(256 / 28) rows, more than ceil(1792 / 341)
+  EXPECT_EQ(p.ranges, 180);
+  EXPECT_EQ(p.entries, 6 * 75 + 6);
+  EXPECT_EQ(p.partial.threads, 96u);  // 76 sums a channel, in whole warps
+  // A plane smaller than a block gets whole warps only.
+  EXPECT_EQ(dc::plane_threads(100), 128u);
+  // Batches past CUDA's grid-y limit loop inside the kernel.
+  EXPECT_EQ(dc::forward_shape(g32, 100000, 6, 4).grid_y, 65535u);
+}
+
+}  // namespace
+}  // namespace kiln
