@@ -22,10 +22,10 @@
 #    graph against PyTorch eager; again with KILN_CUDNN_API=graph (cuDNN's
 #    graph API, Note [cuDNN graph API]); and again with KILN_CUDA_CONV=kiln,
 #    Kiln's direct convolution kernels, unless KILN_GPU_SKIP_DIRECT_CONV=1),
-#    cuda_ops,
-#    cuda_conv_host, bench/op_overhead_vs_pytorch.sh --device cuda, and a
+#    cuda_ops, cuda_conv_host, bench/op_overhead_vs_pytorch.sh --device cuda, and a
 #    kernel trace (bench/cuda_kernel_trace.cpp) of a LeNet epoch at batch 64
-#    and 512, Kiln's and PyTorch's.
+#    and 512, Kiln's (with cuDNN and with the direct kernels) and PyTorch's,
+#    at batch 64 with the host's time between launches too.
 # Everything goes to $OUT/gpu-run.log (what the device tool brings back), the
 # trainer's logs to $OUT/lenet_fp32.jsonl and $OUT/lenet_amp.jsonl; the summary
 # is printed last. KILN_GPU_FILTER narrows the tests (a --gtest_filter
@@ -215,12 +215,20 @@ if [[ "${KILN_GPU_SKIP_BENCH:-0}" != 1 ]]; then
     # Where the GPU time of a LeNet step goes, Kiln's kernels and PyTorch's.
     trace="$kit/bench/libcuda_kernel_trace.so"
     if [[ -f "$trace" ]]; then
+      # At batch 64 also the host's time between launches (KILN_TRACE_HOST).
       for batch in 64 512; do
+        host=$([[ $batch == 64 ]] && echo 1 || echo 0)
         echo "==== kernel trace: bench/lenet --device cuda --batch $batch (eager and graph passes)"
-        LD_PRELOAD="$trace" timeout 60 "$kit/bench/lenet" --device cuda --batch "$batch" --train-images 25600
-        echo "==== kernel trace: bench/lenet_torch.py --device cuda --batch $batch"
-        LD_PRELOAD="$trace" timeout 60 python3 "$root/bench/lenet_torch.py" --device cuda --batch "$batch" \
+        KILN_TRACE_HOST=$host LD_PRELOAD="$trace" timeout 60 "$kit/bench/lenet" --device cuda --batch "$batch" \
           --train-images 25600
+        echo "==== kernel trace: bench/lenet_torch.py --device cuda --batch $batch"
+        KILN_TRACE_HOST=$host LD_PRELOAD="$trace" timeout 60 python3 "$root/bench/lenet_torch.py" --device cuda \
+          --batch "$batch" --train-images 25600
+        if [[ "${KILN_GPU_SKIP_DIRECT_CONV:-0}" != 1 ]]; then
+          echo "==== kernel trace: KILN_CUDA_CONV=kiln bench/lenet --device cuda --batch $batch"
+          KILN_CUDA_CONV=kiln KILN_TRACE_HOST=$host LD_PRELOAD="$trace" timeout 60 "$kit/bench/lenet" --device cuda \
+            --batch "$batch" --train-images 12800
+        fi
       done
     fi
   } >>"$log" 2>&1
