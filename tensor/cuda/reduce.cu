@@ -206,8 +206,15 @@ __global__ void reduce_partials_kernel(P p, const typename P::Acc* partial, Stri
 // ---- host side ----
 
 // Outputs that, below this count, make the threads kernel split its rows.
+// A thread's loads along its row follow one another (a few in flight), so
+// a split is kept short: a linear layer's bias gradient at batch 512, 512
+// rows of 120 outputs, is 32 splits of 16 rows rather than 8 of 64. Rows of
+// at most kUnsplitRows are not split at all: a second launch costs the host
+// more than the few loads it would save (LeNet's eager step at batch 64 is
+// bound by the host: docs/BENCHMARKS.md).
 constexpr int64_t kThreadsTarget = int64_t{1} << 17;
-constexpr int64_t kMinSplitLen = 64;
+constexpr int64_t kMinSplitLen = 16;
+constexpr int64_t kUnsplitRows = 128;
 
 // Runs fold p over the plan (kept: {in, outputs...}; reduced: {in}) on
 // `device`'s current stream. False, launching nothing, when the layout has
@@ -255,7 +262,7 @@ bool run_reduction(const P& p, const typename P::In* in, const DimList<K>& kept,
   }
   // Enough threads to fill the GPU: split rows when outputs are few.
   int64_t splits = 1;
-  if (n_out < kThreadsTarget && row_len >= 2 * kMinSplitLen) {
+  if (n_out < kThreadsTarget && row_len > kUnsplitRows) {
     splits = std::min({ceil_div(kThreadsTarget, n_out), row_len / kMinSplitLen, int64_t{65535}});
   }
   const int64_t split_len = std::max<int64_t>(ceil_div(row_len, splits), 1);
