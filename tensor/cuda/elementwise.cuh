@@ -65,41 +65,6 @@ __device__ inline auto apply_op(const F& f, const C (&x)[N]) {
   }
 }
 
-// layout.offsets(linear, offsets) in 32-bit index arithmetic, for layouts of
-// fewer than 2^32 elements. A 64-bit division is emulated in dozens of
-// instructions; two of them per element (a bias broadcast over rows) would
-// make a memory-bound kernel compute-bound.
-template <int N>
-__device__ inline void narrow_offsets(const StridedOffsets<N>& layout, int64_t linear, int64_t (&offsets)[N]) {
-  if (layout.ndim <= 1) {
-    layout.offsets(linear, offsets);
-    return;
-  }
-#pragma unroll
-  for (int k = 0; k < N; ++k) offsets[k] = 0;
-  uint32_t rest = static_cast<uint32_t>(linear);
-#pragma unroll
-  for (int d = 0; d < kMaxKernelDims; ++d) {
-    if (d == layout.ndim) break;
-    const uint32_t size = static_cast<uint32_t>(layout.sizes[d]);
-    const uint32_t index = rest % size;
-    rest /= size;
-#pragma unroll
-    for (int k = 0; k < N; ++k) offsets[k] += static_cast<int64_t>(index) * layout.strides[d][k];
-  }
-}
-
-// Offsets of element i of n: narrow arithmetic when n allows (the test is
-// the same for every thread).
-template <int N>
-__device__ inline void strided_offsets(const StridedOffsets<N>& layout, int64_t i, int64_t n, int64_t (&offsets)[N]) {
-  if (n <= static_cast<int64_t>(UINT32_MAX)) {
-    narrow_offsets(layout, i, offsets);
-  } else {
-    layout.offsets(i, offsets);
-  }
-}
-
 // out[i] = f(in[0][i], ...) over contiguous out and inputs (or broadcast
 // scalars), V elements per thread and step. out, in: n elements.
 template <int V, class R, class T, int N, class F>

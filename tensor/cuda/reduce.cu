@@ -125,13 +125,13 @@ __global__ void reduce_threads_kernel(P p, const typename P::In* in, StridedOffs
   const int64_t last = first + split_len < row_len ? first + split_len : row_len;
   for (int64_t o = global_thread_index(); o < n_out; o += grid_stride()) {
     int64_t offsets[K];
-    kept.offsets(o, offsets);
+    strided_offsets(kept, o, n_out, offsets);
     typename P::Acc acc = p.identity();
     // Unrolled so that several independent loads are in flight per thread.
 #pragma unroll 4
     for (int64_t r = first; r < last; ++r) {
       int64_t at[1];
-      reduced.offsets(r, at);
+      strided_offsets(reduced, r, row_len, at);
       acc = p.combine(acc, p.load(in[offsets[0] + at[0]], r));
     }
     if (splits == 1) {
@@ -160,14 +160,14 @@ __global__ void reduce_groups_kernel(P p, const typename P::In* in, StridedOffse
        u += static_cast<int64_t>(gridDim.x) * kGroupsPerBlock) {
     const int64_t o = u / chunks, chunk = u % chunks;
     int64_t offsets[K];
-    kept.offsets(o, offsets);
+    strided_offsets(kept, o, n_out, offsets);
     const int64_t first = chunk * chunk_len;
     const int64_t last = first + chunk_len < row_len ? first + chunk_len : row_len;
     Acc acc = p.identity();
 #pragma unroll 4
     for (int64_t r = first + rank; r < last; r += kGroup) {
       int64_t at[1];
-      reduced.offsets(r, at);
+      strided_offsets(reduced, r, row_len, at);
       acc = p.combine(acc, p.load(in[offsets[0] + at[0]], r));
     }
     if constexpr (kGroup == kWarpThreads) {
