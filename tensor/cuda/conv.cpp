@@ -1,7 +1,7 @@
-// CUDA 2-d convolution through cuDNN (its legacy calls, or its graph API
-// when cuda::set_cudnn_api chooses it: Note [cuDNN graph API] in
-// cudnn_graph.cpp), or Kiln's direct kernels for small
-// layers when chosen (Note [Direct CUDA convolution] in conv_direct.h): one
+// CUDA 2-d convolution through Kiln's direct kernels for the small layers
+// they take (Note [Direct CUDA convolution] in conv_direct.h), or cuDNN (its
+// graph API, Note [cuDNN graph API] in cudnn_graph.cpp, or its legacy calls,
+// as cuda::set_conv_implementation and set_cudnn_api choose): one
 // group per call, as the front-end (tensor/conv.cpp) makes them, in float32,
 // float64, float16 or bfloat16 (Note [16-bit cuDNN convolutions]).
 //
@@ -135,6 +135,10 @@ cudnnMathType_t math_type(DType dtype) {
   if (dtype == DType::Float32 && !allow_tf32()) return CUDNN_FMA_MATH;
   return CUDNN_DEFAULT_MATH;
 }
+
+// Whether float32 may use tensor cores under `math` (math_type's answer,
+// read once per call, so that the key and the graph API's rules agree).
+bool tf32_allowed(cudnnMathType_t math) { return math != CUDNN_FMA_MATH; }
 
 // Everything the best algorithm depends on.
 std::vector<int64_t> algorithm_key(Direction direction, const Tensor& x, const Tensor& weight, const Tensor& y,
@@ -332,8 +336,10 @@ bool forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Ten
   const Device device = out.device();
   cudnnHandle_t handle = cudnn_handle(device);
   const Scaling scaling(x.dtype());
-  const std::vector<int64_t> key = algorithm_key(Direction::Forward, x, weight, out, g, math_type(x.dtype()));
-  if (!(cudnn_api() == CudnnApi::Graph && run_with_graph_api(Direction::Forward, x, weight, out, g, handle, key)) &&
+  const cudnnMathType_t math = math_type(x.dtype());
+  const std::vector<int64_t> key = algorithm_key(Direction::Forward, x, weight, out, g, math);
+  if (!(cudnn_api() == CudnnApi::Graph &&
+        run_with_graph_api(Direction::Forward, x, weight, out, g, handle, tf32_allowed(math), key)) &&
       !legacy_forward(out, x, weight, g, key, handle, scaling)) {
     return false;
   }
@@ -354,10 +360,10 @@ bool backward_data(const Tensor& grad_input, const Tensor& grad_out, const Tenso
   const char* op = "conv2d_backward";
   const Device device = grad_input.device();
   cudnnHandle_t handle = cudnn_handle(device);
-  const std::vector<int64_t> key =
-      algorithm_key(Direction::BackwardData, grad_input, weight, grad_out, g, math_type(grad_input.dtype()));
+  const cudnnMathType_t math = math_type(grad_input.dtype());
+  const std::vector<int64_t> key = algorithm_key(Direction::BackwardData, grad_input, weight, grad_out, g, math);
   if (cudnn_api() == CudnnApi::Graph &&
-      run_with_graph_api(Direction::BackwardData, grad_input, weight, grad_out, g, handle, key)) {
+      run_with_graph_api(Direction::BackwardData, grad_input, weight, grad_out, g, handle, tf32_allowed(math), key)) {
     return true;
   }
   ConvDescriptors d(grad_input, weight, grad_out, g, op);
@@ -390,10 +396,10 @@ bool backward_filter(const Tensor& grad_weight, const Tensor& grad_out, const Te
   const char* op = "conv2d_backward";
   const Device device = grad_weight.device();
   cudnnHandle_t handle = cudnn_handle(device);
-  const std::vector<int64_t> key =
-      algorithm_key(Direction::BackwardFilter, x, grad_weight, grad_out, g, math_type(x.dtype()));
+  const cudnnMathType_t math = math_type(x.dtype());
+  const std::vector<int64_t> key = algorithm_key(Direction::BackwardFilter, x, grad_weight, grad_out, g, math);
   if (cudnn_api() == CudnnApi::Graph &&
-      run_with_graph_api(Direction::BackwardFilter, x, grad_weight, grad_out, g, handle, key)) {
+      run_with_graph_api(Direction::BackwardFilter, x, grad_weight, grad_out, g, handle, tf32_allowed(math), key)) {
     return true;
   }
   ConvDescriptors d(x, grad_weight, grad_out, g, op);

@@ -25,15 +25,22 @@
 // key: direction, dtype, math, device, sizes, strides, alignments, geometry)
 // and per handle, since a plan is finalized for one handle, and handles are
 // one per host thread (Note [Library handles]), as PyTorch keeps its plans
-// per thread. Where cuDNN offers no acceptable engine, or declines the plan
-// when it runs, the key is remembered as declined and the legacy API runs
-// it instead.
-// The graph API is chosen by cuda::set_cudnn_api(CudnnApi::Graph) or
-// KILN_CUDNN_API=graph (tensor/cuda/settings.h); the legacy API stays the
-// default until the graph API has been measured against it on a GPU.
+// per thread. Engines that cuDNN compiles at run time (behaviour note
+// RUNTIME_COMPILATION: a compiler run when the plan is finalized) come after
+// the precompiled ones. Where cuDNN offers no acceptable engine, declines a
+// descriptor or plan (a NOT_SUPPORTED status), or a new plan fails its first
+// run, the key is remembered as declined and the legacy API runs it
+// instead; KILN_CUDNN_GRAPH_DEBUG=1 prints why to stderr, engine by engine.
+// The graph API is the default (cuda::set_cudnn_api and KILN_CUDNN_API=
+// legacy choose the legacy calls, tensor/cuda/settings.h): on an H100 it
+// ran LeNet's layers with the same GPU time as the legacy calls at a third
+// of their host cost (bench/cuda_conv_host.cpp, docs/BENCHMARKS.md).
 #include "tensor/cuda/cudnn_graph.h"
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -54,9 +61,33 @@ constexpr int64_t kX = 1, kW = 2, kY = 3;
 
 std::atomic<int64_t> graph_runs{0};
 
-[[noreturn]] void fail(cudnnStatus_t status, const char* call, int64_t attribute) {
-  const std::string what = std::string(call) + " (attribute " + std::to_string(attribute) + ")";
+// A status in cuDNN's NOT_SUPPORTED range from a call that builds a plan:
+// the key goes to the legacy API (Note [cuDNN graph API]).
+struct Declined {
+  std::string why;
+};
+
+// cuDNN's status and its last error message.
+std::string status_text(cudnnStatus_t status) {
+  char message[512] = {};
+  cudnnGetLastErrorString(message, sizeof message);
+  return std::string(cudnnGetErrorString(status)) + (message[0] ? std::string(": ") + message : std::string());
+}
+
+// Throws Declined for a decline, kiln::Error for any other failure; `what`
+// names the call and what it was given ("cudnnBackendSetAttribute
+// (attribute 42)").
+[[noreturn]] void fail(cudnnStatus_t status, const std::string& what) {
+  if (cudnn_declined(status)) throw Declined{what + ": " + status_text(status)};
   detail::throw_cudnn_error(status, what.c_str(), __FILE__, __LINE__);
+}
+
+bool debug_declines() {
+  static const bool on = [] {
+    const char* value = std::getenv("KILN_CUDNN_GRAPH_DEBUG");
+    return value != nullptr && std::strcmp(value, "1") == 0;
+  }();
+  return on;
 }
 
 // A backend descriptor owned for its lifetime.
@@ -64,7 +95,8 @@ class Descriptor {
  public:
   explicit Descriptor(cudnnBackendDescriptorType_t type) {
     const cudnnStatus_t status = cudnnBackendCreateDescriptor(type, &descriptor_);
-    if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendCreateDescriptor", type);
+    if (status != CUDNN_STATUS_SUCCESS)
+      fail(status, "cudnnBackendCreateDescriptor (type " + std::to_string(type) + ")");
   }
   ~Descriptor() {
     if (descriptor_ != nullptr) (void)cudnnBackendDestroyDescriptor(descriptor_);
@@ -79,7 +111,8 @@ class Descriptor {
   // Attribute `name` := `count` values of cuDNN type `type` at `values`.
   void set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count, const void* values) {
     const cudnnStatus_t status = cudnnBackendSetAttribute(descriptor_, name, type, count, values);
-    if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendSetAttribute", name);
+    if (status != CUDNN_STATUS_SUCCESS)
+      fail(status, "cudnnBackendSetAttribute (attribute " + std::to_string(name) + ")");
   }
   void set(cudnnBackendAttributeName_t name, const Descriptor& other) {
     cudnnBackendDescriptor_t raw = other.get();
@@ -91,9 +124,9 @@ class Descriptor {
 
   // The status, for a caller that tells a decline from a failure.
   cudnnStatus_t try_finalize() { return cudnnBackendFinalize(descriptor_); }
-  void finalize() {
+  void finalize(const char* what) {
     const cudnnStatus_t status = try_finalize();
-    if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendFinalize", 0);
+    if (status != CUDNN_STATUS_SUCCESS) fail(status, std::string("cudnnBackendFinalize (") + what + ")");
   }
 
  private:
@@ -109,7 +142,7 @@ Descriptor tensor(int64_t uid, DType dtype, std::initializer_list<int64_t> dims,
   d.set(CUDNN_ATTR_TENSOR_STRIDES, strides);
   d.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, {uid});
   d.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, {byte_alignment});
-  d.finalize();
+  d.finalize("tensor");
   return d;
 }
 
@@ -143,7 +176,7 @@ Descriptor convolution(const ConvGeometry& g, DType dtype) {
   d.set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, {g.stride_h, g.stride_w});
   d.set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, {g.pad_h, g.pad_w});
   d.set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, {g.pad_h, g.pad_w});
-  d.finalize();
+  d.finalize("convolution");
   return d;
 }
 
@@ -183,27 +216,36 @@ OperationKind operation_kind(ConvDirection direction) {
   KILN_FAIL("cuDNN graph: invalid convolution direction ", static_cast<int64_t>(direction));
 }
 
-// Whether an engine with these numerical notes keeps Kiln's rules for
-// `dtype` (Note [cuDNN graph API]); `deterministic_only` in the first pass.
-bool acceptable(const cudnnBackendNumericalNote_t* notes, int64_t count, DType dtype, bool deterministic_only) {
+// What the engines may do: Kiln's rules for a dtype (Note [cuDNN graph
+// API]), with TF32 as the key says (so that a plan matches its key even if
+// another thread changes cuda::allow_tf32 meanwhile).
+struct Rules {
+  DType dtype;
+  bool tf32;
+};
+
+// Why an engine with these numerical notes breaks the rules, or null when
+// it keeps them; `deterministic_only` in the first passes.
+const char* broken_rule(const cudnnBackendNumericalNote_t* notes, int64_t count, const Rules& rules,
+                        bool deterministic_only) {
   for (int64_t i = 0; i < count; ++i) {
     switch (notes[i]) {
       case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC:
-        if (deterministic_only) return false;
+        if (deterministic_only) return "non-deterministic";
         break;
       case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
-        if (dtype == DType::Float32 && !allow_tf32()) return false;
+        if (rules.dtype == DType::Float32 && !rules.tf32) return "tensor cores (TF32) on float32";
         break;
       case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
-        return false;  // rounds the inputs below their dtype, for every dtype (as PyTorch refuses it)
+        return "converts its inputs down";  // for every dtype (as PyTorch refuses it)
       case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION:
-        if (is_16_bit(dtype)) return false;
+        if (is_16_bit(rules.dtype)) return "sums in reduced precision";
         break;
       default:
         break;
     }
   }
-  return true;
+  return nullptr;
 }
 
 // The descriptors of one convolution's operation graph. A plan made from
@@ -229,8 +271,8 @@ struct Chosen {
   int64_t workspace_bytes;
 };
 
-// The operation graph of `direction` on these tensors, or none when cuDNN
-// declines to build it.
+// The operation graph of `direction` on these tensors; throws Declined when
+// cuDNN declines to build it.
 std::optional<GraphParts> operation_graph(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
                                           const ConvGeometry& g, cudnnHandle_t handle) {
   const OperationKind kind = operation_kind(direction);
@@ -250,14 +292,10 @@ std::optional<GraphParts> operation_graph(ConvDirection direction, const Tensor&
            wide ? static_cast<const void*>(&one64) : &one32);
   p.op.set(kind.beta, wide ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1,
            wide ? static_cast<const void*>(&zero64) : &zero32);
-  const cudnnStatus_t op_status = p.op.try_finalize();
-  if (cudnn_declined(op_status)) return std::nullopt;
-  if (op_status != CUDNN_STATUS_SUCCESS) fail(op_status, "cudnnBackendFinalize (convolution operation)", kind.type);
+  p.op.finalize("convolution operation");
   p.graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, p.op);
   p.graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-  const cudnnStatus_t status = p.graph.try_finalize();
-  if (cudnn_declined(status)) return std::nullopt;
-  if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendFinalize (operation graph)", 0);
+  p.graph.finalize("operation graph");
   return parts;
 }
 
@@ -271,12 +309,13 @@ std::vector<Descriptor> engine_configs(const Descriptor& graph, cudnnBackendHeur
   // A mode that declines the graph offers nothing.
   cudnnStatus_t status = heuristics.try_finalize();
   if (cudnn_declined(status)) return configs;
-  if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendFinalize (engine heuristics)", mode);
+  if (status != CUDNN_STATUS_SUCCESS)
+    fail(status, "cudnnBackendFinalize (engine heuristics, mode " + std::to_string(mode) + ")");
   int64_t count = 0;
   status = cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
                                     &count, nullptr);
   if (cudnn_declined(status)) return configs;
-  if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendGetAttribute", CUDNN_ATTR_ENGINEHEUR_RESULTS);
+  if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendGetAttribute (engine heuristics' results)");
   // The configurations are written into descriptors created beforehand.
   std::vector<cudnnBackendDescriptor_t> raw;
   for (int64_t i = 0; i < count; ++i) {
@@ -288,79 +327,147 @@ std::vector<Descriptor> engine_configs(const Descriptor& graph, cudnnBackendHeur
                                     count, &count, raw.data());
   if (cudnn_declined(status)) count = 0;
   if (status != CUDNN_STATUS_SUCCESS && !cudnn_declined(status)) {
-    fail(status, "cudnnBackendGetAttribute", CUDNN_ATTR_ENGINEHEUR_RESULTS);
+    fail(status, "cudnnBackendGetAttribute (engine heuristics' results)");
   }
   while (static_cast<int64_t>(configs.size()) > count) configs.pop_back();
   return configs;
 }
 
-// Whether the engine of `config` is acceptable for `dtype` (Note [cuDNN
-// graph API]); an engine whose notes cannot be read is not.
-bool engine_acceptable(const Descriptor& config, DType dtype, bool deterministic_only) {
+// The engine of a configuration: its index in cuDNN's list (for messages),
+// its numerical notes, and whether cuDNN compiles it at run time.
+struct EngineNotes {
+  int64_t index = -1;
+  cudnnBackendNumericalNote_t numerical[CUDNN_NUMERICAL_NOTE_TYPE_COUNT] = {};
+  int64_t numerical_count = 0;
+  bool runtime_compiled = false;
+};
+
+// None when the notes cannot be read (such an engine is not taken).
+std::optional<EngineNotes> engine_notes(const Descriptor& config) {
   Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   cudnnBackendDescriptor_t engine_raw = engine.get();
   int64_t got = 0;
   if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
                                &engine_raw) != CUDNN_STATUS_SUCCESS) {
-    return false;
+    return std::nullopt;
   }
-  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-  int64_t note_count = 0;
+  EngineNotes notes;
+  (void)cudnnBackendGetAttribute(engine_raw, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got, &notes.index);
   if (cudnnBackendGetAttribute(engine_raw, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                               CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &note_count, notes) != CUDNN_STATUS_SUCCESS) {
-    return false;
+                               CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &notes.numerical_count,
+                               notes.numerical) != CUDNN_STATUS_SUCCESS) {
+    return std::nullopt;
   }
-  return acceptable(notes, note_count, dtype, deterministic_only);
+  cudnnBackendBehaviorNote_t behavior[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+  int64_t behavior_count = 0;
+  if (cudnnBackendGetAttribute(engine_raw, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                               CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &behavior_count, behavior) == CUDNN_STATUS_SUCCESS) {
+    for (int64_t i = 0; i < behavior_count; ++i) {
+      notes.runtime_compiled = notes.runtime_compiled || behavior[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
+    }
+  }
+  return notes;
 }
 
-// The first of `configs` (in ranking order) whose engine is acceptable for
-// `dtype` and that finalizes into a plan within the workspace limit,
-// deterministic engines first; the chosen configuration moves into the plan.
-std::optional<Chosen> first_acceptable(std::vector<Descriptor>& configs, DType dtype, cudnnHandle_t handle) {
+// The first of `configs` (in ranking order) whose engine keeps `rules` and
+// that finalizes into a plan within the workspace limit, in four passes:
+// deterministic and precompiled engines, deterministic ones compiled at run
+// time, then the same two without the determinism rule. A configuration is
+// tried once. The chosen one moves into the plan; `why` collects, for the
+// debug message, why each other one was passed over.
+std::optional<Chosen> first_acceptable(std::vector<Descriptor>& configs, const Rules& rules, cudnnHandle_t handle,
+                                       std::string& why) {
+  std::vector<std::optional<EngineNotes>> notes;
+  for (const Descriptor& config : configs) notes.push_back(engine_notes(config));
+  std::vector<bool> tried(configs.size(), false);
+  auto passed_over = [&](size_t i, const std::string& reason) {
+    why += "\n  engine " + std::to_string(notes[i] ? notes[i]->index : -1) + ": " + reason;
+  };
   for (bool deterministic_only : {true, false}) {
-    for (Descriptor& config : configs) {
-      if (config.get() == nullptr || !engine_acceptable(config, dtype, deterministic_only)) continue;
-      // The configuration's own workspace figure, when it has one, spares
-      // finalizing a plan that would be refused for its size.
-      int64_t workspace = 0, got = 0;
-      if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got,
-                                   &workspace) == CUDNN_STATUS_SUCCESS &&
-          static_cast<size_t>(workspace) > kMaxConvWorkspaceBytes) {
-        continue;
+    for (bool compiled_at_run_time : {false, true}) {
+      for (size_t i = 0; i < configs.size(); ++i) {
+        if (tried[i] || configs[i].get() == nullptr) continue;
+        if (!notes[i]) {
+          tried[i] = true;
+          passed_over(i, "its notes cannot be read");
+          continue;
+        }
+        if (notes[i]->runtime_compiled != compiled_at_run_time) continue;
+        const char* broken = broken_rule(notes[i]->numerical, notes[i]->numerical_count, rules, deterministic_only);
+        if (broken != nullptr) {
+          if (!deterministic_only) {
+            tried[i] = true;
+            passed_over(i, broken);
+          }
+          continue;
+        }
+        tried[i] = true;
+        // The configuration's own workspace figure, when it has one, spares
+        // finalizing a plan that would be refused for its size.
+        int64_t workspace = 0, got = 0;
+        if (cudnnBackendGetAttribute(configs[i].get(), CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got,
+                                     &workspace) == CUDNN_STATUS_SUCCESS &&
+            static_cast<size_t>(workspace) > kMaxConvWorkspaceBytes) {
+          passed_over(i, "workspace of " + std::to_string(workspace) + " bytes");
+          continue;
+        }
+        Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+        plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+        plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[i]);
+        const cudnnStatus_t finalized = plan.try_finalize();
+        if (finalized != CUDNN_STATUS_SUCCESS) {  // this configuration cannot run here
+          passed_over(i, "plan not finalized: " + status_text(finalized));
+          continue;
+        }
+        const cudnnStatus_t status = cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                                              CUDNN_TYPE_INT64, 1, &got, &workspace);
+        if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendGetAttribute (plan's workspace size)");
+        if (workspace < 0 || static_cast<size_t>(workspace) > kMaxConvWorkspaceBytes) {
+          passed_over(i, "plan's workspace of " + std::to_string(workspace) + " bytes");
+          continue;
+        }
+        return Chosen{std::move(configs[i]), std::move(plan), workspace};
       }
-      Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-      plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
-      if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) continue;  // this configuration cannot run here
-      const cudnnStatus_t status = cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                                            CUDNN_TYPE_INT64, 1, &got, &workspace);
-      if (status != CUDNN_STATUS_SUCCESS) {
-        fail(status, "cudnnBackendGetAttribute", CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
-      }
-      if (workspace < 0 || static_cast<size_t>(workspace) > kMaxConvWorkspaceBytes) continue;
-      return Chosen{std::move(config), std::move(plan), workspace};
     }
   }
   return std::nullopt;
 }
 
 // The first acceptable engine configuration of cuDNN's rankings, finalized
-// into a plan; none when no configuration is acceptable and finalizes.
+// into a plan; none when no configuration is acceptable and finalizes, or
+// cuDNN declines the graph (`why` says which).
 std::shared_ptr<const Plan> build_plan(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
-                                       const ConvGeometry& g, cudnnHandle_t handle) {
-  std::optional<GraphParts> parts = operation_graph(direction, x, w, y, g, handle);
-  if (!parts) return nullptr;
-  // Heuristics mode A ranks the engines; the fallback mode lists more
-  // general ones after them, so that a deterministic engine of either comes
-  // before a non-deterministic one of A.
-  std::vector<Descriptor> configs = engine_configs(parts->graph, CUDNN_HEUR_MODE_A);
-  for (Descriptor& config : engine_configs(parts->graph, CUDNN_HEUR_MODE_FALLBACK)) {
-    configs.push_back(std::move(config));
+                                       const ConvGeometry& g, const Rules& rules, cudnnHandle_t handle,
+                                       std::string& why) {
+  try {
+    std::optional<GraphParts> parts = operation_graph(direction, x, w, y, g, handle);
+    // Heuristics mode A ranks the engines; the fallback mode lists more
+    // general ones after them, so that a deterministic engine of either comes
+    // before a non-deterministic one of A.
+    std::vector<Descriptor> configs = engine_configs(parts->graph, CUDNN_HEUR_MODE_A);
+    for (Descriptor& config : engine_configs(parts->graph, CUDNN_HEUR_MODE_FALLBACK)) {
+      configs.push_back(std::move(config));
+    }
+    if (configs.empty()) why += "\n  the heuristics offer no engine";
+    std::optional<Chosen> chosen = first_acceptable(configs, rules, handle, why);
+    if (!chosen) return nullptr;
+    return std::make_shared<const Plan>(
+        Plan{std::move(*parts), std::move(chosen->config), std::move(chosen->plan), chosen->workspace_bytes});
+  } catch (const Declined& declined) {
+    why += "\n  " + declined.why;
+    return nullptr;
   }
-  std::optional<Chosen> chosen = first_acceptable(configs, x.dtype(), handle);
-  if (!chosen) return nullptr;
-  return std::make_shared<const Plan>(
-      Plan{std::move(*parts), std::move(chosen->config), std::move(chosen->plan), chosen->workspace_bytes});
+}
+
+// KILN_CUDNN_GRAPH_DEBUG: why a key goes to the legacy API.
+void report_decline(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
+                    const std::string& why) {
+  if (!debug_declines()) return;
+  static const char* const kNames[] = {"forward", "backward data", "backward filter"};
+  std::fprintf(stderr, "cuDNN graph API: %s of %s x %s -> %s (%s) goes to the legacy API:%s\n",
+               kNames[static_cast<int>(direction)], kiln::detail::str(x.shape()).c_str(),
+               kiln::detail::str(w.shape()).c_str(), kiln::detail::str(y.shape()).c_str(),
+               std::string(dtype_name(x.dtype())).c_str(), why.c_str());
 }
 
 // Plans by key and handle; a null plan marks a key the legacy API runs.
@@ -393,13 +500,15 @@ PlanCache& plan_cache() {
 int64_t cudnn_graph_runs() { return graph_runs.load(std::memory_order_relaxed); }
 
 bool run_with_graph_api(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
-                        const ConvGeometry& g, cudnnHandle_t handle, const std::vector<int64_t>& key) {
+                        const ConvGeometry& g, cudnnHandle_t handle, bool allow_tf32, const std::vector<int64_t>& key) {
   std::vector<int64_t> plan_key = key;
   plan_key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(handle)));
   auto [found, plan] = plan_cache().find(plan_key);
   if (!found) {
-    plan = build_plan(direction, x, w, y, g, handle);
+    std::string why;
+    plan = build_plan(direction, x, w, y, g, Rules{x.dtype(), allow_tf32}, handle, why);
     plan_cache().put(plan_key, plan);
+    if (!plan) report_decline(direction, x, w, y, why);
   }
   if (!plan) return false;
 
@@ -407,17 +516,29 @@ bool run_with_graph_api(ConvDirection direction, const Tensor& x, const Tensor& 
       plan->workspace_bytes > 0 ? Tensor::empty({plan->workspace_bytes}, {DType::UInt8, x.device()}) : Tensor();
   void* workspace = scratch.defined() ? scratch.data_ptr() : nullptr;
   void* pointers[3] = {x.data_ptr(), w.data_ptr(), y.data_ptr()};
-  Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, pointers);
-  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, {kX, kW, kY});
-  pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
-  pack.finalize();
-  const cudnnStatus_t status = cudnnBackendExecute(handle, plan->plan.get(), pack.get());
-  if (cudnn_declined(status)) {
+  cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
+  std::string declined;
+  try {
+    Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, pointers);
+    pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, {kX, kW, kY});
+    pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+    pack.finalize("variant pack");
+    status = cudnnBackendExecute(handle, plan->plan.get(), pack.get());
+  } catch (const Declined& d) {
+    declined = d.why;
+  }
+  // A decline, or any failure of a plan's first run (as PyTorch moves on to
+  // its next configuration then), sends the key to the legacy API.
+  if (declined.empty() && status != CUDNN_STATUS_SUCCESS && (!found || cudnn_declined(status))) {
+    declined = "cudnnBackendExecute: " + status_text(status);
+  }
+  if (!declined.empty()) {
     plan_cache().put(plan_key, nullptr);
+    report_decline(direction, x, w, y, "\n  " + declined);
     return false;
   }
-  if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendExecute", 0);
+  if (status != CUDNN_STATUS_SUCCESS) fail(status, "cudnnBackendExecute");
   graph_runs.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

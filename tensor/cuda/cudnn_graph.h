@@ -22,11 +22,13 @@ enum class ConvDirection : int64_t { Forward, BackwardData, BackwardFilter };
 // Runs `direction` of the one-group convolution with geometry g on x (N, C,
 // H, W), w (OC, C*kh*kw, contiguous) and y (N, OC, oh, ow), whose (H, W)
 // planes are contiguous, through a graph-API execution plan cached under
-// `key` (everything the plan depends on: conv.cpp's algorithm key) for
-// `handle`. Returns false, having written nothing, when cuDNN has no engine
-// for it that Kiln accepts (the caller then runs the legacy API); throws
-// kiln::Error when a cuDNN call fails otherwise.
+// `key` (everything the plan depends on: conv.cpp's algorithm key, which
+// holds `allow_tf32`, whether float32 may use tensor cores) for `handle`.
+// Returns false, having written nothing, when cuDNN has no engine for it
+// that Kiln accepts or declines it (the caller then runs the legacy API);
+// throws kiln::Error when a cuDNN call fails otherwise.
 bool run_with_graph_api(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
-                        const ConvGeometry& g, cudnnHandle_t handle, const std::vector<int64_t>& key);
+                        const ConvGeometry& g, cudnnHandle_t handle, bool allow_tf32,
+                        const std::vector<int64_t>& key);
 
 }  // namespace kiln::cuda
