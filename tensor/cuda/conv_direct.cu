@@ -17,7 +17,6 @@ namespace kiln::cuda {
 namespace {
 
 using direct_conv::Geometry32;
-using direct_conv::kTile;
 using direct_conv::LaunchShape;
 
 Geometry32 geometry32(const ConvGeometry& g) {
@@ -27,7 +26,15 @@ Geometry32 geometry32(const ConvGeometry& g) {
           narrow(g.dilation_w), narrow(g.out_h()),  narrow(g.out_w())};
 }
 
-dim3 grid_of(const LaunchShape& s) { return dim3(s.grid_x, s.grid_y, s.grid_z); }
+// direct_conv's launcher: `kernel` on `stream` with shape s, checked.
+struct StreamLaunch {
+  cudaStream_t stream;
+  template <class... Params, class... Args>
+  void operator()(void (*kernel)(Params...), const LaunchShape& s, Args... args) const {
+    kernel<<<dim3(s.grid_x, s.grid_y, s.grid_z), s.threads, s.shared_bytes, stream>>>(args...);
+    KILN_CUDA_CHECK_LAUNCH("direct convolution kernel");
+  }
+};
 
 template <class T>
 const T* data_or_null(const Tensor& t) {
@@ -65,14 +72,17 @@ bool direct_conv_applies(int64_t out_channels, const ConvGeometry& g, DType dtyp
   const int64_t element = dtype == DType::Float64 ? 8 : 4;
   const int64_t window = g.kernel_h * g.kernel_w, weights = out_channels * g.channels * window;
   if (weights <= 0 || weights * element > static_cast<int64_t>(kDirectConvMaxWeightBytes)) return false;
-  // The channel tiles' staged weights: forward [taps][kTile], grad_input [OC * window][kTile].
-  const int64_t staged = std::max(g.channels, out_channels) * window * kTile * element;
+  // The channel tiles' staged weights: forward [taps][tile], grad_input [OC * window][tile].
+  const int64_t staged =
+      std::max(g.channels * kDirectConvForwardTile, out_channels * kDirectConvGradInputTile) * window * element;
   if (staged > static_cast<int64_t>(kDirectConvMaxStagedBytes)) return false;
   // Positions along an axis, padding and taps included, stay within int.
   const int64_t out_h = g.out_h(), out_w = g.out_w();
   const bool rows_fit = g.height + 2 * g.pad_h + g.dilation_h * g.kernel_h + g.stride_h <= INT_MAX;
   const bool columns_fit = g.width + 2 * g.pad_w + g.dilation_w * g.kernel_w + g.stride_w <= INT_MAX;
-  return out_h > 0 && out_w > 0 && rows_fit && columns_fit && g.height * g.width <= INT_MAX && out_h * out_w <= INT_MAX;
+  const int64_t plane_limit = INT_MAX - 256;
+  return out_h > 0 && out_w > 0 && rows_fit && columns_fit && g.height * g.width <= plane_limit &&
+         out_h * out_w <= plane_limit;
 }
 
 void direct_conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -82,14 +92,11 @@ void direct_conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& wei
   check_applies("conv2d", out_channels, g, x.dtype());
   if (out.numel() == 0) return;
   const Geometry32 g32 = geometry32(g);
-  const LaunchShape s = direct_conv::forward_shape(g32, images, out_channels, weight.element_size());
-  cudaStream_t stream = current_raw_stream(out.device());
   with_real_type(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    direct_conv::forward_kernel<T><<<grid_of(s), s.threads, s.shared_bytes, stream>>>(
-        static_cast<T*>(out.data_ptr()), data_or_null<T>(x), data_or_null<T>(weight), data_or_null<T>(bias), g32,
-        static_cast<int>(out_channels), images);
-    KILN_CUDA_CHECK_LAUNCH("conv2d forward_kernel");
+    direct_conv::run_forward<T>(StreamLaunch{current_raw_stream(out.device())}, static_cast<T*>(out.data_ptr()),
+                                data_or_null<T>(x), data_or_null<T>(weight), data_or_null<T>(bias), g32,
+                                static_cast<int>(out_channels), images);
   });
 }
 
@@ -100,14 +107,11 @@ void direct_conv2d_grad_input(const Tensor& grad_input, const Tensor& grad_out, 
   check_applies("conv2d_backward", out_channels, g, weight.dtype());
   if (grad_input.numel() == 0) return;
   const Geometry32 g32 = geometry32(g);
-  const LaunchShape s = direct_conv::grad_input_shape(g32, images, out_channels, weight.element_size());
-  cudaStream_t stream = current_raw_stream(grad_input.device());
   with_real_type(weight.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    direct_conv::grad_input_kernel<T><<<grid_of(s), s.threads, s.shared_bytes, stream>>>(
-        static_cast<T*>(grad_input.data_ptr()), data_or_null<T>(grad_out), data_or_null<T>(weight), g32,
-        static_cast<int>(out_channels), images);
-    KILN_CUDA_CHECK_LAUNCH("conv2d grad_input_kernel");
+    direct_conv::run_grad_input<T>(StreamLaunch{current_raw_stream(grad_input.device())},
+                                   static_cast<T*>(grad_input.data_ptr()), data_or_null<T>(grad_out),
+                                   data_or_null<T>(weight), g32, static_cast<int>(out_channels), images);
   });
 }
 
@@ -130,20 +134,12 @@ void direct_conv2d_grad_weight(const Tensor& grad_weight, const Tensor& grad_bia
   const Tensor partial =
       plan.ranges > 1 ? Tensor::empty({plan.entries * plan.ranges}, {DType::Float64, grad_weight.device()}) : Tensor();
   double* partial_data = plan.ranges > 1 ? static_cast<double*>(partial.data_ptr()) : nullptr;
-  cudaStream_t stream = current_raw_stream(grad_weight.device());
   with_real_type(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    T* weight_out = static_cast<T*>(grad_weight.data_ptr());
-    T* bias_out = grad_bias.defined() ? static_cast<T*>(grad_bias.data_ptr()) : nullptr;
-    direct_conv::grad_weight_kernel<T><<<grid_of(plan.partial), plan.partial.threads, 0, stream>>>(
-        weight_out, bias_out, partial_data, data_or_null<T>(grad_out), data_or_null<T>(x), g32,
-        static_cast<int>(out_channels), plan.rows, plan.range_rows);
-    KILN_CUDA_CHECK_LAUNCH("conv2d grad_weight_kernel");
-    if (plan.ranges > 1) {
-      direct_conv::grad_weight_sum_kernel<T><<<grid_of(plan.sum), plan.sum.threads, 0, stream>>>(
-          weight_out, bias_out, partial_data, plan.weights, plan.entries, static_cast<int>(plan.ranges));
-      KILN_CUDA_CHECK_LAUNCH("conv2d grad_weight_sum_kernel");
-    }
+    direct_conv::run_grad_weight<T>(
+        StreamLaunch{current_raw_stream(grad_weight.device())}, plan, static_cast<T*>(grad_weight.data_ptr()),
+        grad_bias.defined() ? static_cast<T*>(grad_bias.data_ptr()) : nullptr, partial_data, data_or_null<T>(grad_out),
+        data_or_null<T>(x), g32, static_cast<int>(out_channels), x.size(0));
   });
 }
 

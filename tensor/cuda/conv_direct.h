@@ -5,35 +5,42 @@
 // LeNet's (3 -> 6 and 6 -> 16 channels, 5x5) each call does microseconds of
 // arithmetic and the choice of kernel, the descriptors and the launches of a
 // general library are a large part of it: cuDNN 9's legacy calls cost the
-// host 30 to 130 microseconds each (docs/BENCHMARKS.md). These kernels
-// compute the convolution directly, for float32 and float64, with 32-bit
-// index arithmetic inside an image and no division in their inner loops:
+// host 30 to 150 microseconds each. These kernels compute the convolution
+// directly, for float32 and float64, with 32-bit index arithmetic inside an
+// image:
 // - forward (one launch): a thread per output position of one image
-//   computes kChannelTile output channels at once, so each input value it
-//   loads feeds kChannelTile products; the tile's weights sit in shared
-//   memory, laid out [tap][channel] so that a warp reads one broadcast
-//   address per product; the bias is the sums' starting value;
+//   computes kDirectConvForwardTile output channels at once, so each input
+//   value it loads feeds that many products; the tile's weights sit in
+//   shared memory, laid out [tap][channel] so that a warp reads one
+//   broadcast address per product; the bias is the sums' starting value;
 // - grad_input (one launch): the same with roles swapped, a thread per
-//   input position gathering, for kChannelTile input channels, the output
-//   gradients that read it (no atomics);
-// - grad_weight (one launch, two when the rows are split): a block per
-//   (output channel, range of the N*oh output rows) whose threads each own
-//   one tap (c, ki, kj) and walk the range, accumulating in the data's
-//   type; one more thread sums grad_out itself, which is the bias's
-//   gradient (a tap whose input is always 1), so the bias costs no
-//   reduction of its own. With several ranges, each writes its sums and a
-//   second kernel adds them in double per weight, a warp per weight in a
-//   fixed shuffle tree.
+//   input position gathering, for kDirectConvGradInputTile input channels,
+//   the output gradients that read it (no atomics);
+// - grad_weight (one launch, two when its work is split into ranges): for
+//   3- and 5-wide kernels a warp per (input channel, kernel row, group of 8
+//   output channels) whose lanes walk the output positions, each load
+//   feeding 8 products, then combine in a shuffle tree; for other widths a
+//   block per (output channel, range of output rows) whose threads each own
+//   a tap. Either also sums grad_out itself, which is the bias's gradient
+//   (a tap whose input is always 1), so the bias costs no reduction of its
+//   own. Ranges' sums are added in double per weight by a second kernel, a
+//   warp per weight in a fixed shuffle tree.
+// For 3x3 and 5x5 kernels, forward and grad_input run variants with the
+// kernel size known at compile time (the taps unrolled, which of them fall
+// inside the image a bit mask computed once per thread).
 // The kernels and their launch shapes are in conv_direct_kernels.cuh, which
 // a test also runs on the CPU (Note [Emulated kernels]).
-// The number of ranges depends only on the shapes, never on the GPU, and no
-// float atomics are used, so results do not vary from run to run or from
+// The split into ranges depends only on the shapes, never on the GPU, and
+// no float atomics are used, so results do not vary from run to run or from
 // GPU to GPU (Note [cuDNN convolution algorithms] asks the same of cuDNN's
 // algorithms). They take layers whose staged weights fit the shared-memory
-// limits below and whose planes have fewer than 2^31 elements. Which
-// kernels run is cuda::conv_implementation() (tensor/cuda/settings.h):
-// cuDNN by default until a benchmark on a GPU has shown where these are
-// faster (docs/BENCHMARKS.md, issue 5).
+// limits below and whose planes have fewer than 2^31 - 256 elements, and by
+// default they run every layer they take (cuda::conv_implementation(),
+// tensor/cuda/settings.h): on an H100 (bench/cuda_conv_host.cpp,
+// docs/BENCHMARKS.md), LeNet's layers at batch 64 and 512 cost the GPU as
+// much as cuDNN's deterministic algorithms to a third of it, and the host a
+// twelfth to a fifth of cuDNN's legacy calls and a third to three quarters
+// of its graph API's.
 #pragma once
 
 #include <cstddef>
@@ -45,8 +52,11 @@
 namespace kiln::cuda {
 
 inline constexpr size_t kDirectConvMaxWeightBytes = size_t{32} << 10;
-// Output (forward) or input (grad_input) channels one thread computes.
-inline constexpr int kDirectConvChannelTile = 4;
+// Output channels a thread of the forward computes, and input channels a
+// thread of grad_input computes (the best of 4, 8 and 16 on an H100 for
+// LeNet's layers).
+inline constexpr int kDirectConvForwardTile = 8;
+inline constexpr int kDirectConvGradInputTile = 4;
 // What one block stages: a tile's weights, within the 48 KiB of shared
 // memory every CUDA GPU gives a block without opting in.
 inline constexpr size_t kDirectConvMaxStagedBytes = size_t{48} << 10;
@@ -54,8 +64,9 @@ inline constexpr size_t kDirectConvMaxStagedBytes = size_t{48} << 10;
 // Whether the direct kernels take a layer of `out_channels` with geometry
 // `g` in `dtype`: float32 or float64, the weight within
 // kDirectConvMaxWeightBytes, a channel tile's weights within
-// kDirectConvMaxStagedBytes, and input and output planes with fewer than
-// 2^31 elements.
+// kDirectConvMaxStagedBytes, and input and output planes of fewer than
+// 2^31 - 256 elements (a block's last thread indexes up to 255 past its
+// plane's end before checking).
 bool direct_conv_applies(int64_t out_channels, const ConvGeometry& g, DType dtype);
 
 // All tensors contiguous, on one CUDA device, of one dtype.

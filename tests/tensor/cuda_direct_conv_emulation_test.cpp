@@ -54,8 +54,6 @@ dc::Geometry32 geometry32(const ConvGeometry& g) {
           narrow(g.dilation_w), narrow(g.out_h()),  narrow(g.out_w())};
 }
 
-Dim3 grid_of(const dc::LaunchShape& s) { return {s.grid_x, s.grid_y, s.grid_z}; }
-
 // Every element within tol * (1 + |expected|) of the float64 reference.
 void expect_near_reference(const Tensor& reference, const std::vector<double>& actual, double tol,
                            const std::string& what) {
@@ -104,38 +102,46 @@ void check_case(const Case& k, uint64_t seed, double tol) {
   const std::vector<T> xs = values_as<T>(x), ws = values_as<T>(w), bs = values_as<T>(b), dys = values_as<T>(dy);
   const int oc = static_cast<int>(k.oc);
 
+  // The launcher direct_conv's run_* functions are given: the emulation.
+  auto launch = [](auto kernel, const dc::LaunchShape& s, auto... args) {
+    emulation::launch(Dim3{s.grid_x, s.grid_y, s.grid_z}, s.threads, s.shared_bytes, kernel, args...);
+  };
+
   std::vector<T> out(y.numel(), T(-999));
-  const dc::LaunchShape fs = dc::forward_shape(g32, k.n, k.oc, sizeof(T));
-  emulation::launch(grid_of(fs), fs.threads, fs.shared_bytes, dc::forward_kernel<T>, out.data(), xs.data(), ws.data(),
-                    bs.data(), g32, oc, k.n);
+  dc::run_forward<T>(launch, out.data(), xs.data(), ws.data(), bs.data(), g32, oc, k.n);
   expect_near_reference(y, widened(out), tol, what + " forward");
 
   std::vector<T> dx(x.numel(), T(-999));
-  const dc::LaunchShape is = dc::grad_input_shape(g32, k.n, k.oc, sizeof(T));
-  emulation::launch(grid_of(is), is.threads, is.shared_bytes, dc::grad_input_kernel<T>, dx.data(), dys.data(),
-                    ws.data(), g32, oc, k.n);
+  dc::run_grad_input<T>(launch, dx.data(), dys.data(), ws.data(), g32, oc, k.n);
   expect_near_reference(expected.grad_input, widened(dx), tol, what + " grad_input");
 
   for (bool with_bias : {true, false}) {
-    std::vector<T> dw(w.numel(), T(-999)), db(k.oc, T(-999));
+    // The plan conv_direct.cu would run, and one split finer (a few images
+    // or rows a range, the last range short), so that both kernels' ranges
+    // and the sums of their partial results run on these small shapes.
     const dc::WeightPlan plan = dc::grad_weight_plan(g32, k.n, k.oc, with_bias);
-    std::vector<double> partial(plan.ranges > 1 ? plan.entries * plan.ranges : 0, -777.0);
-    T* bias_out = with_bias ? db.data() : nullptr;
-    double* partial_data = plan.ranges > 1 ? partial.data() : nullptr;
-    emulation::launch(grid_of(plan.partial), plan.partial.threads, 0, dc::grad_weight_kernel<T>, dw.data(), bias_out,
-                      partial_data, dys.data(), xs.data(), g32, oc, plan.rows, plan.range_rows);
-    if (plan.ranges > 1) {
-      emulation::launch(grid_of(plan.sum), plan.sum.threads, 0, dc::grad_weight_sum_kernel<T>, dw.data(), bias_out,
-                        static_cast<const double*>(partial_data), plan.weights, plan.entries,
-                        static_cast<int>(plan.ranges));
-    }
-    const std::string how = what + (with_bias ? " with the bias" : " alone") + ", " + std::to_string(plan.ranges) +
-                            " ranges of " + std::to_string(plan.range_rows) + " rows";
-    expect_near_reference(expected.grad_weight, widened(dw), tol, how + ": grad_weight");
-    if (with_bias) {
-      expect_near_reference(expected.grad_bias, widened(db), tol, how + ": grad_bias");
+    dc::WeightPlan split = plan;
+    if (plan.lanes) {
+      split.range_images = 2;
+      split.ranges = (k.n + 1) / 2;
     } else {
-      EXPECT_TRUE(std::all_of(db.begin(), db.end(), [](T v) { return v == T(-999); })) << how << " wrote a bias";
+      split.range_rows = 3;
+      split.ranges = (plan.rows + 2) / 3;
+    }
+    split.partial.grid_x = static_cast<unsigned>(split.ranges);
+    for (const dc::WeightPlan& p : {plan, split}) {
+      std::vector<T> dw(w.numel(), T(-999)), db(k.oc, T(-999));
+      std::vector<double> partial(p.ranges > 1 ? p.entries * p.ranges : 0, -777.0);
+      dc::run_grad_weight<T>(launch, p, dw.data(), with_bias ? db.data() : nullptr,
+                             p.ranges > 1 ? partial.data() : nullptr, dys.data(), xs.data(), g32, oc, k.n);
+      const std::string how = what + (with_bias ? " with the bias, " : " alone, ") +
+                              (p.lanes ? "lanes kernel, " : "rows kernel, ") + std::to_string(p.ranges) + " ranges";
+      expect_near_reference(expected.grad_weight, widened(dw), tol, how + ": grad_weight");
+      if (with_bias) {
+        expect_near_reference(expected.grad_bias, widened(db), tol, how + ": grad_bias");
+      } else {
+        EXPECT_TRUE(std::all_of(db.begin(), db.end(), [](T v) { return v == T(-999); })) << how << " wrote a bias";
+      }
     }
   }
 }
@@ -146,12 +152,12 @@ const Case kCases[] = {
     {2, 4, 9, 7, 6, 3, 2, {.stride_h = 2, .stride_w = 3, .pad_h = 1, .pad_w = 0}},
     {1, 3, 11, 12, 2, 3, 3, {.pad_h = 2, .pad_w = 1, .dilation_h = 2, .dilation_w = 3}},
     {4, 2, 5, 5, 3, 1, 1, {}},
-    {4, 3, 32, 32, 6, 5, 5, {}},   // LeNet's conv1: planes of several blocks
-    {8, 6, 14, 14, 16, 5, 5, {}},  // LeNet's conv2: four output-channel tiles
+    {2, 3, 32, 32, 6, 5, 5, {}},   // LeNet's conv1: planes of several blocks
+    {3, 6, 14, 14, 16, 5, 5, {}},  // LeNet's conv2: two output-channel groups
     {2, 5, 20, 19, 7, 4, 3, {.stride_h = 3, .stride_w = 2, .pad_h = 2, .pad_w = 1, .dilation_h = 2}},
     {3, 2, 9, 23, 3, 3, 5, {.stride_h = 2, .stride_w = 3, .pad_h = 4, .pad_w = 5, .dilation_w = 2}},  // pad > kernel
-    {40, 3, 12, 12, 5, 3, 3, {.pad_h = 1, .pad_w = 1}},  // many weight-gradient ranges
-    {30, 12, 9, 9, 3, 5, 5, {.pad_h = 1, .pad_w = 1}},   // 300 taps: more than a block's threads
+    {9, 3, 12, 12, 5, 3, 3, {.pad_h = 1, .pad_w = 1}},  // several images a weight-gradient range
+    {2, 12, 9, 9, 3, 5, 4, {.pad_h = 1, .pad_w = 1}},   // 240 taps and a bias: more than a block's threads
 };
 
 TEST(CudaDirectConvEmulated, KernelsMatchTheCpuBackendInFloat32AndFloat64) {
@@ -165,22 +171,36 @@ TEST(CudaDirectConvEmulated, KernelsMatchTheCpuBackendInFloat32AndFloat64) {
 
 TEST(CudaDirectConvEmulated, LaunchShapesFollowTheShapesOnly) {
   // LeNet's conv1 at batch 64: planes of 784 positions in 4 blocks of 256,
-  // 6 output channels in 2 tiles; the weight gradient in ranges of whole
-  // rows, each at least 256 positions, about 2048 blocks in all.
+  // 6 output channels in one tile of 8.
   const ConvGeometry g{3, 32, 32, 5, 5};
   const dc::Geometry32 g32 = geometry32(g);
   const dc::LaunchShape f = dc::forward_shape(g32, 64, 6, 4);
   EXPECT_EQ(f.threads, 256u);
   EXPECT_EQ(f.grid_x, 4u);
   EXPECT_EQ(f.grid_y, 64u);
-  EXPECT_EQ(f.grid_z, 2u);
-  EXPECT_EQ(f.shared_bytes, 75u * 4 * 4);
+  EXPECT_EQ(f.grid_z, 1u);
+  EXPECT_EQ(f.shared_bytes, 75u * 8 * 4);
+  // Its weight gradient by the lanes kernel: a warp for each of the 3 * 5
+  // (channel, kernel row) pairs and one for the bias, 16 in all; an image per
+  // range at batch 64 (64 * 16 warps is about half of 2048), four at 512.
   const dc::WeightPlan p = dc::grad_weight_plan(g32, 64, 6, true);
-  EXPECT_EQ(p.rows, 64 * 28);
-  EXPECT_EQ(p.range_rows, 10);  // ceil(256 / 28) rows, more than ceil(1792 / 341)
-  EXPECT_EQ(p.ranges, 180);
+  EXPECT_TRUE(p.lanes);
+  EXPECT_EQ(p.range_images, 1);
+  EXPECT_EQ(p.ranges, 64);
   EXPECT_EQ(p.entries, 6 * 75 + 6);
-  EXPECT_EQ(p.partial.threads, 96u);  // 76 sums a channel, in whole warps
+  EXPECT_EQ(p.partial.grid_y, 4u);  // 16 warps in blocks of 4
+  EXPECT_EQ(dc::grad_weight_plan(g32, 512, 6, true).range_images, 4);
+  // LeNet's conv2: 16 output channels in two groups of 8, 62 warps.
+  const dc::Geometry32 g2 = geometry32(ConvGeometry{6, 14, 14, 5, 5});
+  EXPECT_EQ(dc::grad_weight_plan(g2, 64, 16, true).range_images, 2);
+  EXPECT_EQ(dc::grad_weight_plan(g2, 512, 16, true).range_images, 16);
+  // Other kernel widths: the rows kernel, in ranges of whole rows of at
+  // least 256 positions, about 2048 blocks in all.
+  const dc::Geometry32 g4 = geometry32(ConvGeometry{3, 32, 32, 4, 4});
+  const dc::WeightPlan rows = dc::grad_weight_plan(g4, 64, 6, true);
+  EXPECT_FALSE(rows.lanes);
+  EXPECT_EQ(rows.range_rows, 9);         // ceil(256 / 29) rows, more than ceil(64 * 29 / 341)
+  EXPECT_EQ(rows.partial.threads, 64u);  // 48 taps and the bias, in whole warps
   // A plane smaller than a block gets whole warps only.
   EXPECT_EQ(dc::plane_threads(100), 128u);
   // Batches past CUDA's grid-y limit loop inside the kernel.

@@ -25,6 +25,7 @@
 #define __global__
 #define __device__
 #define __host__
+#define __launch_bounds__(...)
 
 namespace kiln::emulation {
 
