@@ -19,17 +19,18 @@
 # 4. waits for the trainer and prints each run's final test accuracy;
 # 5. then, with the GPU to themselves, the CUDA benchmarks:
 #    bench/lenet_vs_pytorch.sh --device cuda (Kiln eager and with a CUDA
-#    graph against PyTorch eager; again with KILN_CUDNN_API=graph (cuDNN's
-#    graph API, Note [cuDNN graph API]); and again with KILN_CUDA_CONV=kiln,
-#    Kiln's direct convolution kernels, unless KILN_GPU_SKIP_DIRECT_CONV=1),
-#    cuda_ops, cuda_conv_host, bench/op_overhead_vs_pytorch.sh --device cuda, and a
-#    kernel trace (bench/cuda_kernel_trace.cpp) of a LeNet epoch at batch 64
-#    and 512, Kiln's (with cuDNN and with the direct kernels) and PyTorch's,
-#    at batch 64 with the host's time between launches too.
+#    graph against PyTorch eager: with the defaults, Kiln's direct
+#    convolution kernels; again with KILN_CUDA_CONV=cudnn, cuDNN through its
+#    graph API; and, unless KILN_GPU_SKIP_LEGACY=1, through its legacy calls),
+#    cuda_ops, cuda_conv_host, bench/op_overhead_vs_pytorch.sh --device cuda,
+#    and a kernel trace (bench/cuda_kernel_trace.cpp) of a LeNet epoch at
+#    batch 64 and 512, Kiln's (direct kernels and cuDNN) and PyTorch's, at
+#    batch 64 with the host's time between launches too.
 # Everything goes to $OUT/gpu-run.log (what the device tool brings back), the
 # trainer's logs to $OUT/lenet_fp32.jsonl and $OUT/lenet_amp.jsonl; the summary
 # is printed last. KILN_GPU_FILTER narrows the tests (a --gtest_filter
-# pattern); KILN_GPU_SKIP_BENCH=1 skips step 5; KILN_GPU_SANITIZE=1 also runs
+# pattern); KILN_GPU_SKIP_BENCH=1 skips step 5, KILN_GPU_SKIP_TRACE=1 its
+# kernel traces; KILN_GPU_SANITIZE=1 also runs
 # the tensor suite's CUDA tests under compute-sanitizer (memcheck, then
 # racecheck; slow, up to 4 minutes each) after step 3.
 set -uo pipefail
@@ -152,7 +153,8 @@ for suite in "$kit"/tests/kiln_*_tests; do
   [[ "$name" == kiln_apps_tests ]] && suite_filter="*Cuda*"
   echo "==== $name --gtest_filter=$suite_filter" >"$out/$name.part"
   (
-    OMP_NUM_THREADS=2 timeout "${KILN_GPU_SUITE_TIMEOUT:-240}" "$suite" --gtest_filter="$suite_filter" \
+    KILN_CUDNN_GRAPH_DEBUG=1 OMP_NUM_THREADS=2 timeout "${KILN_GPU_SUITE_TIMEOUT:-240}" "$suite" \
+      --gtest_filter="$suite_filter" \
       >>"$out/$name.part" 2>&1
     echo "==== exit $?" >>"$out/$name.part"
   ) &
@@ -200,11 +202,13 @@ if [[ "${KILN_GPU_SKIP_BENCH:-0}" != 1 ]]; then
   {
     echo "==== bench/lenet_vs_pytorch.sh --device cuda"
     KILN_DATA="$kit/data" timeout 150 bash "$root/bench/lenet_vs_pytorch.sh" "$kit" --device cuda
-    echo "==== the same with KILN_CUDNN_API=graph"
-    KILN_DATA="$kit/data" KILN_CUDNN_API=graph timeout 120 bash "$root/bench/lenet_vs_pytorch.sh" "$kit" --device cuda
-    if [[ "${KILN_GPU_SKIP_DIRECT_CONV:-0}" != 1 ]]; then
-      echo "==== the same with KILN_CUDA_CONV=kiln"
-      KILN_DATA="$kit/data" KILN_CUDA_CONV=kiln timeout 90 bash "$root/bench/lenet_vs_pytorch.sh" "$kit" --device cuda
+    echo "==== the same with KILN_CUDA_CONV=cudnn"
+    KILN_DATA="$kit/data" KILN_CUDA_CONV=cudnn KILN_CUDNN_GRAPH_DEBUG=1 timeout 120 \
+      bash "$root/bench/lenet_vs_pytorch.sh" "$kit" --device cuda
+    if [[ "${KILN_GPU_SKIP_LEGACY:-0}" != 1 ]]; then
+      echo "==== the same with KILN_CUDA_CONV=cudnn KILN_CUDNN_API=legacy"
+      KILN_DATA="$kit/data" KILN_CUDA_CONV=cudnn KILN_CUDNN_API=legacy timeout 120 \
+        bash "$root/bench/lenet_vs_pytorch.sh" "$kit" --device cuda
     fi
     echo "==== cuda_ops"
     timeout 60 "$kit/bench/cuda_ops"
@@ -214,7 +218,7 @@ if [[ "${KILN_GPU_SKIP_BENCH:-0}" != 1 ]]; then
     timeout 90 bash "$root/bench/op_overhead_vs_pytorch.sh" "$kit" --device cuda
     # Where the GPU time of a LeNet step goes, Kiln's kernels and PyTorch's.
     trace="$kit/bench/libcuda_kernel_trace.so"
-    if [[ -f "$trace" ]]; then
+    if [[ -f "$trace" && "${KILN_GPU_SKIP_TRACE:-0}" != 1 ]]; then
       # At batch 64 also the host's time between launches (KILN_TRACE_HOST).
       for batch in 64 512; do
         host=$([[ $batch == 64 ]] && echo 1 || echo 0)
@@ -224,11 +228,9 @@ if [[ "${KILN_GPU_SKIP_BENCH:-0}" != 1 ]]; then
         echo "==== kernel trace: bench/lenet_torch.py --device cuda --batch $batch"
         KILN_TRACE_HOST=$host LD_PRELOAD="$trace" timeout 60 python3 "$root/bench/lenet_torch.py" --device cuda \
           --batch "$batch" --train-images 25600
-        if [[ "${KILN_GPU_SKIP_DIRECT_CONV:-0}" != 1 ]]; then
-          echo "==== kernel trace: KILN_CUDA_CONV=kiln bench/lenet --device cuda --batch $batch"
-          KILN_CUDA_CONV=kiln KILN_TRACE_HOST=$host LD_PRELOAD="$trace" timeout 60 "$kit/bench/lenet" --device cuda \
-            --batch "$batch" --train-images 12800
-        fi
+        echo "==== kernel trace: KILN_CUDA_CONV=cudnn bench/lenet --device cuda --batch $batch"
+        KILN_CUDA_CONV=cudnn KILN_TRACE_HOST=$host LD_PRELOAD="$trace" timeout 60 "$kit/bench/lenet" --device cuda \
+          --batch "$batch" --train-images 12800
       done
     fi
   } >>"$log" 2>&1

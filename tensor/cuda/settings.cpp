@@ -14,13 +14,13 @@ std::atomic<bool> tf32_allowed{false};
 
 ConvImplementation implementation_from_environment() {
   const char* value = std::getenv("KILN_CUDA_CONV");
-  return value != nullptr && std::string(value) == "kiln" ? ConvImplementation::Kiln : ConvImplementation::Cudnn;
+  return value != nullptr && std::string(value) == "cudnn" ? ConvImplementation::Cudnn : ConvImplementation::Kiln;
 }
 std::atomic<ConvImplementation> conv_choice{implementation_from_environment()};
 
 CudnnApi cudnn_api_from_environment() {
   const char* value = std::getenv("KILN_CUDNN_API");
-  return value != nullptr && std::string(value) == "graph" ? CudnnApi::Graph : CudnnApi::Legacy;
+  return value != nullptr && std::string(value) == "legacy" ? CudnnApi::Legacy : CudnnApi::Graph;
 }
 std::atomic<CudnnApi> cudnn_api_choice{cudnn_api_from_environment()};
 }  // namespace

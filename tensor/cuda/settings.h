@@ -18,18 +18,20 @@ void set_allow_tf32(bool allow);
 bool allow_tf32();
 
 // Which kernels run 2-d convolutions (Note [Direct CUDA convolution] in
-// conv_direct.h): cuDNN's (the default), or Kiln's own direct kernels for
-// layers whose weight fits in a block's shared memory (cuDNN still takes
-// larger ones). The starting value comes from KILN_CUDA_CONV=cudnn|kiln.
+// conv_direct.h): Kiln's own direct kernels for float32 and float64 layers
+// whose weight fits in a block's shared memory, cuDNN for the others (the
+// default: on an H100 they beat cuDNN on LeNet's layers, docs/BENCHMARKS.md),
+// or cuDNN for every layer. The starting value comes from
+// KILN_CUDA_CONV=kiln|cudnn.
 enum class ConvImplementation { Cudnn, Kiln };
 void set_conv_implementation(ConvImplementation implementation);
 ConvImplementation conv_implementation();
 
-// Which cuDNN interface runs convolutions (Note [cuDNN graph API] in
-// tensor/cuda/cudnn_graph.cpp): the legacy calls (the default), or the
-// graph API with an execution plan built once per layer shape, which costs
-// the host less per call. The starting value comes from
-// KILN_CUDNN_API=legacy|graph.
+// Which cuDNN interface runs the convolutions cuDNN runs (Note [cuDNN graph
+// API] in tensor/cuda/cudnn_graph.cpp): the graph API with an execution plan
+// built once per layer shape (the default: the same kernels at a third of
+// the host's cost per call on an H100), or the legacy calls. The starting
+// value comes from KILN_CUDNN_API=graph|legacy.
 enum class CudnnApi { Legacy, Graph };
 void set_cudnn_api(CudnnApi api);
 CudnnApi cudnn_api();
