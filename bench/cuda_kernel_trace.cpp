@@ -116,9 +116,9 @@ void CUPTIAPI take_buffer(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t v
       correlation = kernel->correlationId;
     } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
       const auto* copy = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-      static const char* const kKinds[] = {"unknown", "host to device", "device to host", "host to array",
-                                           "array to host", "array to array", "array to device", "device to array",
-                                           "device to device", "host to host", "peer to peer"};
+      static const char* const kKinds[] = {"unknown",          "host to device", "device to host",  "host to array",
+                                           "array to host",    "array to array", "array to device", "device to array",
+                                           "device to device", "host to host",   "peer to peer"};
       name = std::string("[memcpy ") + (copy->copyKind < 11 ? kKinds[copy->copyKind] : "other") + "]";
       start = copy->start;
       end = copy->end;
@@ -138,6 +138,19 @@ void CUPTIAPI take_buffer(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t v
     ++total.count;
   }
   std::free(buffer);
+}
+
+// The first KILN_TRACE_ROWS rows (default 30), largest first, each with its
+// share of `all` nanoseconds, its count and its mean, after `label`.
+void print_rows(const char* label, const std::vector<std::pair<std::string, Total>>& rows, double all) {
+  const char* limit = std::getenv("KILN_TRACE_ROWS");
+  const size_t shown = std::min(rows.size(), static_cast<size_t>(limit ? std::atoi(limit) : 30));
+  for (size_t i = 0; i < shown; ++i) {
+    const Total& t = rows[i].second;
+    std::fprintf(stderr, "%s: %8.2f ms %5.1f%% %7lld x %8.2f us  %s\n", label, t.nanoseconds / 1e6,
+                 100 * t.nanoseconds / all, static_cast<long long>(t.count), t.nanoseconds / 1e3 / t.count,
+                 rows[i].first.c_str());
+  }
 }
 
 // The KILN_TRACE_HOST table: host time charged to each call that queued
@@ -179,14 +192,7 @@ void print_host_totals() {
   }
   std::fprintf(stderr, "cuda_kernel_trace host: %.1f ms of host time before %lld calls that queued GPU work\n",
                all / 1e6, static_cast<long long>(calls));
-  const char* limit = std::getenv("KILN_TRACE_ROWS");
-  const size_t shown = std::min(rows.size(), static_cast<size_t>(limit ? std::atoi(limit) : 30));
-  for (size_t i = 0; i < shown; ++i) {
-    const Total& t = rows[i].second;
-    std::fprintf(stderr, "cuda_kernel_trace host: %8.2f ms %5.1f%% %7lld x %8.2f us  %s\n", t.nanoseconds / 1e6,
-                 100 * t.nanoseconds / all, static_cast<long long>(t.count), t.nanoseconds / 1e3 / t.count,
-                 rows[i].first.c_str());
-  }
+  print_rows("cuda_kernel_trace host", rows, all);
 }
 
 void print_totals() {
@@ -200,14 +206,7 @@ void print_totals() {
   for (const auto& row : rows) all += row.second.nanoseconds;
   std::fprintf(stderr, "cuda_kernel_trace: %.1f ms of GPU time in %zu kinds of kernel and copy\n", all / 1e6,
                rows.size());
-  const char* limit = std::getenv("KILN_TRACE_ROWS");
-  const size_t shown = std::min(rows.size(), static_cast<size_t>(limit ? std::atoi(limit) : 30));
-  for (size_t i = 0; i < shown; ++i) {
-    const Total& t = rows[i].second;
-    std::fprintf(stderr, "cuda_kernel_trace: %8.2f ms %5.1f%% %7lld x %8.2f us  %s\n", t.nanoseconds / 1e6,
-                 100 * t.nanoseconds / all, static_cast<long long>(t.count), t.nanoseconds / 1e3 / t.count,
-                 rows[i].first.c_str());
-  }
+  print_rows("cuda_kernel_trace", rows, all);
 }
 
 // Runs when the library is loaded, before the program's main.

@@ -60,6 +60,30 @@ __device__ inline int reading_output(int i, int k, int pad, int dilation, int st
   return shifted / stride;
 }
 
+// ---- what the kernels share ----
+
+// Stages channels [c0, c0 + kTileSize) of the weights as w[k * kTileSize + j]
+// = weight of channel c0 + j at k, 0 past `channels`, for k < count;
+// `at(c, k)` is that weight's index in `weight`. Every thread of the block
+// calls it (it ends with a barrier).
+template <int kTileSize, class T, class At>
+__device__ inline void stage_tile(T* w, const T* weight, int count, int c0, int channels, const At& at) {
+  for (int i = threadIdx.x; i < count * kTileSize; i += blockDim.x) {
+    const int k = i / kTileSize, c = c0 + i % kTileSize;
+    w[i] = c < channels ? weight[at(c, k)] : T(0);
+  }
+  __syncthreads();
+}
+
+// Writes acc[j] to at[j * plane] for the tile's channels below `channels`.
+template <int kTileSize, class T>
+__device__ inline void write_tile(T* at, const T (&acc)[kTileSize], int c0, int channels, int plane) {
+#pragma unroll
+  for (int j = 0; j < kTileSize; ++j) {
+    if (c0 + j < channels) at[static_cast<int64_t>(j) * plane] = acc[j];
+  }
+}
+
 // ---- any kernel size ----
 
 // out (N, OC, oh, ow) = conv(x (N, C, H, W), weight (OC, taps)) + bias (OC,
@@ -70,11 +94,8 @@ __global__ void forward_kernel(T* out, const T* x, const T* weight, const T* bia
   const int taps = g.taps(), o0 = blockIdx.z * kForwardTile;
   // The tile's weights as [t][j]: a product reads kForwardTile neighbours.
   KILN_DYNAMIC_SHARED(T, w);
-  for (int i = threadIdx.x; i < taps * kForwardTile; i += blockDim.x) {
-    const int t = i / kForwardTile, o = o0 + i % kForwardTile;
-    w[i] = o < out_channels ? weight[static_cast<int64_t>(o) * taps + t] : T(0);
-  }
-  __syncthreads();
+  stage_tile<kForwardTile>(w, weight, taps, o0, out_channels,
+                           [taps](int o, int t) { return static_cast<int64_t>(o) * taps + t; });
   const int q = blockIdx.x * blockDim.x + threadIdx.x;  // output position in the plane
   if (q >= g.out_plane()) return;
   const int oy = q / g.out_w, ox = q % g.out_w;
@@ -103,11 +124,8 @@ __global__ void forward_kernel(T* out, const T* x, const T* weight, const T* bia
         }
       }
     }
-    T* o_at = out + (n * out_channels + o0) * static_cast<int64_t>(g.out_plane()) + q;
-#pragma unroll
-    for (int j = 0; j < kForwardTile; ++j) {
-      if (o0 + j < out_channels) o_at[static_cast<int64_t>(j) * g.out_plane()] = acc[j];
-    }
+    write_tile(out + (n * out_channels + o0) * static_cast<int64_t>(g.out_plane()) + q, acc, o0, out_channels,
+               g.out_plane());
   }
 }
 
@@ -119,11 +137,10 @@ __global__ void grad_input_kernel(T* grad_input, const T* grad_out, const T* wei
   const int window = g.kernel_h * g.kernel_w, c0 = blockIdx.z * kGradInputTile;
   // The tile's weights as [o][ki][kj][j].
   KILN_DYNAMIC_SHARED(T, w);
-  for (int i = threadIdx.x; i < out_channels * window * kGradInputTile; i += blockDim.x) {
-    const int j = i % kGradInputTile, k = (i / kGradInputTile) % window, o = i / (kGradInputTile * window), c = c0 + j;
-    w[i] = c < g.channels ? weight[(static_cast<int64_t>(o) * g.channels + c) * window + k] : T(0);
-  }
-  __syncthreads();
+  const int channels = g.channels;
+  stage_tile<kGradInputTile>(w, weight, out_channels * window, c0, channels, [window, channels](int c, int ok) {
+    return (static_cast<int64_t>(ok / window) * channels + c) * window + ok % window;  // ok = o * window + k
+  });
   const int q = blockIdx.x * blockDim.x + threadIdx.x;  // input position in the plane
   if (q >= g.in_plane()) return;
   const int iy = q / g.width, ix = q % g.width;
@@ -148,11 +165,8 @@ __global__ void grad_input_kernel(T* grad_input, const T* grad_out, const T* wei
         }
       }
     }
-    T* i_at = grad_input + (n * g.channels + c0) * static_cast<int64_t>(g.in_plane()) + q;
-#pragma unroll
-    for (int j = 0; j < kGradInputTile; ++j) {
-      if (c0 + j < g.channels) i_at[static_cast<int64_t>(j) * g.in_plane()] = acc[j];
-    }
+    write_tile(grad_input + (n * g.channels + c0) * static_cast<int64_t>(g.in_plane()) + q, acc, c0, g.channels,
+               g.in_plane());
   }
 }
 
@@ -260,11 +274,8 @@ __global__ void __launch_bounds__(kBlockThreads, 4)
   constexpr int kTileSize = kForwardTile;
   const int taps = g.channels * KH * KW, o0 = blockIdx.z * kTileSize;
   KILN_DYNAMIC_SHARED(T, w);  // the tile's weights as [t][j]
-  for (int i = threadIdx.x; i < taps * kTileSize; i += blockDim.x) {
-    const int t = i / kTileSize, o = o0 + i % kTileSize;
-    w[i] = o < out_channels ? weight[static_cast<int64_t>(o) * taps + t] : T(0);
-  }
-  __syncthreads();
+  stage_tile<kTileSize>(w, weight, taps, o0, out_channels,
+                        [taps](int o, int t) { return static_cast<int64_t>(o) * taps + t; });
   const int q = blockIdx.x * blockDim.x + threadIdx.x;  // output position in the plane
   if (q >= g.out_plane()) return;
   const int oy = q / g.out_w, ox = q % g.out_w;
@@ -300,11 +311,8 @@ __global__ void __launch_bounds__(kBlockThreads, 4)
         }
       }
     }
-    T* o_at = out + (n * out_channels + o0) * static_cast<int64_t>(g.out_plane()) + q;
-#pragma unroll
-    for (int j = 0; j < kTileSize; ++j) {
-      if (o0 + j < out_channels) o_at[static_cast<int64_t>(j) * g.out_plane()] = acc[j];
-    }
+    write_tile(out + (n * out_channels + o0) * static_cast<int64_t>(g.out_plane()) + q, acc, o0, out_channels,
+               g.out_plane());
   }
 }
 
@@ -315,11 +323,10 @@ __global__ void __launch_bounds__(kBlockThreads, 3)
   constexpr int kTileSize = kGradInputTile, kWindow = KH * KW;
   const int c0 = blockIdx.z * kTileSize;
   KILN_DYNAMIC_SHARED(T, w);  // the tile's weights as [o][ki][kj][j]
-  for (int i = threadIdx.x; i < out_channels * kWindow * kTileSize; i += blockDim.x) {
-    const int j = i % kTileSize, k = (i / kTileSize) % kWindow, o = i / (kTileSize * kWindow), c = c0 + j;
-    w[i] = c < g.channels ? weight[(static_cast<int64_t>(o) * g.channels + c) * kWindow + k] : T(0);
-  }
-  __syncthreads();
+  const int channels = g.channels;
+  stage_tile<kTileSize>(w, weight, out_channels * kWindow, c0, channels, [channels](int c, int ok) {
+    return (static_cast<int64_t>(ok / kWindow) * channels + c) * kWindow + ok % kWindow;  // ok = o * kWindow + k
+  });
   const int q = blockIdx.x * blockDim.x + threadIdx.x;  // input position in the plane
   if (q >= g.in_plane()) return;
   const int iy = q / g.width, ix = q % g.width;
@@ -356,11 +363,8 @@ __global__ void __launch_bounds__(kBlockThreads, 3)
         }
       }
     }
-    T* i_at = grad_input + (n * g.channels + c0) * static_cast<int64_t>(g.in_plane()) + q;
-#pragma unroll
-    for (int j = 0; j < kTileSize; ++j) {
-      if (c0 + j < g.channels) i_at[static_cast<int64_t>(j) * g.in_plane()] = acc[j];
-    }
+    write_tile(grad_input + (n * g.channels + c0) * static_cast<int64_t>(g.in_plane()) + q, acc, c0, g.channels,
+               g.in_plane());
   }
 }
 
