@@ -104,7 +104,7 @@ int main() try {
     int64_t in, out, size;
     bool grad_input;
   };
-  for (const int64_t batch : {int64_t{64}, int64_t{512}})
+  for (const int64_t batch : {int64_t{64}, int64_t{512}}) {
     for (const Layer& l : {Layer{3, 6, 32, false}, Layer{6, 16, 14, true}}) {
       const int layer = l.in == 3 ? 1 : 2;
       const Tensor x = kiln::randn({batch, l.in, l.size, l.size}).to(device);
@@ -136,9 +136,8 @@ int main() try {
                       layer, static_cast<long long>(batch));
         }
       }
-      kiln::cuda::set_cudnn_api(kiln::cuda::CudnnApi::Legacy);
-      kiln::cuda::set_conv_implementation(kiln::cuda::ConvImplementation::Cudnn);
     }
+  }
   const Tensor x = kiln::randn({64, 6, 14, 14}).to(device);
   const Tensor w = kiln::randn({16, 6, 5, 5}).to(device), b = kiln::randn({16}).to(device);
   const Tensor dy = kiln::randn({64, 16, 10, 10}).to(device);

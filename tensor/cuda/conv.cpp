@@ -114,9 +114,7 @@ void describe_filter(const FilterDescriptor& desc, const Tensor& weight, const C
 
 // The type cuDNN sums the products in: float32 for the 16-bit dtypes (Note
 // [16-bit cuDNN convolutions]), else the data's own.
-cudnnDataType_t compute_type(DType dtype) {
-  return is_16_bit(dtype) ? CUDNN_DATA_FLOAT : cudnn_data_type(dtype);
-}
+cudnnDataType_t compute_type(DType dtype) { return is_16_bit(dtype) ? CUDNN_DATA_FLOAT : cudnn_data_type(dtype); }
 
 void describe_convolution(const ConvolutionDescriptor& desc, const ConvGeometry& g, DType dtype, cudnnMathType_t math,
                           const char* op) {
@@ -136,17 +134,12 @@ cudnnMathType_t math_type(DType dtype) {
   return CUDNN_DEFAULT_MATH;
 }
 
-// Whether float32 may use tensor cores under `math` (math_type's answer,
-// read once per call, so that the key and the graph API's rules agree).
-bool tf32_allowed(cudnnMathType_t math) { return math != CUDNN_FMA_MATH; }
-
 // Everything the best algorithm depends on.
 std::vector<int64_t> algorithm_key(Direction direction, const Tensor& x, const Tensor& weight, const Tensor& y,
                                    const ConvGeometry& g, cudnnMathType_t math) {
   std::vector<int64_t> key{static_cast<int64_t>(direction), static_cast<int64_t>(x.dtype()), math, x.device().index};
   key.insert(key.end(), {weight.size(0), g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.dilation_h,
-                         g.dilation_w, pointer_alignment(x), pointer_alignment(weight),
-                         pointer_alignment(y)});
+                         g.dilation_w, pointer_alignment(x), pointer_alignment(weight), pointer_alignment(y)});
   for (const Tensor* t : {&x, &y}) {
     key.insert(key.end(), t->shape().begin(), t->shape().end());
     key.insert(key.end(), t->strides().begin(), t->strides().end());
@@ -289,8 +282,9 @@ struct ConvDescriptors {
   ConvolutionDescriptor conv;
   cudnnMathType_t math;
 
-  ConvDescriptors(const Tensor& x_t, const Tensor& weight, const Tensor& y_t, const ConvGeometry& g, const char* op)
-      : math(math_type(x_t.dtype())) {
+  ConvDescriptors(const Tensor& x_t, const Tensor& weight, const Tensor& y_t, const ConvGeometry& g,
+                  cudnnMathType_t math, const char* op)
+      : math(math) {
     describe_tensor(x, x_t, op);
     describe_tensor(y, y_t, op);
     describe_filter(w, weight, g, op);
@@ -301,16 +295,26 @@ struct ConvDescriptors {
 // t itself when cuDNN can read it in place, else a contiguous copy.
 Tensor readable(const Tensor& t) { return planes_contiguous(t) ? t : t.contiguous(); }
 
+// Runs `direction` through the graph API when cuda::cudnn_api() chooses it
+// and the graph API takes the layer. Each direction reads math_type once and
+// passes it here, to its key and to the legacy descriptors, so that the
+// three agree even if cuda::set_allow_tf32 changes meanwhile.
+bool ran_with_graph_api(Direction direction, const Tensor& x, const Tensor& w, const Tensor& y, const ConvGeometry& g,
+                        cudnnHandle_t handle, cudnnMathType_t math, const std::vector<int64_t>& key) {
+  return cudnn_api() == CudnnApi::Graph &&
+         run_with_graph_api(direction, x, w, y, g, handle, /*allow_tf32=*/math != CUDNN_FMA_MATH, key);
+}
+
 // The legacy API's forward (Note [cuDNN convolution algorithms]); false when
 // it declines 16-bit data.
 bool legacy_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const ConvGeometry& g,
-                    const std::vector<int64_t>& key, cudnnHandle_t handle, const Scaling& scaling) {
+                    cudnnMathType_t math, const std::vector<int64_t>& key, cudnnHandle_t handle,
+                    const Scaling& scaling) {
   const char* op = "conv2d";
   const Device device = out.device();
-  ConvDescriptors d(x, weight, out, g, op);
+  ConvDescriptors d(x, weight, out, g, math, op);
   return run_convolution(
-      key, d.conv, x.dtype(), device, op,
-      "cudnnConvolutionForward",
+      key, d.conv, x.dtype(), device, op, "cudnnConvolutionForward",
       [&] {
         cudnnConvolutionFwdAlgoPerf_t ranked[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
         int count = 0;
@@ -338,9 +342,8 @@ bool forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Ten
   const Scaling scaling(x.dtype());
   const cudnnMathType_t math = math_type(x.dtype());
   const std::vector<int64_t> key = algorithm_key(Direction::Forward, x, weight, out, g, math);
-  if (!(cudnn_api() == CudnnApi::Graph &&
-        run_with_graph_api(Direction::Forward, x, weight, out, g, handle, tf32_allowed(math), key)) &&
-      !legacy_forward(out, x, weight, g, key, handle, scaling)) {
+  if (!ran_with_graph_api(Direction::Forward, x, weight, out, g, handle, math, key) &&
+      !legacy_forward(out, x, weight, g, math, key, handle, scaling)) {
     return false;
   }
   if (bias.defined()) {
@@ -350,8 +353,8 @@ bool forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Ten
     KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(bias_desc.get(), CUDNN_TENSOR_NCHW, cudnn_data_type(b.dtype()), 1,
                                                 to_int(b.numel(), op, "bias size"), 1, 1));
     describe_tensor(out_desc, out, op);
-    KILN_CUDNN_CHECK(cudnnAddTensor(handle, scaling.one(), bias_desc.get(), b.data_ptr(), scaling.one(),
-                                    out_desc.get(), out.data_ptr()));
+    KILN_CUDNN_CHECK(cudnnAddTensor(handle, scaling.one(), bias_desc.get(), b.data_ptr(), scaling.one(), out_desc.get(),
+                                    out.data_ptr()));
   }
   return true;
 }
@@ -362,11 +365,8 @@ bool backward_data(const Tensor& grad_input, const Tensor& grad_out, const Tenso
   cudnnHandle_t handle = cudnn_handle(device);
   const cudnnMathType_t math = math_type(grad_input.dtype());
   const std::vector<int64_t> key = algorithm_key(Direction::BackwardData, grad_input, weight, grad_out, g, math);
-  if (cudnn_api() == CudnnApi::Graph &&
-      run_with_graph_api(Direction::BackwardData, grad_input, weight, grad_out, g, handle, tf32_allowed(math), key)) {
-    return true;
-  }
-  ConvDescriptors d(grad_input, weight, grad_out, g, op);
+  if (ran_with_graph_api(Direction::BackwardData, grad_input, weight, grad_out, g, handle, math, key)) return true;
+  ConvDescriptors d(grad_input, weight, grad_out, g, math, op);
   const Scaling scaling(grad_input.dtype());
   return run_convolution(
       key, d.conv, grad_input.dtype(), device, op, "cudnnConvolutionBackwardData",
@@ -398,11 +398,8 @@ bool backward_filter(const Tensor& grad_weight, const Tensor& grad_out, const Te
   cudnnHandle_t handle = cudnn_handle(device);
   const cudnnMathType_t math = math_type(x.dtype());
   const std::vector<int64_t> key = algorithm_key(Direction::BackwardFilter, x, grad_weight, grad_out, g, math);
-  if (cudnn_api() == CudnnApi::Graph &&
-      run_with_graph_api(Direction::BackwardFilter, x, grad_weight, grad_out, g, handle, tf32_allowed(math), key)) {
-    return true;
-  }
-  ConvDescriptors d(x, grad_weight, grad_out, g, op);
+  if (ran_with_graph_api(Direction::BackwardFilter, x, grad_weight, grad_out, g, handle, math, key)) return true;
+  ConvDescriptors d(x, grad_weight, grad_out, g, math, op);
   const Scaling scaling(x.dtype());
   return run_convolution(
       key, d.conv, x.dtype(), device, op, "cudnnConvolutionBackwardFilter",
@@ -532,11 +529,11 @@ void CudaBackend::conv2d_backward(const Tensor& grad_input, const Tensor& grad_w
       }
     });
   }
+  // The bias gradient, unless the direct kernels' weight pass made it: the
+  // sum over (N, oh, ow) by the reduction kernels (reduce.cu), which write
+  // any layout.
   if (grad_bias.defined() && !bias_with_weight) {
-    // The sum over (N, oh, ow) by the reduction kernels (reduce.cu).
-    write_into(grad_bias, grad_bias.is_contiguous(), [&](const Tensor& result) {
-      reduce(ReduceOp::Sum, result.view({1, result.size(0), 1, 1}), dy, {0, 2, 3});
-    });
+    reduce(ReduceOp::Sum, grad_bias.view({1, grad_bias.size(0), 1, 1}), dy, {0, 2, 3});
   }
 }
 

@@ -17,14 +17,8 @@ namespace kiln::cuda {
 namespace {
 
 using direct_conv::Geometry32;
+using direct_conv::geometry32;
 using direct_conv::LaunchShape;
-
-Geometry32 geometry32(const ConvGeometry& g) {
-  auto narrow = [](int64_t v) { return static_cast<int>(v); };
-  return {narrow(g.channels),   narrow(g.height),   narrow(g.width),  narrow(g.kernel_h), narrow(g.kernel_w),
-          narrow(g.stride_h),   narrow(g.stride_w), narrow(g.pad_h),  narrow(g.pad_w),    narrow(g.dilation_h),
-          narrow(g.dilation_w), narrow(g.out_h()),  narrow(g.out_w())};
-}
 
 // direct_conv's launcher: `kernel` on `stream` with shape s, checked.
 struct StreamLaunch {

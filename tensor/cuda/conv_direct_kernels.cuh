@@ -40,7 +40,7 @@ constexpr int kBlockThreads = 256;  // the most threads a block gets
 constexpr int kWarp = 32;
 
 // The geometry in the 32-bit form the kernels index with inside one image;
-// direct_conv_applies keeps every plane under 2^31 elements.
+// direct_conv_applies keeps every plane under 2^31 - 256 elements.
 struct Geometry32 {
   int channels, height, width, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
   int out_h, out_w;
@@ -48,6 +48,14 @@ struct Geometry32 {
   __host__ __device__ int in_plane() const { return height * width; }
   __host__ __device__ int out_plane() const { return out_h * out_w; }
 };
+
+// g in that form; direct_conv_applies has checked that it fits.
+inline Geometry32 geometry32(const ConvGeometry& g) {
+  auto narrow = [](int64_t v) { return static_cast<int>(v); };
+  return {narrow(g.channels),   narrow(g.height),   narrow(g.width),  narrow(g.kernel_h), narrow(g.kernel_w),
+          narrow(g.stride_h),   narrow(g.stride_w), narrow(g.pad_h),  narrow(g.pad_w),    narrow(g.dilation_h),
+          narrow(g.dilation_w), narrow(g.out_h()),  narrow(g.out_w())};
+}
 
 // Along one axis: the output position that reads input position i through
 // tap k, or -1 when none does (output_reading of conv_geometry.cuh, in 32

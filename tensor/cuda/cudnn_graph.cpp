@@ -255,31 +255,27 @@ struct GraphParts {
   Descriptor conv, x, w, y, op, graph;
 };
 
-// A finalized plan with what it was made from, and the workspace it needs.
-struct Plan {
-  GraphParts parts;
-  Descriptor config;
-  Descriptor plan;
-  int64_t workspace_bytes;
-};
-
-// A plan's own part: the chosen configuration, the finalized plan, its
-// workspace.
+// The chosen configuration, the plan finalized from it, and the workspace
+// the plan needs.
 struct Chosen {
   Descriptor config;
   Descriptor plan;
   int64_t workspace_bytes;
 };
 
+// A finalized plan with the graph it was made from.
+struct Plan {
+  GraphParts parts;
+  Chosen chosen;
+};
+
 // The operation graph of `direction` on these tensors; throws Declined when
 // cuDNN declines to build it.
-std::optional<GraphParts> operation_graph(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
-                                          const ConvGeometry& g, cudnnHandle_t handle) {
+GraphParts operation_graph(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
+                           const ConvGeometry& g, cudnnHandle_t handle) {
   const OperationKind kind = operation_kind(direction);
-  std::optional<GraphParts> parts(
-      std::in_place, GraphParts{convolution(g, x.dtype()), activation(kX, x), filter(kW, w, g), activation(kY, y),
-                                Descriptor(kind.type), Descriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)});
-  GraphParts& p = *parts;
+  GraphParts p{convolution(g, x.dtype()), activation(kX, x),     filter(kW, w, g),
+               activation(kY, y),         Descriptor(kind.type), Descriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)};
   p.op.set(kind.x, p.x);
   p.op.set(kind.w, p.w);
   p.op.set(kind.y, p.y);
@@ -296,7 +292,7 @@ std::optional<GraphParts> operation_graph(ConvDirection direction, const Tensor&
   p.graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, p.op);
   p.graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
   p.graph.finalize("operation graph");
-  return parts;
+  return p;
 }
 
 // The engine configurations cuDNN's heuristics in `mode` rank for `graph`,
@@ -440,19 +436,18 @@ std::shared_ptr<const Plan> build_plan(ConvDirection direction, const Tensor& x,
                                        const ConvGeometry& g, const Rules& rules, cudnnHandle_t handle,
                                        std::string& why) {
   try {
-    std::optional<GraphParts> parts = operation_graph(direction, x, w, y, g, handle);
+    GraphParts parts = operation_graph(direction, x, w, y, g, handle);
     // Heuristics mode A ranks the engines; the fallback mode lists more
     // general ones after them, so that a deterministic engine of either comes
     // before a non-deterministic one of A.
-    std::vector<Descriptor> configs = engine_configs(parts->graph, CUDNN_HEUR_MODE_A);
-    for (Descriptor& config : engine_configs(parts->graph, CUDNN_HEUR_MODE_FALLBACK)) {
+    std::vector<Descriptor> configs = engine_configs(parts.graph, CUDNN_HEUR_MODE_A);
+    for (Descriptor& config : engine_configs(parts.graph, CUDNN_HEUR_MODE_FALLBACK)) {
       configs.push_back(std::move(config));
     }
     if (configs.empty()) why += "\n  the heuristics offer no engine";
     std::optional<Chosen> chosen = first_acceptable(configs, rules, handle, why);
     if (!chosen) return nullptr;
-    return std::make_shared<const Plan>(
-        Plan{std::move(*parts), std::move(chosen->config), std::move(chosen->plan), chosen->workspace_bytes});
+    return std::make_shared<const Plan>(Plan{std::move(parts), std::move(*chosen)});
   } catch (const Declined& declined) {
     why += "\n  " + declined.why;
     return nullptr;
@@ -512,8 +507,8 @@ bool run_with_graph_api(ConvDirection direction, const Tensor& x, const Tensor& 
   }
   if (!plan) return false;
 
-  const Tensor scratch =
-      plan->workspace_bytes > 0 ? Tensor::empty({plan->workspace_bytes}, {DType::UInt8, x.device()}) : Tensor();
+  const int64_t workspace_bytes = plan->chosen.workspace_bytes;
+  const Tensor scratch = workspace_bytes > 0 ? Tensor::empty({workspace_bytes}, {DType::UInt8, x.device()}) : Tensor();
   void* workspace = scratch.defined() ? scratch.data_ptr() : nullptr;
   void* pointers[3] = {x.data_ptr(), w.data_ptr(), y.data_ptr()};
   cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
@@ -524,7 +519,7 @@ bool run_with_graph_api(ConvDirection direction, const Tensor& x, const Tensor& 
     pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, {kX, kW, kY});
     pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
     pack.finalize("variant pack");
-    status = cudnnBackendExecute(handle, plan->plan.get(), pack.get());
+    status = cudnnBackendExecute(handle, plan->chosen.plan.get(), pack.get());
   } catch (const Declined& d) {
     declined = d.why;
   }

@@ -206,13 +206,13 @@ __global__ void reduce_partials_kernel(P p, const typename P::Acc* partial, Stri
 // ---- host side ----
 
 // Outputs that, below this count, make the threads kernel split its rows.
+constexpr int64_t kThreadsTarget = int64_t{1} << 17;
 // A thread's loads along its row follow one another (a few in flight), so
 // a split is kept short: a linear layer's bias gradient at batch 512, 512
 // rows of 120 outputs, is 32 splits of 16 rows rather than 8 of 64. Rows of
 // at most kUnsplitRows are not split at all: a second launch costs the host
 // more than the few loads it would save (LeNet's eager step at batch 64 is
 // bound by the host: docs/BENCHMARKS.md).
-constexpr int64_t kThreadsTarget = int64_t{1} << 17;
 constexpr int64_t kMinSplitLen = 16;
 constexpr int64_t kUnsplitRows = 128;
 

@@ -65,38 +65,43 @@ class Setting {
   T before_;
 };
 
+using KernelsSetting = Setting<cuda::ConvImplementation, cuda::conv_implementation, cuda::set_conv_implementation>;
+using CudnnApiSetting = Setting<cuda::CudnnApi, cuda::cudnn_api, cuda::set_cudnn_api>;
+
 // Kiln's direct kernels (Note [Direct CUDA convolution]) for a scope.
-struct DirectKernels : Setting<cuda::ConvImplementation, cuda::conv_implementation, cuda::set_conv_implementation> {
-  DirectKernels() : Setting(cuda::ConvImplementation::Kiln) {}
+struct DirectKernels : KernelsSetting {
+  DirectKernels() : KernelsSetting(cuda::ConvImplementation::Kiln) {}
 };
 
 // cuDNN's graph API (Note [cuDNN graph API] in tensor/cuda/cudnn_graph.cpp)
 // for a scope.
-struct GraphApi : Setting<cuda::CudnnApi, cuda::cudnn_api, cuda::set_cudnn_api> {
-  GraphApi() : Setting(cuda::CudnnApi::Graph) {}
+struct GraphApi : CudnnApiSetting {
+  GraphApi() : CudnnApiSetting(cuda::CudnnApi::Graph) {}
 };
 
 // cuDNN (not Kiln's direct kernels, whatever KILN_CUDA_CONV says) for a scope.
-struct CudnnKernels : Setting<cuda::ConvImplementation, cuda::conv_implementation, cuda::set_conv_implementation> {
-  CudnnKernels() : Setting(cuda::ConvImplementation::Cudnn) {}
+struct CudnnKernels : KernelsSetting {
+  CudnnKernels() : KernelsSetting(cuda::ConvImplementation::Cudnn) {}
 };
 
 // Every way a layer can run: cuDNN through its legacy calls and through
 // its graph API, and Kiln's direct kernels where they take the layer (the
 // default: Note [Direct CUDA convolution]).
 struct Implementation {
+  const char* name;
   cuda::ConvImplementation kernels;
   cuda::CudnnApi api;
 };
-const Implementation kImplementations[] = {{cuda::ConvImplementation::Cudnn, cuda::CudnnApi::Legacy},
-                                           {cuda::ConvImplementation::Cudnn, cuda::CudnnApi::Graph},
-                                           {cuda::ConvImplementation::Kiln, cuda::CudnnApi::Graph}};
+const Implementation kImplementations[] = {{"cuDNN legacy", cuda::ConvImplementation::Cudnn, cuda::CudnnApi::Legacy},
+                                           {"cuDNN graph", cuda::ConvImplementation::Cudnn, cuda::CudnnApi::Graph},
+                                           {"direct", cuda::ConvImplementation::Kiln, cuda::CudnnApi::Graph}};
 
-// One of kImplementations for a scope.
+// One of kImplementations for a scope, named in the failures it sees.
 struct Chosen {
-  explicit Chosen(const Implementation& i) : kernels(i.kernels), api(i.api) {}
-  Setting<cuda::ConvImplementation, cuda::conv_implementation, cuda::set_conv_implementation> kernels;
-  Setting<cuda::CudnnApi, cuda::cudnn_api, cuda::set_cudnn_api> api;
+  explicit Chosen(const Implementation& i) : trace(__FILE__, __LINE__, i.name), kernels(i.kernels), api(i.api) {}
+  ::testing::ScopedTrace trace;
+  KernelsSetting kernels;
+  CudnnApiSetting api;
 };
 
 TEST(CudaConv2d, ForwardMatchesCpu) {

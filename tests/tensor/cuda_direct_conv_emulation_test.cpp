@@ -47,13 +47,6 @@ ConvGeometry geometry_of(const Case& k) {
   return g;
 }
 
-dc::Geometry32 geometry32(const ConvGeometry& g) {
-  auto narrow = [](int64_t v) { return static_cast<int>(v); };
-  return {narrow(g.channels),   narrow(g.height),   narrow(g.width),  narrow(g.kernel_h), narrow(g.kernel_w),
-          narrow(g.stride_h),   narrow(g.stride_w), narrow(g.pad_h),  narrow(g.pad_w),    narrow(g.dilation_h),
-          narrow(g.dilation_w), narrow(g.out_h()),  narrow(g.out_w())};
-}
-
 // Every element within tol * (1 + |expected|) of the float64 reference.
 void expect_near_reference(const Tensor& reference, const std::vector<double>& actual, double tol,
                            const std::string& what) {
@@ -86,7 +79,7 @@ void check_case(const Case& k, uint64_t seed, double tol) {
   const std::string what = name_of(k) + (sizeof(T) == 4 ? " float32" : " float64");
   const ConvGeometry g = geometry_of(k);
   ASSERT_TRUE(cuda::direct_conv_applies(k.oc, g, sizeof(T) == 4 ? DType::Float32 : DType::Float64)) << what;
-  const dc::Geometry32 g32 = geometry32(g);
+  const dc::Geometry32 g32 = dc::geometry32(g);
   auto random = [&](const Shape& shape) {
     return from_vector(pseudo_random(shape_numel(shape, "random"), -1, 1, seed++), shape).to(DType::Float64);
   };
@@ -173,7 +166,7 @@ TEST(CudaDirectConvEmulated, LaunchShapesFollowTheShapesOnly) {
   // LeNet's conv1 at batch 64: planes of 784 positions in 4 blocks of 256,
   // 6 output channels in one tile of 8.
   const ConvGeometry g{3, 32, 32, 5, 5};
-  const dc::Geometry32 g32 = geometry32(g);
+  const dc::Geometry32 g32 = dc::geometry32(g);
   const dc::LaunchShape f = dc::forward_shape(g32, 64, 6, 4);
   EXPECT_EQ(f.threads, 256u);
   EXPECT_EQ(f.grid_x, 4u);
@@ -191,12 +184,12 @@ TEST(CudaDirectConvEmulated, LaunchShapesFollowTheShapesOnly) {
   EXPECT_EQ(p.partial.grid_y, 4u);  // 16 warps in blocks of 4
   EXPECT_EQ(dc::grad_weight_plan(g32, 512, 6, true).range_images, 4);
   // LeNet's conv2: 16 output channels in two groups of 8, 62 warps.
-  const dc::Geometry32 g2 = geometry32(ConvGeometry{6, 14, 14, 5, 5});
+  const dc::Geometry32 g2 = dc::geometry32(ConvGeometry{6, 14, 14, 5, 5});
   EXPECT_EQ(dc::grad_weight_plan(g2, 64, 16, true).range_images, 2);
   EXPECT_EQ(dc::grad_weight_plan(g2, 512, 16, true).range_images, 16);
   // Other kernel widths: the rows kernel, in ranges of whole rows of at
   // least 256 positions, about 2048 blocks in all.
-  const dc::Geometry32 g4 = geometry32(ConvGeometry{3, 32, 32, 4, 4});
+  const dc::Geometry32 g4 = dc::geometry32(ConvGeometry{3, 32, 32, 4, 4});
   const dc::WeightPlan rows = dc::grad_weight_plan(g4, 64, 6, true);
   EXPECT_FALSE(rows.lanes);
   EXPECT_EQ(rows.range_rows, 9);         // ceil(256 / 29) rows, more than ceil(64 * 29 / 341)
