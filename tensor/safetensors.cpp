@@ -10,12 +10,15 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <charconv>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -42,6 +45,30 @@ using Json = nlohmann::ordered_json;
 // larger size means the file is not a safetensors file at all.
 constexpr uint64_t kMaxHeaderSize = 100'000'000;
 constexpr char kMetadataKey[] = "__metadata__";
+// Note [safetensors layout]: "kiln.crc32.<tensor name>" -> 8 hex digits.
+constexpr char kChecksumPrefix[] = "kiln.crc32.";
+constexpr size_t kChecksumDigits = 8;
+
+// zlib's CRC-32 of `nbytes` bytes, in pieces that fit its 32-bit lengths.
+uint32_t crc32_of(const void* data, uint64_t nbytes) {
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  const auto* p = static_cast<const Bytef*>(data);
+  while (nbytes > 0) {
+    const uInt n = static_cast<uInt>(std::min<uint64_t>(nbytes, uint64_t{1} << 30));
+    crc = ::crc32(crc, p, n);
+    p += n;
+    nbytes -= n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+// Fixed width, so that the header's length does not depend on the values
+// (save_safetensors writes it before it knows them).
+std::string checksum_text(uint32_t crc) {
+  char buffer[kChecksumDigits + 1];
+  std::snprintf(buffer, sizeof buffer, "%08x", crc);
+  return buffer;
+}
 
 struct DTypeCode {
   DType dtype;
@@ -129,6 +156,21 @@ class TemporaryFile {
     }
   }
 
+  // Overwrites bytes already written, at `offset`.
+  void write_at(uint64_t offset, const void* data, size_t nbytes) {
+    const char* p = static_cast<const char*>(data);
+    while (nbytes > 0) {
+      ssize_t n = ::pwrite(fd_.get(), p, nbytes, static_cast<off_t>(offset));
+      if (n < 0 && errno == EINTR) continue;
+      int error = n < 0 ? errno : ENOSPC;
+      KILN_CHECK(n > 0, "save_safetensors: cannot write '", temp_path_, "' (temporary file for '", target_,
+                 "') at byte ", offset, ": ", errno_text(error));
+      p += n;
+      nbytes -= static_cast<size_t>(n);
+      offset += static_cast<uint64_t>(n);
+    }
+  }
+
   // Flushes the data, renames the file over the target, and flushes the
   // directory so that the rename itself survives a crash.
   void commit() {
@@ -161,6 +203,10 @@ class TemporaryFile {
 void save_safetensors(const std::string& path, const TensorDict& tensors,
                       const std::map<std::string, std::string>& metadata) {
   KILN_CHECK(!path.empty(), "save_safetensors: the path is empty");
+  for (const auto& [key, value] : metadata) {
+    KILN_CHECK(!key.starts_with(kChecksumPrefix), "save_safetensors: '", path, "': metadata key '", key,
+               "' uses the prefix \"", kChecksumPrefix, "\", which Kiln reserves for the tensors' checksums");
+  }
   std::vector<const TensorDict::Entry*> entries;
   for (const auto& entry : tensors) {
     KILN_CHECK(entry.first != kMetadataKey, "save_safetensors: '", path, "': a tensor may not be named \"",
@@ -182,27 +228,36 @@ void save_safetensors(const std::string& path, const TensorDict& tensors,
     buffer_size = offsets[i][1];
   }
 
-  Json header = Json::object();
-  if (!metadata.empty()) header[kMetadataKey] = metadata;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const Tensor& t = entries[i]->second;
-    header[entries[i]->first] = {
-        {"dtype", dtype_code(t.dtype())}, {"shape", t.shape()}, {"data_offsets", offsets[i]}};
-  }
-  std::string header_text;
-  try {
-    header_text = header.dump();
-  } catch (const nlohmann::json::exception& e) {
-    // The one failure of dump(): a name or metadata string that is not UTF-8.
-    KILN_FAIL("save_safetensors: '", path, "': a tensor name or metadata string is not valid UTF-8 (", e.what(),
-              ")");
-  }
-  header_text.append((8 - header_text.size() % 8) % 8, ' ');
-  uint64_t header_size = header_text.size();
+  // The checksums are known once each tensor has been copied to the CPU,
+  // after the header has been written: it goes out with zeros in their
+  // place and is rewritten, at the same length, at the end.
+  std::map<std::string, std::string> full_metadata = metadata;
+  for (const auto* entry : entries) full_metadata[kChecksumPrefix + entry->first] = checksum_text(0);
+  auto header_text = [&] {
+    Json header = Json::object();
+    if (!full_metadata.empty()) header[kMetadataKey] = full_metadata;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const Tensor& t = entries[i]->second;
+      header[entries[i]->first] = {
+          {"dtype", dtype_code(t.dtype())}, {"shape", t.shape()}, {"data_offsets", offsets[i]}};
+    }
+    std::string text;
+    try {
+      text = header.dump();
+    } catch (const nlohmann::json::exception& e) {
+      // The one failure of dump(): a name or metadata string that is not UTF-8.
+      KILN_FAIL("save_safetensors: '", path, "': a tensor name or metadata string is not valid UTF-8 (", e.what(),
+                ")");
+    }
+    text.append((8 - text.size() % 8) % 8, ' ');
+    return text;
+  };
+  const std::string first_header = header_text();
+  uint64_t header_size = first_header.size();
 
-  TemporaryFile file(path + ".tmp." + std::to_string(::getpid()), path);
+  TemporaryFile file(safetensors_temp_path(path), path);
   file.write(&header_size, sizeof header_size);
-  file.write(header_text.data(), header_text.size());
+  file.write(first_header.data(), first_header.size());
   for (size_t i : buffer_order) {
     const auto& [name, tensor] = *entries[i];
     // One tensor at a time, so that saving a GPU model needs host memory for
@@ -214,9 +269,16 @@ void save_safetensors(const std::string& path, const TensorDict& tensors,
       KILN_FAIL("save_safetensors: '", path, "': cannot copy tensor '", name, "' to the CPU: ", e.message());
     }
     file.write(host.data_ptr(), host.nbytes());
+    full_metadata[kChecksumPrefix + name] = checksum_text(crc32_of(host.data_ptr(), host.nbytes()));
   }
+  const std::string final_header = header_text();
+  KILN_CHECK(final_header.size() == header_size, "save_safetensors: '", path, "': the header changed length from ",
+             header_size, " to ", final_header.size(), " bytes when its checksums were filled in");
+  file.write_at(sizeof header_size, final_header.data(), final_header.size());
   file.commit();
 }
+
+std::string safetensors_temp_path(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
 
 // ---- reading ------------------------------------------------------------------
 
@@ -278,6 +340,31 @@ Json parse_header(const std::string& text, const std::string& path) {
   KILN_CHECK(duplicate.empty(), "load_safetensors: '", path, "': ", duplicate);
   KILN_CHECK(header.is_object(), "load_safetensors: '", path, "': the header is not a JSON object: ", brief(header));
   return header;
+}
+
+// The "kiln.crc32.<name>" entries of `metadata`, moved out of it and parsed:
+// tensor name -> CRC-32.
+std::map<std::string, uint32_t> take_checksums(std::map<std::string, std::string>& metadata,
+                                               const std::string& path) {
+  std::map<std::string, uint32_t> checksums;
+  for (auto it = metadata.begin(); it != metadata.end();) {
+    if (!it->first.starts_with(kChecksumPrefix)) {
+      ++it;
+      continue;
+    }
+    const std::string& text = it->second;
+    uint32_t crc = 0;
+    auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), crc, 16);
+    const bool lower_hex = std::all_of(text.begin(), text.end(), [](char c) {
+      return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+    });
+    KILN_CHECK(text.size() == kChecksumDigits && lower_hex && error == std::errc() && end == text.data() + text.size(),
+               "load_safetensors: '", path, "': metadata field '", it->first, "' is \"", text,
+               "\"; expected a CRC-32 as ", kChecksumDigits, " lowercase hex digits");
+    checksums.emplace(it->first.substr(std::char_traits<char>::length(kChecksumPrefix)), crc);
+    it = metadata.erase(it);
+  }
+  return checksums;
 }
 
 std::map<std::string, std::string> parse_metadata(const Json& value, const std::string& path) {
@@ -399,11 +486,32 @@ TensorDict load_safetensors(const std::string& path, std::map<std::string, std::
   }
   const uint64_t buffer_start = 8 + header_size;
   check_buffer_coverage(records, file_size - buffer_start, path);
+  const std::map<std::string, uint32_t> checksums = take_checksums(parsed_metadata, path);
+  if (!checksums.empty()) {
+    // A file with checksums has one for each tensor and none for a tensor it lacks.
+    std::set<std::string> names;
+    for (const TensorRecord& r : records) {
+      names.insert(r.name);
+      KILN_CHECK(checksums.contains(r.name), "load_safetensors: '", path, "': tensor '", r.name,
+                 "' has no checksum (metadata field '", kChecksumPrefix, r.name, "') but the file's other tensors do");
+    }
+    for (const auto& [name, crc] : checksums) {
+      KILN_CHECK(names.contains(name), "load_safetensors: '", path, "': metadata field '", kChecksumPrefix, name,
+                 "' is the checksum of a tensor the file does not hold");
+    }
+  }
 
   TensorDict tensors;
   for (const TensorRecord& r : records) {
     Tensor t = Tensor::empty(r.shape, r.dtype);
     read_exact(fd.get(), t.data_ptr(), t.nbytes(), buffer_start + r.begin, path);
+    if (auto it = checksums.find(r.name); it != checksums.end()) {
+      const uint32_t crc = crc32_of(t.data_ptr(), t.nbytes());
+      KILN_CHECK(crc == it->second, "load_safetensors: '", path, "': tensor '", r.name,
+                 "' is corrupt: the CRC-32 of its ", t.nbytes(), " bytes (at byte ", buffer_start + r.begin,
+                 " of the file) is ", checksum_text(crc), " but metadata field '", kChecksumPrefix, r.name,
+                 "' records ", checksum_text(it->second));
+    }
     if (r.dtype == DType::Bool) {
       // Any byte but 0 and 1 in a C++ bool is undefined behaviour.
       const auto* bytes = static_cast<const uint8_t*>(t.data_ptr());

@@ -21,6 +21,16 @@
 // at the end of the file. load_safetensors enforces this as the reference
 // does, so a truncated or padded file is an error, not a silent misread.
 //
+// Kiln's writer adds, for every tensor, the CRC-32 (zlib's, the checksum of
+// gzip and PNG) of its bytes to "__metadata__" as "kiln.crc32.<name>":
+// "<8 lowercase hex digits>" -- metadata values must be strings for PyTorch
+// and the reference to read the file. load_safetensors verifies each before
+// it returns the tensor, so a flipped bit is an error naming the tensor, not
+// NaN weights that train on. Files from other writers have no checksums and
+// load as before; a file with some checksums must have one per tensor. The
+// keys are the format's business: the metadata a caller passes may not use
+// the prefix, and the metadata load_safetensors returns does not hold them.
+//
 // dtypes: BOOL U8 I8 I32 I64 F16 BF16 F32 F64 (Kiln's nine). Quantization
 // parameters and autograd state are not part of a tensor's bytes and are not
 // saved; layers that need them save them as tensors of their own.
@@ -39,18 +49,25 @@ namespace kiln {
 // directory, which is flushed to disk and then renamed over `path`, so a
 // reader sees the old file or the new one, never a mixture. On any failure
 // the temporary file is removed, `path` is left as it was, and kiln::Error
-// names the file and the reason. A tensor may not be named "__metadata__".
+// names the file and the reason (a process killed during the write leaves
+// the temporary file: safetensors_temp_path says where). A tensor may not be
+// named "__metadata__", nor a metadata key start with "kiln.crc32.".
 //   save_safetensors("lenet.safetensors", model_state, {{"epoch", "3"}});
 void save_safetensors(const std::string& path, const TensorDict& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
 // Reads every tensor of the file at `path` into new contiguous CPU tensors,
 // in the order the header lists them; fills *metadata with "__metadata__"
-// when it is given. Every size and offset in the file is checked against the
+// when it is given (the checksums taken out). Every size and offset in the file is checked against the
 // rules of Note [safetensors layout] before any tensor is read; a violation
 // throws kiln::Error naming the file and what is wrong with it.
 //   std::map<std::string, std::string> meta;
 //   TensorDict state = load_safetensors("lenet.safetensors", &meta);
 TensorDict load_safetensors(const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
+
+// The temporary file save_safetensors(path, ...) writes in this process
+// before renaming it over `path`: "<path>.tmp.<pid>". A signal handler that
+// ends the process during a save removes it (trainer.cpp).
+std::string safetensors_temp_path(const std::string& path);
 
 }  // namespace kiln

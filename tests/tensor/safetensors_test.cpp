@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -167,18 +168,33 @@ TEST_F(SafetensorsTest, RoundTripsAnEmptyDict) {
   EXPECT_EQ(metadata.at("k"), "v");
 }
 
+// The CRC-32 of `bytes` (the reflected polynomial 0xEDB88320 of zlib, gzip
+// and PNG, bit by bit) as save_safetensors records it: 8 lowercase hex digits.
+std::string crc32_hex(const std::string& bytes) {
+  uint32_t crc = 0xFFFFFFFFu;
+  for (unsigned char byte : bytes) {
+    crc ^= byte;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  char text[9];
+  std::snprintf(text, sizeof text, "%08x", static_cast<unsigned>(~crc));
+  return text;
+}
+
 // The bytes the reference writer would produce for the same content: header
 // in dict order with "__metadata__" first, padded with spaces to 8 bytes;
-// buffer with the float32 (wider) tensor before the int8 one.
+// buffer with the float32 (wider) tensor before the int8 one. The metadata
+// holds each tensor's checksum beside the caller's entries.
 TEST_F(SafetensorsTest, WritesTheReferenceLayout) {
   TensorDict tensors{{"b", from_vector<int8_t>({1, -2})}, {"a", from_vector<float>({1.0f}, {1})}};
   save_safetensors(path("layout.safetensors"), tensors, {{"k", "v"}});
-  std::string header =
-      R"({"__metadata__":{"k":"v"},"b":{"dtype":"I8","shape":[2],"data_offsets":[4,6]},)"
-      R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  const std::string a_bytes{'\x00', '\x00', '\x80', '\x3f'}, b_bytes{'\x01', '\xfe'};
+  std::string header = R"({"__metadata__":{"k":"v","kiln.crc32.a":")" + crc32_hex(a_bytes) +
+                       R"(","kiln.crc32.b":")" + crc32_hex(b_bytes) +
+                       R"("},"b":{"dtype":"I8","shape":[2],"data_offsets":[4,6]},)"
+                       R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
   header.append((8 - header.size() % 8) % 8, ' ');
-  std::string buffer{'\x00', '\x00', '\x80', '\x3f', '\x01', '\xfe'};
-  EXPECT_EQ(read_bytes(path("layout.safetensors")), file_bytes(header, buffer));
+  EXPECT_EQ(read_bytes(path("layout.safetensors")), file_bytes(header, a_bytes + b_bytes));
 }
 
 // A file laid out as another writer might (buffer order unrelated to the
@@ -291,6 +307,49 @@ TEST_F(SafetensorsTest, RejectsMetadataThatIsNotStrings) {
                     "\"__metadata__\" must be an object of strings");
 }
 
+// A flipped bit anywhere in a tensor's bytes is an error naming that tensor
+// (the buffer holds the float64 tensor first, the int8 one last).
+TEST_F(SafetensorsTest, RejectsAFlippedBitNamingTheTensor) {
+  const std::string file = path("flip.safetensors");
+  save_safetensors(file, {{"narrow", pattern_tensor(DType::Int8, {5})}, {"wide", pattern_tensor(DType::Float64, {4})}});
+  const std::string bytes = read_bytes(file);
+  uint64_t header_size = 0;
+  std::memcpy(&header_size, bytes.data(), 8);
+  const size_t buffer_start = 8 + header_size;
+  for (auto [offset, name] : {std::pair<size_t, std::string>{buffer_start + 3, "wide"}, {bytes.size() - 1, "narrow"}}) {
+    SCOPED_TRACE(name);
+    std::string flipped = bytes;
+    flipped[offset] = static_cast<char>(flipped[offset] ^ 0x10);
+    expect_load_error(flipped, "tensor '" + name + "' is corrupt: the CRC-32 of its");
+    expect_load_error(flipped, "metadata field 'kiln.crc32." + name + "' records");
+  }
+  EXPECT_EQ(load_safetensors(file).size(), 2u);  // the file itself is intact
+}
+
+TEST_F(SafetensorsTest, RejectsMalformedChecksumsNamingTheField) {
+  const std::string buffer(8, '\0');
+  auto with_metadata = [&](const std::string& metadata) {
+    return file_bytes(R"({"__metadata__":)" + metadata + "," + kEntryA + "}", buffer);
+  };
+  for (std::string bad : {"xyz", "", "0000000g", "ABCDEF01", "123456789", "-1234567"}) {
+    SCOPED_TRACE(bad);
+    expect_load_error(with_metadata(R"({"kiln.crc32.a":")" + bad + R"("})"),
+                      "metadata field 'kiln.crc32.a' is \"" + bad + "\"; expected a CRC-32 as 8 lowercase hex digits");
+  }
+  const std::string good = crc32_hex(buffer);
+  expect_load_error(with_metadata(R"({"kiln.crc32.a":")" + good + R"(","kiln.crc32.z":")" + good + R"("})"),
+                    "metadata field 'kiln.crc32.z' is the checksum of a tensor the file does not hold");
+  expect_load_error(file_bytes(R"({"__metadata__":{"kiln.crc32.a":")" + good + R"("},)" + kEntryA +
+                                   R"(,"b":{"dtype":"F32","shape":[0],"data_offsets":[8,8]}})",
+                               buffer),
+                    "tensor 'b' has no checksum (metadata field 'kiln.crc32.b') but the file's other tensors do");
+  // The right checksum loads, and is not handed back as metadata.
+  write_bytes(path("ok.safetensors"), with_metadata(R"({"kiln.crc32.a":")" + good + R"(","k":"v"})"));
+  std::map<std::string, std::string> metadata;
+  EXPECT_EQ(load_safetensors(path("ok.safetensors"), &metadata).size(), 1u);
+  EXPECT_EQ(metadata, (std::map<std::string, std::string>{{"k", "v"}}));
+}
+
 TEST_F(SafetensorsTest, RejectsBooleansOtherThanZeroAndOne) {
   expect_load_error(file_bytes(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})", {1, 0, 2}),
                     "tensor 'm' (BOOL) holds byte 2 at element 2; booleans must be 0 or 1");
@@ -313,6 +372,8 @@ TEST_F(SafetensorsTest, RejectsUnsavableNamesWithoutTouchingTheDirectory) {
                "'" + file + "': a tensor name or metadata string is not valid UTF-8");
   expect_error([&] { save_safetensors(file, {}, {{"k", "\xc3"}}); }, "is not valid UTF-8");
   expect_error([&] { save_safetensors("", {}); }, "save_safetensors: the path is empty");
+  expect_error([&] { save_safetensors(file, {}, {{"kiln.crc32.w", "00000000"}}); },
+               "metadata key 'kiln.crc32.w' uses the prefix \"kiln.crc32.\", which Kiln reserves");
   EXPECT_TRUE(listing().empty());
 }
 
@@ -461,7 +522,15 @@ TEST_F(SafetensorsTest, PyTorchReadsKilnFiles) {
                         "    want = pattern(code, shape)\n"
                         "    assert t.dtype == want.dtype and t.shape == want.shape, (key, t.dtype, t.shape)\n"
                         "    assert torch.equal(t, want), (key, t, want)\n"
-                        "assert st.load_metadata(path) == METADATA, st.load_metadata(path)\n"
+                        "meta = st.load_metadata(path)\n"
+                        "assert {k: v for k, v in meta.items() if not k.startswith('kiln.crc32.')} == METADATA, meta\n"
+                        "import json, struct, zlib\n"
+                        "raw = open(path, 'rb').read()\n"
+                        "n = struct.unpack('<Q', raw[:8])[0]\n"
+                        "for key, entry in json.loads(raw[8:8 + n]).items():\n"
+                        "    if key == '__metadata__': continue\n"
+                        "    b, e = entry['data_offsets']\n"
+                        "    assert meta['kiln.crc32.' + key] == '%08x' % zlib.crc32(raw[8 + n + b:8 + n + e]), key\n"
                         "print('ok')\n";
   auto [status, output] = run_python(program, dir_);
   EXPECT_EQ(status, 0) << output;
