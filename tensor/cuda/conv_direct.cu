@@ -1,8 +1,6 @@
 // Kiln's direct CUDA convolutions (Note [Direct CUDA convolution] in
 // conv_direct.h): checks, then the kernels of conv_direct_kernels.cuh
 // launched on the current stream.
-#include <algorithm>
-#include <climits>
 #include <initializer_list>
 
 #include "tensor/cuda/check.h"
@@ -60,24 +58,6 @@ void with_real_type(DType dtype, Fn&& fn) {
 }
 
 }  // namespace
-
-bool direct_conv_applies(int64_t out_channels, const ConvGeometry& g, DType dtype) {
-  if (dtype != DType::Float32 && dtype != DType::Float64) return false;
-  const int64_t element = dtype == DType::Float64 ? 8 : 4;
-  const int64_t window = g.kernel_h * g.kernel_w, weights = out_channels * g.channels * window;
-  if (weights <= 0 || weights * element > static_cast<int64_t>(kDirectConvMaxWeightBytes)) return false;
-  // The channel tiles' staged weights: forward [taps][tile], grad_input [OC * window][tile].
-  const int64_t staged =
-      std::max(g.channels * kDirectConvForwardTile, out_channels * kDirectConvGradInputTile) * window * element;
-  if (staged > static_cast<int64_t>(kDirectConvMaxStagedBytes)) return false;
-  // Positions along an axis, padding and taps included, stay within int.
-  const int64_t out_h = g.out_h(), out_w = g.out_w();
-  const bool rows_fit = g.height + 2 * g.pad_h + g.dilation_h * g.kernel_h + g.stride_h <= INT_MAX;
-  const bool columns_fit = g.width + 2 * g.pad_w + g.dilation_w * g.kernel_w + g.stride_w <= INT_MAX;
-  const int64_t plane_limit = INT_MAX - 256;
-  return out_h > 0 && out_w > 0 && rows_fit && columns_fit && g.height * g.width <= plane_limit &&
-         out_h * out_w <= plane_limit;
-}
 
 void direct_conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
                            const ConvGeometry& g) {
