@@ -18,6 +18,10 @@
 //   KILN_STORE_SERVED_BY_LAUNCHER=1
 //   OMP_NUM_THREADS=1 when more than one process shares the node and the
 //                     variable is not set (as torchrun, which says so once)
+//   KILN_DISTRIBUTED_TIMEOUT, KILN_HEARTBEAT_TIMEOUT   from --timeout and
+//                     --heartbeat-timeout, when given. The launcher itself
+//                     waits on no rendezvous (node 0's only serves the store),
+//                     so these bound the processes' rendezvous and collectives.
 // Everything else of kiln-run's own environment is passed on.
 //
 // The store. torchrun's agent on node 0 hosts the rendezvous store, and

@@ -17,6 +17,10 @@ LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (the node rank), GROUP_WORLD_SIZE, and
 KILN_STORE_SERVED_BY_LAUNCHER=1: the launcher of node 0 serves the TCP store on MASTER_PORT,
 so rank 0 connects to it instead of serving it. With more than one process per node,
 OMP_NUM_THREADS=1 unless it is set. RANK = node rank * nproc-per-node + local rank.
+--timeout and --heartbeat-timeout set KILN_DISTRIBUTED_TIMEOUT and KILN_HEARTBEAT_TIMEOUT.
+Across nodes each rank listens on the address through which it reaches the store, so
+--master-addr must be an address of node 0 that the other nodes reach; KILN_GLOO_SOCKET_IFNAME
+(or GLOO_SOCKET_IFNAME) names an interface to use instead.
 
 Started by mpirun (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE) or srun (SLURM_PROCID,
 SLURM_STEP_NUM_TASKS) and given neither --nnodes nor --node-rank, each task is a node:
@@ -64,6 +68,12 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   app.add_option("--term-timeout", o.term_timeout,
                  "seconds the processes get between SIGTERM and SIGKILL when the job is stopped")
       ->capture_default_str();
+  app.add_option("--timeout", o.timeout,
+                 "seconds each process's rendezvous and every collective may take before the job fails "
+                 "(KILN_DISTRIBUTED_TIMEOUT; default 300)");
+  app.add_option("--heartbeat-timeout,--heartbeat_timeout", o.heartbeat_timeout,
+                 "seconds a silent rank is waited for before the ranks waiting on it name it "
+                 "(KILN_HEARTBEAT_TIMEOUT; default 10)");
   app.footer(kFooter);
   // The program and its arguments are what CLI11 leaves over.
   app.prefix_command();
@@ -99,6 +109,11 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   KILN_CHECK(!o.master_addr || !o.master_addr->empty(), "--master-addr is empty");
   KILN_CHECK(std::isfinite(o.term_timeout) && o.term_timeout >= 0,
              "--term-timeout must be a number of seconds >= 0, got ", o.term_timeout);
+  // A week at most, as init_process_group accepts (seconds_from_env in init.cpp).
+  for (const auto& [flag, value] : {std::pair{"--timeout", o.timeout}, {"--heartbeat-timeout", o.heartbeat_timeout}}) {
+    KILN_CHECK(!value || (std::isfinite(*value) && *value > 0 && *value <= 7 * 24 * 3600.0), flag,
+               " must be a number of seconds, more than 0 and at most a week, got ", *value);
+  }
   return {o, 0};
 }
 

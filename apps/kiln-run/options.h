@@ -32,6 +32,11 @@ struct RunOptions {
   std::optional<int> master_port;
   // Seconds between SIGTERM and SIGKILL when the processes are stopped.
   double term_timeout = 5.0;
+  // Seconds, passed on to every process as KILN_DISTRIBUTED_TIMEOUT and
+  // KILN_HEARTBEAT_TIMEOUT (init_process_group's defaults, init.h); unset
+  // leaves the variables as kiln-run found them.
+  std::optional<double> timeout;
+  std::optional<double> heartbeat_timeout;
   std::string program;
   std::vector<std::string> args;
 };

@@ -11,6 +11,14 @@ extern char** environ;
 namespace kiln::apps::run {
 namespace {
 
+// The shortest decimal that reads back as `value` ("2.5", "300"), what
+// init_process_group parses from KILN_DISTRIBUTED_TIMEOUT.
+std::string decimal_text(double value) {
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof(text), value).ptr;
+  return std::string(text, end);
+}
+
 const std::string* find(const Environment& env, const std::string& name) {
   const auto it = env.find(name);
   return it == env.end() ? nullptr : &it->second;
@@ -124,6 +132,8 @@ LaunchPlan resolve_plan(const RunOptions& options, const Environment& env) {
   plan.program = options.program;
   plan.args = options.args;
   plan.term_timeout = options.term_timeout;
+  plan.timeout = options.timeout;
+  plan.heartbeat_timeout = options.heartbeat_timeout;
 
   // Flags that place the node win; only without them does a scheduler task
   // say where this kiln-run stands.
@@ -207,6 +217,8 @@ std::vector<std::string> child_environment(const LaunchPlan& plan, int local_ran
   // a literal to a map's new string.
   const std::string one(1, '1');
   env["KILN_STORE_SERVED_BY_LAUNCHER"] = one;
+  if (plan.timeout) env["KILN_DISTRIBUTED_TIMEOUT"] = decimal_text(*plan.timeout);
+  if (plan.heartbeat_timeout) env["KILN_HEARTBEAT_TIMEOUT"] = decimal_text(*plan.heartbeat_timeout);
   if (sets_omp_num_threads(plan, base)) env["OMP_NUM_THREADS"] = one;
   std::vector<std::string> out;
   out.reserve(env.size());

@@ -64,6 +64,10 @@ struct LaunchPlan {
   bool serves_store = true;
   std::string store_bind_addr = "127.0.0.1";
   double term_timeout = 5.0;
+  // KILN_DISTRIBUTED_TIMEOUT and KILN_HEARTBEAT_TIMEOUT for the processes
+  // (seconds); unset: whatever kiln-run's own environment holds.
+  std::optional<double> timeout;
+  std::optional<double> heartbeat_timeout;
   std::string program;
   std::vector<std::string> args;
   // How the plan came about, for the first line kiln-run prints when a

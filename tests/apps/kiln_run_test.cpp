@@ -68,6 +68,21 @@ TEST(KilnRun, KeepsAnOmpNumThreadsThatIsSet) {
   EXPECT_FALSE(contains(r.err, "setting OMP_NUM_THREADS")) << r.err;
 }
 
+TEST(KilnRun, TimeoutFlagsReachEveryProcess) {
+  const std::vector<std::string> print = sh("echo T=$KILN_DISTRIBUTED_TIMEOUT H=$KILN_HEARTBEAT_TIMEOUT");
+  const RunResult given = run_kiln_run(
+      concat({"--nproc-per-node", "2", "--master-port", "0", "--timeout", "2.5", "--heartbeat-timeout", "7"}, print),
+      5s, {{"KILN_DISTRIBUTED_TIMEOUT", "99"}, {"KILN_HEARTBEAT_TIMEOUT", std::nullopt}});
+  ASSERT_EQ(given.exit_code, 0) << given.err;
+  EXPECT_TRUE(contains(given.out, "[rank 0] T=2.5 H=7\n")) << given.out;
+  EXPECT_TRUE(contains(given.out, "[rank 1] T=2.5 H=7\n")) << given.out;
+  // Without the flags the processes keep what kiln-run was given.
+  const RunResult inherited = run_kiln_run(concat({"--master-port", "0"}, print), 5s,
+                                           {{"KILN_DISTRIBUTED_TIMEOUT", "99"}, {"KILN_HEARTBEAT_TIMEOUT", std::nullopt}});
+  ASSERT_EQ(inherited.exit_code, 0) << inherited.err;
+  EXPECT_EQ(inherited.out, "[rank 0] T=99 H=\n");
+}
+
 TEST(KilnRun, PrefixesWholeLinesAndKeepsStdoutAndStderrApart) {
   // A line written in two pieces, a line on stderr, and a last line without
   // a newline.
@@ -197,6 +212,11 @@ TEST(KilnRun, BadFlagsExitWith2AndSayWhy) {
       {{"--nproc-per-node", "2"}, "kiln-run: no program to run: give it after the flags"},
       {{"--bogus", "true"}, "kiln-run: unknown flag '--bogus' (kiln-run --help lists the flags"},
       {{"--nproc-per-node", "two", "true"}, "--nproc-per-node"},
+      {{"--timeout", "0", "true"}, "kiln-run: --timeout must be a number of seconds, more than 0 and at most a week, got 0\n"},
+      {{"--timeout", "inf", "true"}, "kiln-run: --timeout must be a number of seconds, more than 0 and at most a week, got inf\n"},
+      {{"--heartbeat-timeout", "-1", "true"},
+       "kiln-run: --heartbeat-timeout must be a number of seconds, more than 0 and at most a week, got -1\n"},
+      {{"--timeout", "soon", "true"}, "--timeout"},
       {{"--nnodes", "2", "--master-port", "1234", "true"},
        "kiln-run: --nnodes 2 needs the address of node 0, where the store runs: give --master-addr"},
   };
@@ -212,7 +232,9 @@ TEST(KilnRun, HelpDocumentsEveryFlag) {
   const RunResult r = run_kiln_run({"--help"});
   EXPECT_EQ(r.exit_code, 0);
   for (const std::string flag : {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
-                                 "--standalone", "--term-timeout", "KILN_STORE_SERVED_BY_LAUNCHER", "PROGRAM [ARGS...]"}) {
+                                 "--standalone", "--term-timeout", "--timeout", "--heartbeat-timeout",
+                                 "KILN_DISTRIBUTED_TIMEOUT", "KILN_HEARTBEAT_TIMEOUT", "KILN_GLOO_SOCKET_IFNAME",
+                                 "KILN_STORE_SERVED_BY_LAUNCHER", "PROGRAM [ARGS...]"}) {
     EXPECT_TRUE(contains(r.out, flag)) << flag << " missing from:\n" << r.out;
   }
 }
