@@ -46,6 +46,19 @@ std::vector<SocketAddress> resolve(const std::string& host, uint16_t port, bool 
   return out;
 }
 
+// The numeric address of a connected socket's own end, "" if unknown.
+std::string local_address_of(int fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  char text[NI_MAXHOST] = {};
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return "";
+  if (::getnameinfo(reinterpret_cast<const sockaddr*>(&address), length, text, sizeof(text), nullptr, 0,
+                    NI_NUMERICHOST) != 0) {
+    return "";
+  }
+  return text;
+}
+
 std::string error_text(int err) {
   char buffer[256];
   // The GNU strerror_r returns its message, which need not be in `buffer`.
@@ -195,6 +208,7 @@ void TCPStore::connect_to_server(std::chrono::milliseconds timeout) {
         const int one = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         fd_ = fd;
+        local_address_ = local_address_of(fd);
         break;
       }
       last_error = error_text(err);

@@ -102,6 +102,10 @@ class TCPStore : public Store {
 
   const std::string& host() const { return host_; }
   uint16_t port() const { return port_; }
+  // This end's address of the connection to the server ("10.0.0.2",
+  // "::1"): the address through which this host reaches the store's, which
+  // the Gloo backend listens on (Note [Gloo interface]).
+  const std::string& local_address() const { return local_address_; }
 
  private:
   struct Reply;
@@ -120,6 +124,7 @@ class TCPStore : public Store {
   std::shared_ptr<TCPStoreServer> server_;  // set by serve() and shared with clones
   std::mutex mutex_;                        // one request at a time
   int fd_ = -1;
+  std::string local_address_;
   std::string lost_during_;  // the request during which the server closed the connection
 };
 

@@ -9,6 +9,7 @@ packages=(
   libopenblas-dev          # benchmark anchor only; libkiln never links it
   libstb-dev nlohmann-json3-dev libfmt-dev libcli11-dev zlib1g-dev
   libgloo-dev libopenmpi-dev openmpi-bin
+  iproute2 util-linux      # ip netns and unshare: the two-host test of kiln-run
   python3-torch            # the oracle of the PyTorch parity tests (/usr/bin/python3)
 )
 

@@ -194,7 +194,7 @@ TEST(InitProcessGroup, WrongArgumentsNameWhatIsWrong) {
   // A peer that never comes: the rendezvous ends within the timeout.
   const auto start = std::chrono::steady_clock::now();
   fails_with([&] { init_process_group("gloo", "file://" + dir.path() + "/lonely", 2, 0, quick); },
-             "could not connect to the other ranks");
+             "for rank 1 to post its world size; it has not");
   EXPECT_LT(seconds_since(start), 4.0);
 
   // Twice without destroy_process_group in between.

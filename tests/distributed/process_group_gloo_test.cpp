@@ -18,6 +18,8 @@
 #include <string>
 #include <thread>
 
+#include <gloo/transport/context.h>
+
 #include "distributed/backends/gloo/gloo_device.h"
 #include "distributed/backends/gloo/gloo_reduce.h"
 #include "distributed/backends/gloo/process_group_gloo.h"
@@ -171,18 +173,73 @@ TEST(ProcessGroupGloo, DestroyingTheGroupAbortsARecvThatNeverCompletes) {
   });
 }
 
-TEST(ProcessGroupGloo, RendezvousFailsNamingTheStoreWhenAPeerNeverArrives) {
+TEST(ProcessGroupGloo, RendezvousFailsNamingTheStoreAndThePeerThatNeverArrives) {
   run_on_ranks(2, [](int rank) {
     if (rank == 1) return;  // never creates its group
     const auto start = std::chrono::steady_clock::now();
     const std::string error = error_of([] { make_gloo_group(milliseconds(500)); });
     EXPECT_LT(seconds_since(start), 4.0);
-    EXPECT_NE(error.find("gloo: rank 0 of group 'default' (size 2) could not connect to the other ranks through "
-                         "file store " +
-                         test_store_dir() + "/store within 500 ms"),
-              std::string::npos)
-        << error;
+    EXPECT_EQ(error, "gloo: rank 0 of group 'default' (size 2) waited 500 ms (the rendezvous timeout) through file store " +
+                         test_store_dir() +
+                         "/store for rank 1 to post its world size; it has not (exited, hung, or never started?)");
   });
+}
+
+TEST(ProcessGroupGloo, RanksStartedWithDifferentWorldSizesAreToldSo) {
+  // Note [Gloo rendezvous steps], step 1: both ranks say so, each naming the
+  // other, and neither waits for its timeout.
+  run_on_ranks(2, [](int rank) {
+    auto store = std::make_shared<FileStore>(test_store_dir() + "/store", -1, milliseconds(20000));
+    ProcessGroupOptions options;
+    options.timeout = milliseconds(20000);
+    const int size = rank == 0 ? 2 : 3;
+    const auto start = std::chrono::steady_clock::now();
+    const std::string error = error_of([&] { ProcessGroupGloo(store, rank, size, options); });
+    EXPECT_LT(seconds_since(start), 10.0);
+    if (rank == 0) {
+      EXPECT_NE(error.find("gloo: rank 0 of group 'default' was started with WORLD_SIZE=2 but rank 1 with WORLD_SIZE=3; "
+                           "every rank must be given the same world size"),
+                std::string::npos)
+          << error;
+    } else {
+      EXPECT_NE(error.find("gloo: rank 1 of group 'default' was started with WORLD_SIZE=3 but rank 0 with WORLD_SIZE=2"),
+                std::string::npos)
+          << error;
+    }
+  });
+}
+
+// A peer that posts a pair address and never connects to it: rank 0 either
+// listens for it in vain or is refused, and either way gives up within its
+// timeout naming the peer and its address (Note [Gloo rendezvous steps],
+// step 4), where gloo alone would wait five times the timeout.
+TEST(ProcessGroupGloo, APeerThatNeverConnectsItsPairIsNamedWithItsAddress) {
+  TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path() + "/store", -1, milliseconds(20000));
+  // Rank 1's part of the rendezvous, by hand: its size, a generation, its
+  // host (this one) and one pair address (for rank 0).
+  store->set("gloo/size/1", std::string("2"));
+  ASSERT_EQ(store->add("gloo/groups", 1), 1);
+  PrefixStore keys("gloo/0", store);
+  keys.set("host/1", gloo_backend::this_host(*store).encode());
+  std::string peer_address;
+  {
+    // A real pair address, on a device that is gone again before rank 0
+    // connects: nothing listens there any more.
+    auto device = gloo_backend::make_tcp_device({"", "127.0.0.1", "loopback"});
+    auto context = device->createContext(1, 2);
+    const auto& address = context->createPair(0)->address();
+    peer_address = address.str();
+    const std::vector<char> bytes = address.bytes();
+    keys.set("address/1", std::vector<uint8_t>(bytes.begin(), bytes.end()));
+  }
+  ProcessGroupOptions options;
+  options.timeout = milliseconds(1500);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string error = error_of([&] { ProcessGroupGloo(store, 0, 2, options); });
+  EXPECT_LT(seconds_since(start), 5.0);
+  EXPECT_NE(error.find("gloo: rank 0 of group 'default' (size 2)"), std::string::npos) << error;
+  EXPECT_NE(error.find("rank 1 at " + peer_address), std::string::npos) << error;
 }
 
 TEST(ProcessGroupGloo, GroupsMadeOneAfterAnotherOnOneStoreAreDistinct) {
@@ -205,7 +262,8 @@ TEST(ProcessGroupGloo, TheInterfaceComesFromTheEnvironment) {
   run_on_ranks(2, [](int rank) {
     ::unsetenv("GLOO_SOCKET_IFNAME");
     ::setenv("KILN_GLOO_SOCKET_IFNAME", "lo", 1);
-    EXPECT_EQ(gloo_backend::tcp_device_choice(), "interface lo (KILN_GLOO_SOCKET_IFNAME)");
+    const std::vector<gloo_backend::HostReport> hosts = {{"a", "a", "10.0.0.1"}, {"b", "b", "10.0.0.2"}};
+    EXPECT_EQ(gloo_backend::choose_tcp_device(hosts, 1).description, "interface lo (KILN_GLOO_SOCKET_IFNAME)");
     {
       auto group = make_gloo_group(milliseconds(5000));
       Tensor t = full({1}, double(rank + 1), DType::Float32);
@@ -213,12 +271,54 @@ TEST(ProcessGroupGloo, TheInterfaceComesFromTheEnvironment) {
       EXPECT_EQ(t.at<float>({0}), 3.0f);
     }
     ::setenv("KILN_GLOO_SOCKET_IFNAME", "kiln_no_such_if0", 1);
-    EXPECT_NE(error_of([] {
-                gloo_backend::make_tcp_device();
+    EXPECT_NE(error_of([&] {
+                gloo_backend::make_tcp_device(gloo_backend::choose_tcp_device(hosts, 0));
               }).find("gloo: cannot listen on interface kiln_no_such_if0 (KILN_GLOO_SOCKET_IFNAME): "),
               std::string::npos);
     ::unsetenv("KILN_GLOO_SOCKET_IFNAME");
   });
+}
+
+TEST(ProcessGroupGloo, ARankListensWhereItReachesTheStoreAndOnLoopbackOnlyWhenAllShareItsHost) {
+  ::unsetenv("GLOO_SOCKET_IFNAME");
+  ::unsetenv("KILN_GLOO_SOCKET_IFNAME");
+  using gloo_backend::choose_tcp_device;
+  // Rule 2: one host, whatever the store connection says.
+  const auto one_host = choose_tcp_device({{"h", "vm", "10.0.0.1"}, {"h", "vm", "10.0.0.1"}}, 1);
+  EXPECT_EQ(one_host.address, "127.0.0.1");
+  EXPECT_EQ(one_host.description, "127.0.0.1 (every rank runs on this host)");
+  // Rule 3: two hosts; each listens where it reaches the store.
+  const std::vector<gloo_backend::HostReport> two_hosts = {{"a", "node0", "10.0.0.1"}, {"b", "node1", "10.0.0.2"}};
+  EXPECT_EQ(choose_tcp_device(two_hosts, 0).address, "10.0.0.1");
+  EXPECT_EQ(choose_tcp_device(two_hosts, 1).address, "10.0.0.2");
+  EXPECT_EQ(choose_tcp_device(two_hosts, 1).description, "10.0.0.2 (the address this host reaches the store through)");
+  // Rule 4: the store's host reaches its store over loopback; it takes the
+  // route towards rank 1 instead (here loopback again, so on to rule 5,
+  // whose host name resolves only to loopback: nothing to listen on).
+  EXPECT_EQ(gloo_backend::local_address_towards("127.0.0.1"), "127.0.0.1");
+  EXPECT_EQ(gloo_backend::local_address_towards(""), "");
+  const auto nowhere = choose_tcp_device({{"a", "localhost", "127.0.0.1"}, {"b", "node1", "127.0.0.1"}}, 0);
+  EXPECT_EQ(nowhere.address, "");
+  EXPECT_NE(nowhere.description.find("no address: rank 1 runs on another host (node1), and this host's name "
+                                     "'localhost' resolves to 127.0.0.1"),
+            std::string::npos)
+      << nowhere.description;
+  // Rule 5 with a FileStore (no store address) and a loopback host name:
+  // refused with the variable to set, not a loopback listener.
+  const std::string error = error_of([&] {
+    gloo_backend::make_tcp_device(choose_tcp_device({{"a", "localhost", ""}, {"b", "node1", ""}}, 0));
+  });
+  EXPECT_NE(error.find("gloo: cannot listen: no address: rank 1 runs on another host (node1)"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("the store has no connection to take an address from (set KILN_GLOO_SOCKET_IFNAME"),
+            std::string::npos)
+      << error;
+  // A report travels through the store and back unchanged.
+  const gloo_backend::HostReport report{"boot/net:1", "node0", "10.0.0.1"};
+  const auto back = gloo_backend::HostReport::decode(report.encode());
+  EXPECT_EQ(back.host_id, report.host_id);
+  EXPECT_EQ(back.host_name, report.host_name);
+  EXPECT_EQ(back.store_address, report.store_address);
 }
 
 TEST(ProcessGroupGloo, AcceptsOnlyCpuTensorsWithoutCuda) {

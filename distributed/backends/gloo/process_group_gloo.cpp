@@ -7,7 +7,6 @@
 #include <gloo/broadcast.h>
 #include <gloo/gather.h>
 #include <gloo/reduce.h>
-#include <gloo/rendezvous/context.h>
 #include <gloo/scatter.h>
 #include <gloo/transport/device.h>
 #include <gloo/transport/unbound_buffer.h>
@@ -16,9 +15,8 @@
 #include <exception>
 #include <limits>
 
-#include "distributed/backends/gloo/gloo_device.h"
+#include "distributed/backends/gloo/gloo_rendezvous.h"
 #include "distributed/backends/gloo/gloo_reduce.h"
-#include "distributed/backends/gloo/gloo_store.h"
 #include "distributed/backends/gloo/operation_threads.h"
 #include "distributed/backends/gloo/recursive_doubling.h"
 #include "distributed/backends/gloo/ring_reduce_scatter.h"
@@ -111,35 +109,22 @@ struct Connection {
   std::shared_ptr<gloo_backend::SharedMemoryAllReduce> shared_memory;
 };
 
-// The rendezvous of Note [Gloo rendezvous keys].
+// The rendezvous (Note [Gloo rendezvous steps]), then the shared-memory
+// all-reduce when every rank is on this host, in what is left of the timeout.
 Connection connect(const std::shared_ptr<Store>& store, int rank, int size, const ProcessGroupOptions& options,
                    std::shared_ptr<::gloo::transport::Device>& device) {
   KILN_CHECK(store != nullptr, "gloo: group '", options.name,
              "' needs a store for its ranks to find each other, and none was given");
-  auto context = std::make_shared<::gloo::rendezvous::Context>(rank, size);
-  context->setTimeout(options.timeout);
-  std::shared_ptr<gloo_backend::SharedMemoryAllReduce> shared_memory;
+  gloo_backend::Mesh mesh = gloo_backend::connect_mesh(store, rank, size, options.name, options.timeout, device);
+  const auto left = std::max(std::chrono::ceil<std::chrono::milliseconds>(mesh.deadline - std::chrono::steady_clock::now()),
+                             std::chrono::milliseconds(1));
   try {
-    const int64_t generation = (store->add("gloo/groups", 1) - 1) / size;
-    auto keys = std::make_shared<PrefixStore>("gloo/" + std::to_string(generation), store);
-    gloo_backend::GlooStore gloo_store(keys);
-    context->connectFullMesh(gloo_store, device);
-    // A rank's connectFullMesh can return while a peer is still finishing
-    // the handshake on their pair; a rank that then closed the group at once
-    // would fail the peer's rendezvous with "Connection closed by peer". So
-    // construction returns only once every rank is connected (PyTorch's
-    // store-based barrier after creating a group).
-    keys->set("connected/" + std::to_string(rank), std::string("1"));
-    std::vector<std::string> connected;
-    for (int r = 0; r < size; ++r) connected.push_back("connected/" + std::to_string(r));
-    keys->wait(connected, options.timeout);
-    shared_memory = gloo_backend::SharedMemoryAllReduce::connect(*keys, rank, size, options.name, options.timeout);
+    return {mesh.context, gloo_backend::SharedMemoryAllReduce::connect(*mesh.keys, rank, size, options.name, left)};
   } catch (const std::exception& e) {
     KILN_FAIL("gloo: rank ", rank, " of group '", options.name, "' (size ", size,
-              ") could not connect to the other ranks through ", store->describe(), " within ", options.timeout.count(),
-              " ms, listening on ", device->str(), ": ", e.what());
+              ") could not set up the same-host all-reduce through ", store->describe(), " within ",
+              options.timeout.count(), " ms: ", e.what());
   }
-  return {context, shared_memory};
 }
 
 }  // namespace
@@ -147,7 +132,7 @@ Connection connect(const std::shared_ptr<Store>& store, int rank, int size, cons
 // ---- construction ---------------------------------------------------------------------
 
 ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options)
-    : ProcessGroupGloo(std::move(store), rank, size, std::move(options), gloo_backend::make_tcp_device()) {}
+    : ProcessGroupGloo(std::move(store), rank, size, std::move(options), nullptr) {}
 
 ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options,
                                    std::shared_ptr<::gloo::transport::Device> device)

@@ -7,16 +7,17 @@
 //
 // or through init.h: init_process_group("gloo").
 //
-// Construction is the rendezvous: every rank listens on an address (Note
-// [Gloo interface] in gloo_device.h), publishes it in the store and connects
-// a TCP pair to every other rank (gloo::rendezvous::Context::connectFullMesh).
-// It returns once every rank has connected all its pairs (a store-based
-// barrier after gloo's rendezvous), or throws kiln::Error after
-// options.timeout naming the store and the group. The same timeout bounds
-// every operation: gloo then throws, and the Work fails with gloo's message.
+// Construction is the rendezvous (Note [Gloo rendezvous steps] in
+// gloo_rendezvous.h): the ranks check that they agree on the group's size,
+// each listens on an address (Note [Gloo interface] in gloo_device.h),
+// publishes its pairs' addresses in the store and connects a TCP pair to
+// every other rank. It returns once every rank has connected all its pairs,
+// or throws kiln::Error within options.timeout naming the group, the step
+// and the ranks (and addresses) it waited for. The same timeout bounds every
+// operation: gloo then throws, and the Work fails with gloo's message.
 //
 // Note [Gloo rendezvous keys]
-// connectFullMesh stores rank r's addresses under the bare key "<r>", so two
+// The rendezvous stores rank r's pair addresses under "address/<r>", so two
 // groups on one store would read each other's. A sub-group's store is
 // already under the sub-group's name (new_subgroup); below that each group
 // takes a generation number g = (store.add("gloo/groups", 1) - 1) / size and
