@@ -1,5 +1,8 @@
 #include "apps/lenet/data_parallel.h"
 
+#include <cmath>
+#include <cstdlib>
+
 #include "distributed/ddp/training_helpers.h"
 #include "distributed/init.h"
 #include "tensor/error.h"
@@ -26,13 +29,67 @@ class StridedShard : public data::Sampler {
   int rank_;
 };
 
+// Epoch `carried.epoch` in the padded order of `carried.replicas` processes,
+// split over `world_size` ranks; every other epoch as DistributedSampler
+// over `world_size` (Note [Resuming on another world size]).
+class CarriedEpochShard : public data::Sampler {
+ public:
+  CarriedEpochShard(int64_t size, int world_size, int rank, uint64_t seed, CarriedEpoch carried)
+      : size_(size), world_size_(world_size), rank_(rank), seed_(seed), carried_(carried) {
+    KILN_CHECK(padded_order_size(size, carried.replicas) % world_size == 0, "resuming epoch ", carried.epoch + 1,
+               ": its order of ", padded_order_size(size, carried.replicas), " positions (", size,
+               " images padded for ", carried.replicas, " processes) cannot be split evenly over ", world_size,
+               " processes");
+  }
+  int64_t size() const override {
+    if (epoch() != carried_.epoch) return ceil_div(size_, world_size_);
+    return padded_order_size(size_, carried_.replicas) / world_size_;
+  }
+  std::vector<int64_t> indices() const override {
+    if (epoch() != carried_.epoch) return shard(world_size_, rank_);
+    // The carried order: position r + R*j is rank r's j-th of R.
+    const int64_t replicas = carried_.replicas;
+    std::vector<std::vector<int64_t>> shares;
+    for (int64_t r = 0; r < replicas; ++r) shares.push_back(shard(replicas, r));
+    std::vector<int64_t> mine;
+    const int64_t total = padded_order_size(size_, replicas);
+    for (int64_t k = rank_; k < total; k += world_size_) mine.push_back(shares[k % replicas][k / replicas]);
+    return mine;
+  }
+
+ private:
+  static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+  std::vector<int64_t> shard(int64_t replicas, int64_t rank) const {
+    data::DistributedSampler sampler(size_, replicas, rank, /*shuffle=*/true, seed_);
+    sampler.set_epoch(epoch());
+    return sampler.indices();
+  }
+
+  int64_t size_;
+  int world_size_;
+  int rank_;
+  uint64_t seed_;
+  CarriedEpoch carried_;
+};
+
+// Seconds as init_process_group takes them: 0 stays 0 (the environment's
+// or the default), anything else is at least a millisecond.
+std::chrono::milliseconds to_milliseconds(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000.0)));
+}
+
 }  // namespace
+
+int64_t padded_order_size(int64_t dataset_size, int64_t replicas) {
+  return (dataset_size + replicas - 1) / replicas * replicas;
+}
 
 DataParallelRun start_data_parallel(const TrainerOptions& o) {
   DataParallelRun run;
   if (!o.ddp) return run;
   if (!distributed::is_initialized()) {
-    distributed::init_process_group(o.backend);
+    distributed::init_process_group(o.backend, "env://", -1, -1, to_milliseconds(o.timeout),
+                                    to_milliseconds(o.heartbeat_timeout));
     run.initialized_here = true;
   }
   run.group = distributed::default_group_ptr();
@@ -40,6 +97,11 @@ DataParallelRun start_data_parallel(const TrainerOptions& o) {
              run.group->backend_name(), " but --backend is ", o.backend);
   run.rank = run.group->rank();
   run.world_size = run.group->size();
+  run.local_world_size = run.world_size;
+  if (const char* local = std::getenv("LOCAL_WORLD_SIZE")) {
+    const int n = std::atoi(local);
+    if (n >= 1 && n <= run.world_size) run.local_world_size = n;
+  }
   return run;
 }
 
@@ -48,7 +110,11 @@ void finish_data_parallel(DataParallelRun& run) {
   run.group.reset();
 }
 
-std::shared_ptr<data::Sampler> train_sampler(const DataParallelRun& run, int64_t dataset_size, uint64_t seed) {
+std::shared_ptr<data::Sampler> train_sampler(const DataParallelRun& run, int64_t dataset_size, uint64_t seed,
+                                             const CarriedEpoch& carried) {
+  if (carried.epoch >= 0 && carried.replicas != run.world_size) {
+    return std::make_shared<CarriedEpochShard>(dataset_size, run.world_size, run.rank, seed, carried);
+  }
   if (!run.group) return nullptr;
   return std::make_shared<data::DistributedSampler>(dataset_size, run.world_size, run.rank, /*shuffle=*/true, seed);
 }

@@ -23,6 +23,26 @@
 // --accum-steps k (with or without --ddp) makes each optimizer step from k
 // batches, each loss divided by k; under DDP the first k - 1 run inside
 // no_sync(), so only the last one communicates.
+//
+// Note [Resuming on another world size]
+// N processes with --batch-size B train on a global batch G = N x B, and
+// after s batches an epoch has consumed exactly the first s x G positions of
+// its order: DistributedSampler's permutation, padded to a multiple of N
+// (one process: the permutation itself, RandomSampler's order). A checkpoint
+// records N, B, the training set's size and the number of processes whose
+// order the epoch in progress follows. Resuming it on M processes:
+// - keeps the global batch: --batch-size must be G / M (refused otherwise,
+//   naming the --batch-size that would fit), so the steps, the schedule and
+//   the losses are the uninterrupted run's;
+// - finishes the interrupted epoch in the saved run's padded order, split
+//   over the M ranks the same strided way (rank r takes positions r, r + M,
+//   ...), so each remaining step trains on exactly the images that step
+//   would have trained on; this needs the padded length to be a multiple of
+//   M (refused otherwise, naming the world sizes that fit);
+// - trains the later epochs as an M-process run would (DistributedSampler
+//   over M), the same images again when M divides the set's size.
+// The interrupted epoch's loss and image counts are summed over the ranks
+// before they are saved, so the resumed epoch reports the whole run's loss.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +63,8 @@ struct DataParallelRun {
   int rank = 0;
   int world_size = 1;
   bool initialized_here = false;  // this run called init_process_group
+  // Processes on this machine (LOCAL_WORLD_SIZE, else all of them).
+  int local_world_size = 1;
 
   bool is_main() const { return rank == 0; }
 };
@@ -52,8 +74,22 @@ DataParallelRun start_data_parallel(const TrainerOptions& options);
 // Leaves the default group if start_data_parallel joined it.
 void finish_data_parallel(DataParallelRun& run);
 
-// This rank's share of each training epoch (null: the whole shuffled set).
-std::shared_ptr<data::Sampler> train_sampler(const DataParallelRun& run, int64_t dataset_size, uint64_t seed);
+// The epoch of a resumed run that follows another world size's order (Note
+// [Resuming on another world size]).
+struct CarriedEpoch {
+  int64_t epoch = -1;      // none when -1
+  int64_t replicas = 1;    // the processes whose padded order it follows
+};
+
+// The length of epoch orders for `replicas` processes: `dataset_size` padded
+// to a multiple of `replicas`.
+int64_t padded_order_size(int64_t dataset_size, int64_t replicas);
+
+// This rank's share of each training epoch (null: the whole shuffled set,
+// which the loader shuffles itself). With a carried epoch, that epoch is
+// split over this run's ranks in the carried order.
+std::shared_ptr<data::Sampler> train_sampler(const DataParallelRun& run, int64_t dataset_size, uint64_t seed,
+                                             const CarriedEpoch& carried = {});
 // This rank's share of the test set, without repeats (null: all of it).
 std::shared_ptr<data::Sampler> test_sampler(const DataParallelRun& run, int64_t dataset_size);
 

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
     const TrainerOptions& options = *command_line.options;
     // Without --save there is nothing to keep: Ctrl-C ends the process as usual.
     if (!options.save.empty() && !options.eval_only) install_interrupt_handlers();
+    ignore_file_size_signal();
     TrainerHooks hooks;
     hooks.interactive = stdout_is_terminal();
     TrainingResult result = run_training(options, hooks);

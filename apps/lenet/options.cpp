@@ -5,6 +5,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <charconv>
+#include <cmath>
+#include <limits>
+
 #include "tensor/device.h"
 #include "tensor/error.h"
 
@@ -44,12 +48,66 @@ ScheduleKind parse_schedule(const std::string& name) {
   return ScheduleKind::None;
 }
 
+namespace {
+
+// No run comes near them; above them epochs x steps or seconds x 1000 (the
+// milliseconds init_process_group takes) would overflow int64.
+constexpr int64_t kMaxEpochs = 1'000'000'000;
+constexpr double kMaxTimeoutSeconds = 1e9;
+
+// Integer flags are read here rather than by CLI11, whose strtoll clamps
+// 99999999999999999999 to 2^63 - 1 and whose strtoull wraps -1 to 2^64 - 1
+// (and both read "010" as octal).
+template <class T>
+T parse_integer(const std::string& flag, const std::string& text) {
+  T value{};
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  const bool whole = end == text.data() + text.size() && !text.empty();
+  KILN_CHECK(error != std::errc::result_out_of_range || !whole, flag, ": ", text, " is out of range (",
+             std::numeric_limits<T>::min(), " to ", std::numeric_limits<T>::max(), ")");
+  KILN_CHECK(error == std::errc() && whole, flag, ": '", text, "' is not ",
+             std::is_signed_v<T> ? "an integer" : "a non-negative integer");
+  return value;
+}
+
+template <class T>
+CLI::Option* add_integer(CLI::App& app, const std::string& flag, T& target, const std::string& description) {
+  return app
+      .add_option_function<std::string>(
+          flag, [&target, flag](const std::string& text) { target = parse_integer<T>(flag, text); }, description)
+      ->default_str(std::to_string(target));
+}
+
+// A timeout flag given on the command line: a positive, finite number of seconds.
+CLI::Option* add_timeout(CLI::App& app, const std::string& flag, double& target, const std::string& description) {
+  return app.add_option_function<double>(
+      flag,
+      [&target, flag](double seconds) {
+        KILN_CHECK(std::isfinite(seconds) && seconds > 0 && seconds <= kMaxTimeoutSeconds, flag,
+                   " must be a positive number of seconds up to ", kMaxTimeoutSeconds, ", got ", seconds);
+        target = seconds;
+      },
+      description);
+}
+
+}  // namespace
+
 void validate(const TrainerOptions& o) {
   KILN_CHECK(o.epochs > 0, "--epochs must be at least 1, got ", o.epochs);
+  KILN_CHECK(o.epochs <= kMaxEpochs, "--epochs must be at most ", kMaxEpochs, ", got ", o.epochs);
   KILN_CHECK(o.batch_size > 0, "--batch-size must be at least 1, got ", o.batch_size);
-  KILN_CHECK(o.lr > 0, "--lr must be positive, got ", o.lr);
+  KILN_CHECK(std::isfinite(o.lr) && o.lr > 0, "--lr must be positive and finite, got ", o.lr);
   KILN_CHECK(o.momentum >= 0 && o.momentum < 1, "--momentum must be in [0, 1), got ", o.momentum);
-  KILN_CHECK(o.weight_decay >= 0, "--weight-decay must be non-negative, got ", o.weight_decay);
+  KILN_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
+             "--weight-decay must be non-negative and finite, got ", o.weight_decay);
+  const std::pair<const char*, double> timeouts[] = {{"--timeout", o.timeout},
+                                                      {"--heartbeat-timeout", o.heartbeat_timeout}};
+  for (auto [flag, seconds] : timeouts) {
+    KILN_CHECK(std::isfinite(seconds) && seconds >= 0 && seconds <= kMaxTimeoutSeconds, flag,
+               " must be a positive number of seconds up to ", kMaxTimeoutSeconds, " (0: the default), got ",
+               seconds);
+    KILN_CHECK(seconds == 0 || o.ddp, flag, " only goes with --ddp");
+  }
   KILN_CHECK(o.threads >= 0, "--threads must be non-negative (0: all cores), got ", o.threads);
   KILN_CHECK(o.workers >= 0, "--workers must be non-negative (0: load batches on the training thread), got ",
              o.workers);
@@ -90,8 +148,8 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
                  "cifar-10-binary.tar.gz archive, or an image folder ROOT with ROOT/train/<class>/* and "
                  "ROOT/test/<class>/*, on disk or as a .tar.gz (ROOT at its top or one folder down)")
       ->capture_default_str();
-  app.add_option("--epochs", o.epochs, "passes over the training set")->capture_default_str();
-  app.add_option("--batch-size", o.batch_size, "images per step")->capture_default_str();
+  add_integer(app, "--epochs", o.epochs, "passes over the training set");
+  add_integer(app, "--batch-size", o.batch_size, "images per step");
   app.add_option("--lr", o.lr, "learning rate (the peak with --schedule onecycle)")->capture_default_str();
   app.add_option("--momentum", o.momentum,
                  "SGD momentum (with --schedule onecycle, momentum cycles between 0.85 and 0.95 instead)")
@@ -105,18 +163,21 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   app.add_flag("--augment,!--no-augment", o.augment,
                "augment the training images: RandomCrop(32, padding 4) + RandomHorizontalFlip (default on; "
                "--no-augment or --augment=off turns it off)");
-  app.add_option("--threads", o.threads, "threads of the CPU kernels (0: all cores)")->capture_default_str();
+  add_integer(app, "--threads", o.threads,
+              "threads of the CPU kernels (0: all cores); more than the cores (over all processes on the machine) "
+              "is warned about, as it runs several times slower");
   app.add_option("--device", o.device, "cpu or cuda (cuda:N)")->capture_default_str();
   app.add_flag("--amp", o.amp,
                "mixed precision: convolutions and linear layers in bfloat16 on the CPU, in float16 with dynamic "
                "loss scaling on CUDA; parameters and updates stay float32");
-  app.add_option("--seed", o.seed, "seeds the initial weights, the shuffling and the augmentation")
-      ->capture_default_str();
-  app.add_option("--workers", o.workers, "DataLoader worker threads (0: load on the training thread)")
-      ->capture_default_str();
+  add_integer(app, "--seed", o.seed, "seeds the initial weights, the shuffling and the augmentation");
+  add_integer(app, "--workers", o.workers, "DataLoader worker threads (0: load on the training thread)");
   app.add_option("--save", o.save,
-                 "write a training checkpoint to FILE after every epoch and on Ctrl-C (then exit with code 130)");
-  app.add_option("--resume", o.resume, "continue the run saved in checkpoint FILE (with the same flags)");
+                 "write a training checkpoint to FILE after every epoch and on Ctrl-C (then exit with code 130); "
+                 "it records the world size and the data order, and checksums every tensor");
+  app.add_option("--resume", o.resume,
+                 "continue the run saved in checkpoint FILE (with the same flags; on another number of processes, "
+                 "with the --batch-size that keeps the global batch)");
   app.add_option("--weights", o.weights, "a model state dict (.safetensors) to evaluate with --eval-only");
   app.add_flag("--eval-only", o.eval_only,
                "only evaluate the test set (the model of --resume or --weights) and print the per-class table");
@@ -126,12 +187,17 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   app.add_flag("--dp", o.dp,
                "train with DataParallel in this process: one replica per GPU with --device cuda, else "
                "--replicas replicas on the CPU, each batch split between them");
-  app.add_option("--replicas", o.replicas, "DataParallel replicas on the CPU with --dp")->capture_default_str();
+  add_integer(app, "--replicas", o.replicas, "DataParallel replicas on the CPU with --dp");
   app.add_option("--backend", o.backend, "the process group's backend with --ddp: gloo, mpi or nccl")
       ->capture_default_str();
-  app.add_option("--accum-steps", o.accum_steps,
-                 "batches per optimizer step (gradient accumulation; with --ddp only the last one communicates)")
-      ->capture_default_str();
+  add_integer(app, "--accum-steps", o.accum_steps,
+              "batches per optimizer step (gradient accumulation; with --ddp only the last one communicates)");
+  add_timeout(app, "--timeout", o.timeout,
+              "with --ddp: seconds the rendezvous and each collective may take (default: "
+              "KILN_DISTRIBUTED_TIMEOUT, else 300)");
+  add_timeout(app, "--heartbeat-timeout", o.heartbeat_timeout,
+              "with --ddp: seconds a silent peer is waited for before it is named (default: "
+              "KILN_HEARTBEAT_TIMEOUT, else 10)");
   app.add_option("--log", o.log,
                  "write one JSON object per epoch to FILE.jsonl (a new file; --resume appends to it)");
   app.add_option("--plot", o.plot, "write an SVG chart of the losses and the test accuracy to FILE.svg");

@@ -66,6 +66,12 @@ struct TrainerOptions {
   // [kiln-lenet with DDP]); batch_size is then per process.
   bool ddp = false;
   std::string backend = "gloo";  // of the process group: gloo, mpi or nccl
+  // With --ddp, in seconds: how long the rendezvous and each collective may
+  // take, and how long a silent peer is waited for before it is named. 0:
+  // KILN_DISTRIBUTED_TIMEOUT / KILN_HEARTBEAT_TIMEOUT, else the defaults
+  // (distributed/init.h).
+  double timeout = 0;
+  double heartbeat_timeout = 0;
   // DataParallel in this process: one replica per CUDA device with --device
   // cuda, else `replicas` replicas on the CPU, each batch split between them.
   bool dp = false;
@@ -77,8 +83,9 @@ struct TrainerOptions {
 };
 
 // Throws kiln::Error naming the flag for a value out of range: epochs,
-// batch size < 1, negative lr, momentum, weight decay, threads or workers,
-// an unknown device, --eval-only without --resume or --weights.
+// batch size < 1, a negative, infinite or NaN lr, momentum, weight decay or
+// timeout, negative threads or workers, an unknown device, --eval-only
+// without --resume or --weights.
 void validate(const TrainerOptions& options);
 
 // The result of parsing: options to run with, or none and the exit code
@@ -88,9 +95,11 @@ struct CommandLine {
   int exit_code = 0;
 };
 
-// Parses and validates argv (argv[0] is the program). Validation errors
-// throw kiln::Error; CLI11's own (unknown flag, missing value, a value that
-// is not a number) are printed to stderr and returned as an exit code.
+// Parses and validates argv (argv[0] is the program). Validation errors and
+// integers that are malformed or out of their type's range ("--seed -1",
+// "--epochs 99999999999999999999") throw kiln::Error naming the flag;
+// CLI11's own errors (unknown flag, missing value, a float that is not a
+// number) are printed to stderr and returned as an exit code.
 CommandLine parse_command_line(int argc, const char* const* argv);
 CommandLine parse_command_line(const std::vector<std::string>& args);
 

@@ -17,9 +17,14 @@
 // scheduler's step, the global step and, in its extra strings, the epoch, the
 // steps done within it and the partial loss sums of that epoch, and the
 // history of finished epochs. Resuming re-runs epoch e's order and skips the
-// batches already trained on. The recipe (epochs, batch size, optimizer,
-// schedule, lr, momentum, weight decay, augmentation, seed) must be the
-// run's: a checkpoint made with another is refused, naming both.
+// batches already trained on. The recipe (epochs, optimizer, schedule, lr,
+// momentum, weight decay, augmentation, seed) must be the run's: a
+// checkpoint made with another is refused, naming both. The checkpoint also
+// records the world size, the per-process batch, the training set's size
+// and the order the epoch in progress follows, so that another number of
+// processes can resume it exactly or is refused saying why (Note [Resuming
+// on another world size] in data_parallel.h); every tensor carries a
+// checksum (Note [safetensors layout]).
 #pragma once
 
 #include <cstdint>
@@ -37,14 +42,21 @@
 namespace kiln::apps::lenet {
 
 // SIGINT and SIGTERM set a flag that interrupt_requested() reads; a second
-// signal while the run saves its checkpoint kills the process as usual.
+// signal ends the process as usual, removing the temporary file of a
+// checkpoint being written (the previous checkpoint stays intact).
 void install_interrupt_handlers();
+// Writing past the file size limit (ulimit -f) fails with EFBIG instead of
+// killing the process with SIGXFSZ, so that the failing write's temporary
+// file is removed and the error names the file.
+void ignore_file_size_signal();
 bool interrupt_requested();
 // Clears the flag (tests that run several interrupted runs in one process).
 void reset_interrupt_request();
 
 struct TrainerHooks {
   std::ostream* out = &std::cout;
+  // Warnings: more threads than cores, a chart that could not be written.
+  std::ostream* err = &std::cerr;
   // Rewrite the progress line in place ("\r"); else print plain lines.
   bool interactive = false;
   // Asked after every training step and after every epoch but the last,

@@ -1,6 +1,9 @@
 // kiln-lenet as a program: its flags, its error messages and exit codes,
 // and Ctrl-C (a real SIGINT to a child process).
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "apps/lenet/options.h"
 #include "apps/lenet/trainer.h"
@@ -43,7 +46,7 @@ TEST(LenetOptions, FlagsAreRead) {
   CommandLine cl = parse_command_line(std::vector<std::string>{
       "kiln-lenet", "--data", "d", "--epochs", "3", "--batch-size", "8", "--lr", "0.1", "--optimizer", "adamw",
       "--schedule", "cosine", "--no-augment", "--threads", "2", "--workers", "3", "--seed", "7", "--save", "a.ckpt",
-      "--log", "a.jsonl", "--plot", "a.svg"});
+      "--log", "a.jsonl", "--plot", "a.svg", "--ddp", "--timeout", "30", "--heartbeat-timeout", "2.5"});
   ASSERT_TRUE(cl.options.has_value());
   const TrainerOptions& o = *cl.options;
   EXPECT_EQ(o.data, "d");
@@ -59,6 +62,8 @@ TEST(LenetOptions, FlagsAreRead) {
   EXPECT_EQ(o.save, "a.ckpt");
   EXPECT_EQ(o.log, "a.jsonl");
   EXPECT_EQ(o.plot, "a.svg");
+  EXPECT_EQ(o.timeout, 30.0);
+  EXPECT_EQ(o.heartbeat_timeout, 2.5);
   CommandLine off = parse_command_line(std::vector<std::string>{"kiln-lenet", "--augment=off"});
   EXPECT_FALSE(off.options->augment);
 }
@@ -68,7 +73,7 @@ TEST(LenetOptions, BadValuesAreNamed) {
   EXPECT_EQ(parse_error({"--epochs", "-1"}), "--epochs must be at least 1, got -1");
   EXPECT_EQ(parse_error({"--optimizer", "rmsprop"}), "--optimizer: unknown optimizer 'rmsprop' (expected sgd, adam or adamw)");
   EXPECT_EQ(parse_error({"--schedule", "step"}), "--schedule: unknown schedule 'step' (expected none, cosine or onecycle)");
-  EXPECT_EQ(parse_error({"--lr", "0"}), "--lr must be positive, got 0");
+  EXPECT_EQ(parse_error({"--lr", "0"}), "--lr must be positive and finite, got 0");
   EXPECT_EQ(parse_error({"--momentum", "1.5"}), "--momentum must be in [0, 1), got 1.5");
   EXPECT_EQ(parse_error({"--device", "tpu"}), "--device: unknown device 'tpu' (expected cpu, cuda or cuda:N)");
   EXPECT_EQ(parse_error({"--workers", "-2"}),
@@ -78,13 +83,42 @@ TEST(LenetOptions, BadValuesAreNamed) {
             std::string::npos);
 }
 
+// Infinities, NaN and integers beyond their type are refused, naming the
+// flag, rather than clamped, wrapped or trained with.
+TEST(LenetOptions, InfinitiesAndOutOfRangeNumbersAreNamed) {
+  EXPECT_EQ(parse_error({"--lr", "inf"}), "--lr must be positive and finite, got inf");
+  EXPECT_EQ(parse_error({"--lr", "nan"}), "--lr must be positive and finite, got nan");
+  EXPECT_EQ(parse_error({"--weight-decay", "inf"}), "--weight-decay must be non-negative and finite, got inf");
+  EXPECT_EQ(parse_error({"--epochs", "99999999999999999999"}),
+            "--epochs: 99999999999999999999 is out of range (-9223372036854775808 to 9223372036854775807)");
+  EXPECT_EQ(parse_error({"--epochs", "9223372036854775807"}),
+            "--epochs must be at most 1000000000, got 9223372036854775807");
+  EXPECT_EQ(parse_error({"--seed", "-1"}), "--seed: '-1' is not a non-negative integer");
+  EXPECT_EQ(parse_error({"--seed", "18446744073709551616"}),
+            "--seed: 18446744073709551616 is out of range (0 to 18446744073709551615)");
+  EXPECT_EQ(parse_error({"--batch-size", "0x10"}), "--batch-size: '0x10' is not an integer");
+  EXPECT_EQ(parse_error({"--threads", "3000000000"}),
+            "--threads: 3000000000 is out of range (-2147483648 to 2147483647)");
+  for (const char* flag : {"--timeout", "--heartbeat-timeout"}) {
+    for (const char* value : {"0", "-1", "inf", "nan"}) {
+      EXPECT_EQ(parse_error({"--ddp", flag, value}).rfind(std::string(flag) + " must be a positive number of seconds", 0),
+                0u)
+          << flag << " " << value << ": " << parse_error({"--ddp", flag, value});
+    }
+    EXPECT_EQ(parse_error({flag, "5"}), std::string(flag) + " only goes with --ddp");
+  }
+  // The largest seed is a seed.
+  CommandLine cl = parse_command_line(std::vector<std::string>{"kiln-lenet", "--seed", "18446744073709551615"});
+  EXPECT_EQ(cl.options->seed, 18446744073709551615u);
+}
+
 TEST(LenetProgram, HelpDocumentsEveryFlag) {
   TempDir dir("kiln-lenet-help");
   testing::ProcessResult r = testing::run_kiln_lenet({"--help"}, dir / "err.txt");
   EXPECT_EQ(r.exit_code, 0);
   for (const char* flag : {"--data", "--epochs", "--batch-size", "--lr", "--momentum", "--weight-decay", "--optimizer",
                            "--schedule", "--augment", "--threads", "--device", "--seed", "--workers", "--save",
-                           "--resume", "--eval-only", "--log", "--plot"}) {
+                           "--resume", "--eval-only", "--log", "--plot", "--timeout", "--heartbeat-timeout"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag << " missing from:\n" << r.out;
   }
 }
@@ -149,6 +183,85 @@ TEST(LenetProgram, SigintSavesCheckpointAndResumeFinishes) {
   EXPECT_NE(resumed.out.find("resuming " + ckpt), std::string::npos) << resumed.out;
   EXPECT_NE(resumed.out.find("epoch 6/6  train loss"), std::string::npos) << resumed.out;
   EXPECT_EQ(testing::read_lines(dir / "run.jsonl").size(), 6u);
+}
+
+// The files in `dir` whose names hold ".tmp." (a save's temporary file).
+std::vector<std::string> temporary_files(const TempDir& dir) {
+  std::vector<std::string> found;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    const std::string name = entry.path().filename().string();
+    if (name.find(".tmp") != std::string::npos || name.find(".probe") != std::string::npos) found.push_back(name);
+  }
+  return found;
+}
+
+// A second Ctrl-C while the checkpoint is being written ends the process as
+// a Ctrl-C does, and takes the temporary file with it. The save is held in
+// the middle: its temporary file is a FIFO that the test opens but does not
+// read, so the write blocks once the pipe is full (a checkpoint is larger).
+TEST(LenetProgram, SecondSigintDuringASaveLeavesNoTemporaryFile) {
+  TempDir dir("kiln-lenet-sigint-twice");
+  testing::write_synthetic_cifar(dir.path());
+  const std::string ckpt = dir / "run.ckpt";
+  std::string fifo;
+  int reader = -1;
+  bool second_sent = false;
+  testing::ProcessResult r = testing::run_kiln_lenet(
+      {"--data", dir.path().string(), "--epochs", "1000", "--batch-size", "20", "--threads", "1", "--save", ckpt},
+      dir / "err.txt", [&](const std::string& line, pid_t pid) {
+        if (!fifo.empty() || line.find("step") == std::string::npos) return;
+        fifo = ckpt + ".tmp." + std::to_string(pid);
+        ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+        reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+        ASSERT_GE(reader, 0);
+        ::kill(pid, SIGINT);
+        // Bytes in the pipe: the save has begun; it now waits for a reader.
+        pollfd ready{reader, POLLIN, 0};
+        ASSERT_EQ(::poll(&ready, 1, 60'000), 1);
+        ::kill(pid, SIGINT);
+        second_sent = true;
+      });
+  if (reader >= 0) ::close(reader);
+  ASSERT_TRUE(second_sent) << r.out << r.err;
+  EXPECT_EQ(r.signal, SIGINT) << r.out << r.err;
+  EXPECT_FALSE(std::filesystem::exists(fifo));
+  EXPECT_FALSE(std::filesystem::exists(ckpt));  // the interrupted save did not half-replace it
+  EXPECT_TRUE(temporary_files(dir).empty());
+}
+
+// A checkpoint that outgrows the file size limit (ulimit -f) is an error
+// naming the file; the process survives SIGXFSZ to remove the temporary file.
+TEST(LenetProgram, FileSizeLimitFailsTheSaveWithoutATemporaryFile) {
+  TempDir dir("kiln-lenet-fsize");
+  testing::write_synthetic_cifar(dir.path());
+  const std::string ckpt = dir / "run.ckpt";
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  rlimit limited = saved;
+  limited.rlim_cur = 64 * 1024;  // the child inherits it; a LeNet checkpoint is over 500 KB
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limited), 0);
+  testing::ProcessResult r = testing::run_kiln_lenet(
+      {"--data", dir.path().string(), "--epochs", "1", "--batch-size", "20", "--threads", "1", "--save", ckpt},
+      dir / "err.txt");
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &saved), 0);
+  EXPECT_EQ(r.signal, 0);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("kiln-lenet: save_safetensors: cannot write '" + ckpt + ".tmp."), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("File too large"), std::string::npos) << r.err;
+  EXPECT_TRUE(temporary_files(dir).empty());
+}
+
+// An unwritable --plot is refused before training starts.
+TEST(LenetProgram, UnwritablePlotIsRefusedBeforeTraining) {
+  TempDir dir("kiln-lenet-plot-path");
+  testing::write_synthetic_cifar(dir.path());
+  const std::string plot = dir / "no/such/folder/run.svg";
+  testing::ProcessResult r = testing::run_kiln_lenet(
+      {"--data", dir.path().string(), "--epochs", "1", "--save", dir / "run.ckpt", "--plot", plot}, dir / "err.txt");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "kiln-lenet: --plot '" + plot + "': cannot create files beside it (No such file or directory)\n");
+  EXPECT_EQ(r.out.find("step"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "run.ckpt"));
 }
 
 TEST(LenetProgram, SigintWithoutSaveEndsTheProcess) {

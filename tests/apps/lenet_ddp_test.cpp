@@ -1,15 +1,21 @@
 // kiln-lenet --ddp (Note [kiln-lenet with DDP]): two processes with a batch
 // of B each train as one process with a batch of 2B, alone or with
-// gradient accumulation, and only rank 0 writes the log; --dp splits each
-// batch between replicas in one process, with the same result.
+// gradient accumulation, and only rank 0 writes the log; a checkpoint of two
+// processes resumes on one or four (Note [Resuming on another world size]);
+// --dp splits each batch between replicas in one process, with the same
+// result.
 #include <gtest/gtest.h>
 
 #ifdef KILN_WITH_GLOO
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <sstream>
 #include <string>
 
+#include "apps/lenet/data_parallel.h"
 #include "apps/lenet/trainer.h"
 #include "distributed/file_store.h"
 #include "distributed/init.h"
@@ -42,10 +48,12 @@ TrainerOptions run_on(const std::string& data) {
   return o;
 }
 
-TrainingResult train(const TrainerOptions& o) {
-  std::ostringstream out;
+TrainingResult train(const TrainerOptions& o, std::function<bool(int64_t)> should_stop = {}) {
+  std::ostringstream out, err;
   TrainerHooks hooks;
   hooks.out = &out;
+  hooks.err = &err;  // 4 processes on 2 cores are warned about
+  hooks.should_stop = std::move(should_stop);
   return run_training(o, hooks);
 }
 
@@ -96,6 +104,148 @@ TEST(LenetTrainerDdp, TwoRanksWithBatch10TrainAsOneProcessWithBatch20) { expect_
 
 TEST(LenetTrainerDdp, TwoRanksAccumulatingTwoBatchesOf5TrainAsOneProcessWithBatch20) {
   expect_ddp_run_matches_one_process(5, 2);
+}
+
+// The images each global step of an epoch trains on, sorted, over the
+// ranks' samplers with `per_rank` images per rank and step.
+std::vector<std::vector<int64_t>> global_steps(std::vector<std::shared_ptr<data::Sampler>> ranks, int64_t per_rank,
+                                               int64_t epoch) {
+  std::vector<std::vector<int64_t>> steps;
+  for (auto& sampler : ranks) {
+    sampler->set_epoch(epoch);
+    const std::vector<int64_t> mine = sampler->indices();
+    EXPECT_EQ(static_cast<int64_t>(mine.size()), sampler->size());
+    for (size_t k = 0; k < mine.size(); ++k) {
+      const size_t step = k / static_cast<size_t>(per_rank);
+      if (steps.size() <= step) steps.resize(step + 1);
+      steps[step].push_back(mine[k]);
+    }
+  }
+  for (auto& step : steps) std::sort(step.begin(), step.end());
+  return steps;
+}
+
+std::vector<std::shared_ptr<data::Sampler>> shards(int world, int64_t n, uint64_t seed, CarriedEpoch carried) {
+  std::vector<std::shared_ptr<data::Sampler>> out;
+  for (int r = 0; r < world; ++r) {
+    out.push_back(train_sampler({.group = nullptr, .rank = r, .world_size = world}, n, seed, carried));
+    if (!out.back()) out.back() = std::make_shared<data::RandomSampler>(n, seed);  // one process: the loader's
+  }
+  return out;
+}
+
+// 11 images over 2 ranks are padded to 12; carried to 4 ranks (or 1), each
+// global step of the carried epoch holds the images it held on 2, the
+// padding's repeat included; the next epoch is an ordinary 4-rank one.
+TEST(LenetDataParallel, ACarriedEpochTrainsEachStepOnTheSavedRunsImages) {
+  const int64_t n = 11;
+  const uint64_t seed = 3;
+  std::vector<std::shared_ptr<data::Sampler>> saved;
+  for (int r = 0; r < 2; ++r) saved.push_back(std::make_shared<data::DistributedSampler>(n, 2, r, true, seed));
+  const auto expected = global_steps(saved, 2, 1);  // global batch 4
+  ASSERT_EQ(expected.size(), 3u);
+  EXPECT_EQ(global_steps(shards(4, n, seed, {.epoch = 1, .replicas = 2}), 1, 1), expected);
+  EXPECT_EQ(global_steps(shards(1, n, seed, {.epoch = 1, .replicas = 2}), 4, 1), expected);
+
+  std::vector<std::shared_ptr<data::Sampler>> four;
+  for (int r = 0; r < 4; ++r) four.push_back(std::make_shared<data::DistributedSampler>(n, 4, r, true, seed));
+  EXPECT_EQ(global_steps(shards(4, n, seed, {.epoch = 1, .replicas = 2}), 1, 2), global_steps(four, 1, 2));
+
+  // 12 positions do not split over 5 ranks.
+  try {
+    shards(5, n, seed, {.epoch = 1, .replicas = 2});
+    ADD_FAILURE() << "5 ranks took an order of 12";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("its order of 12 positions (11 images padded for 2 processes) cannot be split evenly "
+                               "over 5 processes"),
+              std::string::npos)
+        << e.message();
+  }
+}
+
+// A folder shared by the test process and the rank processes it starts.
+std::string shared_folder(const std::string& name) {
+  const char* parent = std::getenv("KILN_TEST_PARENT_PID");
+  const std::string pid = parent ? parent : std::to_string(::getpid());
+  return (std::filesystem::temp_directory_path() / (name + "-" + pid)).string();
+}
+
+// Weights and history from a kiln-lenet checkpoint.
+struct Checkpointed {
+  nn::LeNet model;
+  std::vector<EpochRecord> history;
+  explicit Checkpointed(const std::string& path) {
+    std::map<std::string, std::string> metadata;
+    TensorDict weights;
+    for (const auto& [name, t] : load_safetensors(path, &metadata)) {
+      if (name.starts_with("model.")) weights.insert(name.substr(6), t);
+    }
+    model.load_state_dict(weights);
+    history = history_from_json(metadata.at("extra.history"));
+  }
+};
+
+// An epoch of 195 images over 2 processes with a global batch of 4: 49
+// steps, the last of 4 images (one repeated: the order is padded to 196 for
+// 2 processes), where one process alone would take 3. Stopped at step 32
+// and resumed on 4 processes with --batch-size 1, or in 1 with
+// --batch-size 4, each finishes the epoch on the images the 2 processes
+// would have, and ends with the weights and losses of the 2 processes that
+// never stopped.
+TEST(LenetTrainerDdp, TwoProcessCheckpointResumesOnOneAndOnFourProcesses) {
+  const std::string root = shared_folder("kiln-lenet-reshard");
+  if (!distributed::testing::in_rank_process()) {
+    std::filesystem::remove_all(root);
+    write_synthetic_cifar(root, 39);
+  }
+  auto options = [&](int world) {
+    TrainerOptions o = run_on(root);
+    o.epochs = 1;
+    o.batch_size = 4 / world;
+    o.ddp = world > 1;
+    return o;
+  };
+  run_on_ranks(2, [&](int rank) {
+    distributed::init_process_group("gloo", "file://" + test_store_dir() + "/init", 2, rank, std::chrono::seconds(20));
+    TrainerOptions o = options(2);
+    o.save = root + "/whole.ckpt";
+    EXPECT_EQ(train(o).global_step, 49);
+    o.save = root + "/two.ckpt";
+    const TrainingResult r = train(o, [](int64_t step) { return step >= 20; });  // agreed at step 32
+    distributed::destroy_process_group();
+    EXPECT_EQ(r.status, RunStatus::Interrupted);
+    EXPECT_EQ(r.step_in_epoch, 32);
+  });
+  distributed::testing::RankOptions four_ranks;
+  four_ranks.deadline = std::chrono::seconds(120);
+  run_on_ranks(4, [&](int rank) {
+    distributed::init_process_group("gloo", "file://" + test_store_dir() + "/init", 4, rank, std::chrono::seconds(20));
+    TrainerOptions o = options(4);
+    o.resume = root + "/two.ckpt";
+    o.save = root + "/four.ckpt";
+    const TrainingResult r = train(o);
+    distributed::destroy_process_group();
+    EXPECT_EQ(r.status, RunStatus::Finished);
+    EXPECT_EQ(r.global_step, 49);
+  }, four_ranks);
+  if (distributed::testing::in_rank_process()) return;
+
+  TrainerOptions one = options(1);
+  one.resume = root + "/two.ckpt";
+  const TrainingResult on_one = train(one);
+  EXPECT_EQ(on_one.global_step, 49);
+  const Checkpointed whole(root + "/whole.ckpt"), on_four(root + "/four.ckpt");
+
+  // float32, the gradients summed in other orders.
+  EXPECT_LE(max_difference(*on_one.model, whole.model), 2e-5);
+  EXPECT_LE(max_difference(on_four.model, whole.model), 2e-5);
+  ASSERT_EQ(on_one.history.size(), 1u);
+  ASSERT_EQ(on_four.history.size(), 1u);
+  // The loss sums the 2 processes' first 32 steps and the resumed ones.
+  EXPECT_NEAR(on_one.history[0].train_loss, whole.history[0].train_loss, 1e-5);
+  EXPECT_NEAR(on_four.history[0].train_loss, whole.history[0].train_loss, 1e-5);
+  EXPECT_NEAR(on_four.history[0].test_loss, whole.history[0].test_loss, 1e-5);
+  std::filesystem::remove_all(root);
 }
 
 TEST(LenetTrainer, AccumulatingTwoBatchesOf10TrainsAsOneBatchOf20) {

@@ -81,14 +81,14 @@ inline void synthetic_split(int64_t count, uint64_t seed, Tensor& images, Tensor
   }
 }
 
-// root/cifar-10-batches-bin/data_batch_1..5.bin (200 images in all) and
-// test_batch.bin (100 images).
-inline void write_synthetic_cifar(const std::filesystem::path& root) {
+// root/cifar-10-batches-bin/data_batch_1..5.bin (5 x `per_file` images, 200
+// by default) and test_batch.bin (100 images).
+inline void write_synthetic_cifar(const std::filesystem::path& root, int64_t per_file = 40) {
   const std::filesystem::path folder = root / "cifar-10-batches-bin";
   std::filesystem::create_directories(folder);
   for (int b = 1; b <= 5; ++b) {
     Tensor images, labels;
-    synthetic_split(40, static_cast<uint64_t>(b), images, labels);
+    synthetic_split(per_file, static_cast<uint64_t>(b), images, labels);
     data::write_cifar10_bin((folder / ("data_batch_" + std::to_string(b) + ".bin")).string(), images, labels);
   }
   Tensor images, labels;

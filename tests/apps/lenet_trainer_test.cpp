@@ -2,6 +2,10 @@
 // (apps/lenet/trainer.h) on a tiny synthetic CIFAR-10 folder.
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "apps/lenet/trainer.h"
@@ -169,6 +173,197 @@ TEST(LenetTrainer, ResumeWithAnotherRecipeIsRefused) {
     EXPECT_NE(m.find("the checkpoint was made with epochs 1,"), std::string::npos) << m;
     EXPECT_NE(m.find("this run has epochs 3,"), std::string::npos) << m;
   }
+}
+
+// The files in `dir` whose names hold ".tmp" or ".probe" (what a save or an
+// output check leaves when it fails to clean up).
+std::vector<std::string> temporary_files(const TempDir& dir) {
+  std::vector<std::string> found;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.path())) {
+    const std::string name = entry.path().filename().string();
+    if (name.find(".tmp") != std::string::npos || name.find(".probe") != std::string::npos) found.push_back(name);
+  }
+  return found;
+}
+
+// The message of the kiln::Error `run` throws ("" if none).
+std::string error_of(const std::function<void()>& run) {
+  try {
+    run();
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "";
+}
+
+// A one-epoch checkpoint, and a run that would resume it.
+struct SavedRun {
+  TempDir dir;
+  TrainerOptions options;
+  explicit SavedRun(const std::string& name) : dir(name) {
+    testing::write_synthetic_cifar(dir.path());
+    options = small_run(dir);
+    options.epochs = 1;
+    options.save = dir / "run.ckpt";
+    std::ostringstream sink;
+    run_training(options, {.out = &sink});
+    options.epochs = 1;
+    options.resume = options.save;
+    options.save.clear();
+  }
+  std::string resume_error() const {
+    std::ostringstream sink;
+    return error_of([&] { run_training(options, {.out = &sink}); });
+  }
+};
+
+// A flipped bit in a checkpoint is found on load, naming the tensor, instead
+// of training on from corrupt weights.
+TEST(LenetTrainer, FlippedBitInACheckpointNamesTheTensor) {
+  SavedRun run("kiln-lenet-flip");
+  std::string bytes = testing::read_text(run.options.resume);
+  uint64_t header_size = 0;
+  std::memcpy(&header_size, bytes.data(), 8);
+  const auto header = nlohmann::json::parse(bytes.substr(8, header_size));
+  const uint64_t begin = header["model.fc2.weight"]["data_offsets"][0].get<uint64_t>();
+  bytes[8 + header_size + begin + 101] ^= 0x04;
+  std::ofstream(run.options.resume, std::ios::binary | std::ios::trunc) << bytes;
+
+  const std::string m = run.resume_error();
+  EXPECT_NE(m.find("'" + run.options.resume + "'"), std::string::npos) << m;
+  EXPECT_NE(m.find("tensor 'model.fc2.weight' is corrupt"), std::string::npos) << m;
+  EXPECT_TRUE(temporary_files(run.dir).empty());
+}
+
+// Checkpoint metadata that is not what kiln-lenet wrote is an error naming
+// the field and the value, not "stoll".
+TEST(LenetTrainer, MalformedCheckpointMetadataNamesTheField) {
+  SavedRun run("kiln-lenet-metadata");
+  std::map<std::string, std::string> original;
+  const TensorDict tensors = load_safetensors(run.options.resume, &original);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"extra.epoch", "two"},           {"extra.step_in_epoch", "-3"},  {"extra.epoch_loss_sum", "nan"},
+      {"extra.world_size", "0"},        {"extra.epoch", "9"},           {"extra.batch_size", "1e3"}};
+  for (const auto& [key, value] : cases) {
+    SCOPED_TRACE(key + " = " + value);
+    std::map<std::string, std::string> metadata = original;
+    metadata[key] = value;
+    save_safetensors(run.options.resume, tensors, metadata);
+    const std::string m = run.resume_error();
+    EXPECT_NE(m.find("checkpoint field '" + key.substr(6) + "' is '" + value + "'; expected"), std::string::npos)
+        << m;
+  }
+  std::map<std::string, std::string> metadata = original;
+  metadata["extra.history"] = "[{\"epoch\": 1}]";
+  save_safetensors(run.options.resume, tensors, metadata);
+  const std::string m = run.resume_error();
+  EXPECT_NE(m.find("checkpoint field 'history' is malformed: epoch record: field 'train_loss' is missing"),
+            std::string::npos)
+      << m;
+  metadata.erase("extra.world_size");
+  save_safetensors(run.options.resume, tensors, metadata);
+  EXPECT_NE(run.resume_error().find("no 'world_size' field"), std::string::npos) << run.resume_error();
+}
+
+// The global batch is part of the recipe: another --batch-size on the same
+// number of processes is refused, naming the one that fits.
+TEST(LenetTrainer, ResumeWithAnotherGlobalBatchIsRefused) {
+  SavedRun run("kiln-lenet-global-batch");
+  run.options.batch_size = 10;
+  const std::string m = run.resume_error();
+  EXPECT_NE(m.find("the checkpoint was made by 1 process with --batch-size 20 (global batch 20); this run has 1 "
+                   "process with --batch-size 10 (global batch 10). To continue it on 1 process, use --batch-size 20"),
+            std::string::npos)
+      << m;
+}
+
+// --plot, --save and --log are tried before any data is read or step taken.
+TEST(LenetTrainer, UnwritableOutputsAreRefusedBeforeTraining) {
+  TempDir dir("kiln-lenet-outputs");
+  testing::write_synthetic_cifar(dir.path());
+  for (const char* flag : {"--plot", "--save", "--log"}) {
+    SCOPED_TRACE(flag);
+    TrainerOptions o = small_run(dir);
+    o.save = dir / "run.ckpt";
+    const std::string bad = dir / "missing/out";
+    if (std::string(flag) == "--plot") o.plot = bad;
+    if (std::string(flag) == "--save") o.save = bad;
+    if (std::string(flag) == "--log") o.log = bad;
+    std::ostringstream out;
+    const std::string m = error_of([&] { run_training(o, {.out = &out}); });
+    EXPECT_EQ(m, std::string(flag) + " '" + bad + "': cannot create files beside it (No such file or directory)");
+    EXPECT_EQ(out.str(), "");  // not even the data was opened
+    EXPECT_FALSE(std::filesystem::exists(dir / "run.ckpt"));
+  }
+  TrainerOptions o = small_run(dir);
+  o.plot = dir.path().string();
+  EXPECT_EQ(error_of([&] { run_training(o); }), "--plot '" + o.plot + "' is a directory");
+  EXPECT_TRUE(temporary_files(dir).empty());
+}
+
+// A chart that cannot be written mid-run is warned about; the epoch's
+// checkpoint is still written, and the run goes on.
+TEST(LenetTrainer, PlotFailingMidRunKeepsTheCheckpoint) {
+  TempDir dir("kiln-lenet-plot-fails");
+  testing::write_synthetic_cifar(dir.path());
+  TrainerOptions o = small_run(dir);
+  o.save = dir / "run.ckpt";
+  o.plot = dir / "run.svg";
+  o.log = dir / "run.jsonl";
+  // After epoch 1's last step, the plot's temporary file becomes a folder:
+  // the chart cannot be written from then on.
+  bool blocked = false;
+  auto block_plot_then_stop = [&](int64_t step) {
+    if (step == 10 && !blocked) {
+      std::filesystem::create_directory(o.plot + ".tmp");
+      blocked = true;
+      return false;
+    }
+    return blocked;
+  };
+  std::ostringstream out, err;
+  TrainingResult r = run_training(o, {.out = &out, .err = &err, .should_stop = block_plot_then_stop});
+  EXPECT_EQ(r.status, RunStatus::Interrupted);  // after epoch 1, at the check that follows the outputs
+  EXPECT_EQ(r.epoch, 1);
+  EXPECT_NE(err.str().find("kiln-lenet: warning: --plot '" + o.plot + "': cannot create '" + o.plot + ".tmp'"),
+            std::string::npos)
+      << err.str();
+  EXPECT_EQ(testing::read_lines(o.log).size(), 1u);
+  std::filesystem::remove(o.plot + ".tmp");
+
+  o.resume = o.save;
+  TrainingResult resumed = run_training(o, {.out = &out, .err = &err});
+  EXPECT_EQ(resumed.status, RunStatus::Finished);
+  ASSERT_EQ(resumed.history.size(), 2u);
+  EXPECT_EQ(resumed.history[0].train_loss, r.history[0].train_loss);
+  EXPECT_NE(testing::read_text(o.plot).find("</svg>"), std::string::npos);
+}
+
+// More kernel threads than cores is warned about, naming the counts and
+// the --threads that fits; as many as the cores is not.
+TEST(LenetTrainer, MoreThreadsThanCoresWarns) {
+  TempDir dir("kiln-lenet-threads");
+  testing::write_synthetic_cifar(dir.path());
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  const int cores = CPU_COUNT(&set);
+  const int saved_threads = get_num_threads();
+  TrainerOptions o = small_run(dir);
+  o.epochs = 1;
+  o.threads = cores + 1;
+  std::ostringstream out, err;
+  run_training(o, {.out = &out, .err = &err});
+  EXPECT_NE(err.str().find("kiln-lenet: warning: 1 process x " + std::to_string(cores + 1) + " threads = " +
+                           std::to_string(cores + 1) + " kernel threads on " + std::to_string(cores) + " cores"),
+            std::string::npos)
+      << err.str();
+  EXPECT_NE(err.str().find("Use --threads " + std::to_string(cores)), std::string::npos) << err.str();
+
+  std::ostringstream quiet;
+  o.threads = cores;
+  run_training(o, {.out = &out, .err = &quiet});
+  EXPECT_EQ(quiet.str(), "");
+  set_num_threads(saved_threads);
 }
 
 TEST(LenetTrainer, MissingDataNamesThePathAndWhatWasLookedFor) {
