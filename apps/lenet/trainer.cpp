@@ -367,6 +367,29 @@ std::string summary(const EpochRecord& r, int64_t epochs) {
   return buffer;
 }
 
+// Replaces this rank's loss sum and image count of the epoch in progress by
+// their sums over every rank (a collective under DDP).
+void sum_over_ranks(Position& pos, const DataParallelRun& dp) {
+  if (!dp.group) return;
+  std::vector<double> sums = {pos.loss_sum, static_cast<double>(pos.images)};
+  distributed::all_reduce_sum(sums, *dp.group);  // float64: counts exact up to 2^53
+  pos.loss_sum = sums[0];
+  pos.images = static_cast<int64_t>(sums[1]);
+}
+
+// The record of the epoch `pos` has just finished (its sums over every rank).
+EpochRecord epoch_record(const Position& pos, const Evaluation& evaluation, double lr, double elapsed_seconds) {
+  const double images = static_cast<double>(pos.images);
+  return {.epoch = pos.epoch + 1,
+          .train_loss = images > 0 ? pos.loss_sum / images : 0.0,
+          .test_loss = evaluation.loss,
+          .test_accuracy = evaluation.accuracy,
+          .lr = lr,
+          .seconds = pos.seconds,
+          .images_per_second = pos.seconds > 0 ? images / pos.seconds : 0.0,
+          .elapsed_seconds = elapsed_seconds};
+}
+
 // This rank's training batches; `carried` finishes a resumed epoch in the
 // saved run's order (Note [Resuming on another world size]).
 std::unique_ptr<data::DataLoader> make_train_loader(const Datasets& data, const TrainerOptions& o,
@@ -628,11 +651,8 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
           images_this_run * dp.world_size);
       if (stop_now(global_step % kStopCheckSteps == 0)) {
         progress.finish();
-        // Every rank stops here together: the checkpoint gets the sums over all.
-        std::vector<double> partial = {loss_sum.read(), static_cast<double>(pos.images)};
-        if (dp.group) distributed::all_reduce_sum(partial, *dp.group);
-        pos.loss_sum = partial[0];
-        pos.images = static_cast<int64_t>(partial[1]);
+        pos.loss_sum = loss_sum.read();
+        sum_over_ranks(pos, dp);  // every rank stops here together
         if (!o.save.empty()) save();
         return interrupted("at epoch " + std::to_string(pos.epoch + 1) + ", step " +
                            std::to_string(pos.step_in_epoch) + "/" + std::to_string(batches_per_epoch));
@@ -643,20 +663,10 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
     pos.seconds = seconds_before + std::chrono::duration<double>(Clock::now() - start).count();
 
     result.evaluation = run_evaluation();
-    // The epoch's training loss and images over every rank.
-    std::vector<double> epoch_sums = {pos.loss_sum, static_cast<double>(pos.images)};
-    if (dp.group) distributed::all_reduce_sum(epoch_sums, *dp.group);
-    const double all_images = epoch_sums[1];
-    EpochRecord record{.epoch = pos.epoch + 1,
-                       .train_loss = all_images > 0 ? epoch_sums[0] / all_images : 0.0,
-                       .test_loss = result.evaluation.loss,
-                       .test_accuracy = result.evaluation.accuracy,
-                       .lr = optimizer->lr(0),
-                       .seconds = pos.seconds,
-                       .images_per_second = pos.seconds > 0 ? all_images / pos.seconds : 0.0,
-                       .elapsed_seconds = elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count()};
-    pos.history.push_back(record);
-    out << summary(record, o.epochs) << "\n" << std::flush;
+    sum_over_ranks(pos, dp);
+    const double elapsed = elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count();
+    pos.history.push_back(epoch_record(pos, result.evaluation, optimizer->lr(0), elapsed));
+    out << summary(pos.history.back(), o.epochs) << "\n" << std::flush;
     // The position after this epoch: the next one, from its first step, in
     // this run's order.
     pos = {.epoch = pos.epoch + 1, .history = std::move(pos.history), .order_replicas = dp.world_size};

@@ -207,7 +207,6 @@ struct SavedRun {
     options.save = dir / "run.ckpt";
     std::ostringstream sink;
     run_training(options, {.out = &sink});
-    options.epochs = 1;
     options.resume = options.save;
     options.save.clear();
   }
