@@ -75,6 +75,7 @@ CLI::Option* add_integer(CLI::App& app, const std::string& flag, T& target, cons
   return app
       .add_option_function<std::string>(
           flag, [&target, flag](const std::string& text) { target = parse_integer<T>(flag, text); }, description)
+      ->type_name("INT")
       ->default_str(std::to_string(target));
 }
 
@@ -87,7 +88,8 @@ CLI::Option* add_timeout(CLI::App& app, const std::string& flag, double& target,
                    " must be a positive number of seconds up to ", kMaxTimeoutSeconds, ", got ", seconds);
         target = seconds;
       },
-      description);
+      description)
+      ->type_name("SECONDS");
 }
 
 }  // namespace
