@@ -134,16 +134,22 @@ std::string plot_svg(const std::vector<EpochRecord>& history) {
 
 void write_plot_svg(const std::string& path, const std::vector<EpochRecord>& history) {
   const std::string tmp = path + ".tmp";
+  // A run that goes on after a failed chart (a warning) leaves no half-written file behind.
+  auto fail = [&](const std::string& what) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    KILN_FAIL("--plot '", path, "': ", what);
+  };
   {
     std::ofstream out(tmp, std::ios::trunc);
-    KILN_CHECK(out.good(), "--plot '", path, "': cannot create '", tmp, "' (", std::strerror(errno), ")");
+    if (!out.good()) KILN_FAIL("--plot '", path, "': cannot create '", tmp, "' (", std::strerror(errno), ")");
     out << plot_svg(history);
     out.flush();
-    KILN_CHECK(out.good(), "--plot '", path, "': write to '", tmp, "' failed (", std::strerror(errno), ")");
+    if (!out.good()) fail("write to '" + tmp + "' failed (" + std::strerror(errno) + ")");
   }
   std::error_code error;
   std::filesystem::rename(tmp, path, error);
-  KILN_CHECK(!error, "--plot '", path, "': cannot rename '", tmp, "' over it (", error.message(), ")");
+  if (error) fail("cannot rename '" + tmp + "' over it (" + error.message() + ")");
 }
 
 }  // namespace kiln::apps::lenet

@@ -17,7 +17,8 @@ std::string plot_svg(const std::vector<EpochRecord>& history);
 
 // Writes plot_svg(history) to `path` atomically: to "<path>.tmp", then a
 // rename over `path`, so a browser reloading it never sees half a file.
-// Throws kiln::Error naming the file when it cannot be written.
+// Throws kiln::Error naming the file when it cannot be written, and then
+// leaves no "<path>.tmp" of its own behind.
 void write_plot_svg(const std::string& path, const std::vector<EpochRecord>& history);
 
 // Tick positions from lo to hi at a round step (1, 2 or 5 times a power of

@@ -2,6 +2,9 @@
 // SVG plot and the per-class table.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <sstream>
 
 #include "apps/lenet/evaluate.h"
@@ -99,6 +102,25 @@ TEST(LenetPlot, NiceTicks) {
   EXPECT_EQ(nice_ticks(0, 2.3, 5), (std::vector<double>{0, 0.5, 1, 1.5, 2, 2.5}));
   EXPECT_EQ(nice_ticks(1, 30, 8), (std::vector<double>{0, 5, 10, 15, 20, 25, 30}));
   EXPECT_EQ(nice_ticks(41, 68, 5), (std::vector<double>{40, 50, 60, 70}));
+}
+
+// A chart that cannot be renamed into place (its path is a folder) is an
+// error naming both files, and its temporary file is gone.
+TEST(LenetPlot, AFailedWriteLeavesNoTemporaryFile) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kiln-lenet-plot-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "chart.svg" / "inside");
+  const std::string path = (dir / "chart.svg").string();
+  try {
+    write_plot_svg(path, {});
+    ADD_FAILURE() << "a chart was renamed over a folder";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("--plot '" + path + "': cannot rename '" + path + ".tmp' over it"), std::string::npos)
+        << e.message();
+  }
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(LenetPlot, SvgHasPanelsLegendAndPoints) {
