@@ -1,5 +1,6 @@
 #include "distributed/collective_fingerprint.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace kiln::distributed {
@@ -12,12 +13,25 @@ std::string key(uint64_t sequence, int rank) {
 }  // namespace
 
 FingerprintMismatch exchange_fingerprints(Store& store, int rank, int size, uint64_t sequence,
-                                          const std::string& fingerprint,
-                                          std::chrono::milliseconds timeout) {
+                                          const std::string& fingerprint, std::chrono::milliseconds timeout,
+                                          std::chrono::milliseconds check_interval,
+                                          const std::function<void()>& check_peers) {
   store.set(key(sequence, rank), fingerprint);
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(key(sequence, r));
-  store.wait(keys, timeout);
+  // In slices, so that a dead peer is found within one, not at the timeout.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    try {
+      store.wait(keys, std::clamp(left, std::chrono::milliseconds(1), check_interval));
+      break;
+    } catch (const std::exception&) {
+      if (std::chrono::steady_clock::now() >= deadline) throw;
+    }
+    check_peers();
+  }
   if (sequence > 1) store.delete_key(key(sequence - 1, rank));
 
   FingerprintMismatch mismatch;

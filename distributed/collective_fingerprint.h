@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "distributed/store.h"
@@ -36,8 +37,11 @@ struct FingerprintMismatch {
 // Posts this rank's fingerprint for collective `sequence`, waits (up to
 // `timeout`) for the other ranks', and returns the first rank whose
 // fingerprint differs. Throws the store's error if some rank never posts.
+// While it waits it calls `check_peers` every `check_interval`, which throws
+// to end the wait early (a dead or silent peer, Note [Heartbeat]).
 FingerprintMismatch exchange_fingerprints(Store& store, int rank, int size, uint64_t sequence,
-                                          const std::string& fingerprint,
-                                          std::chrono::milliseconds timeout);
+                                          const std::string& fingerprint, std::chrono::milliseconds timeout,
+                                          std::chrono::milliseconds check_interval,
+                                          const std::function<void()>& check_peers);
 
 }  // namespace kiln::distributed

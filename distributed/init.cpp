@@ -1,6 +1,7 @@
 #include "distributed/init.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <optional>
@@ -176,8 +177,38 @@ std::shared_ptr<ProcessGroup> make_process_group(const std::string& backend, std
             available_backends());
 }
 
+namespace {
+
+// Seconds from `variable` as milliseconds, or `fallback` when it is unset.
+std::chrono::milliseconds seconds_from_env(const char* variable, std::chrono::milliseconds fallback) {
+  const std::string text = env_or_empty(variable);
+  if (text.empty()) return fallback;
+  double seconds = 0;
+  size_t used = 0;
+  try {
+    seconds = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  KILN_CHECK(used == text.size() && std::isfinite(seconds) && seconds > 0 && seconds <= 7 * 24 * 3600.0,
+             variable, "='", text, "' must be a number of seconds, more than 0 and at most a week");
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
+}
+
+}  // namespace
+
+std::chrono::milliseconds timeout_from_env(std::chrono::milliseconds given) {
+  return given.count() > 0 ? given : seconds_from_env("KILN_DISTRIBUTED_TIMEOUT", kDefaultTimeout);
+}
+
+std::chrono::milliseconds heartbeat_timeout_from_env(std::chrono::milliseconds given) {
+  return given.count() > 0 ? given : seconds_from_env("KILN_HEARTBEAT_TIMEOUT", kDefaultHeartbeatTimeout);
+}
+
 void init_process_group(const std::string& backend, const std::string& init_method, int world_size, int rank,
-                        std::chrono::milliseconds timeout) {
+                        std::chrono::milliseconds timeout, std::chrono::milliseconds heartbeat_timeout) {
+  timeout = timeout_from_env(timeout);
+  heartbeat_timeout = heartbeat_timeout_from_env(heartbeat_timeout);
   {
     std::lock_guard<std::mutex> lock(default_mutex);
     KILN_CHECK(!default_pg, "init_process_group: the default process group is already initialized (rank ",
@@ -188,6 +219,7 @@ void init_process_group(const std::string& backend, const std::string& init_meth
              "init_process_group: backend '", backend, "' is not available in this build; it has ", available);
   ProcessGroupOptions options;
   options.timeout = timeout;
+  options.heartbeat_timeout = heartbeat_timeout;
   options.debug = debug_mode_from_env();
 
   std::shared_ptr<Store> store;
@@ -239,6 +271,7 @@ std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks, std::chro
   ProcessGroupOptions options;
   options.name.clear();  // new_subgroup names it "group<N>"
   options.timeout = timeout.count() > 0 ? timeout : world->timeout();
+  options.heartbeat_timeout = world->heartbeat_timeout();
   options.debug = world->debug();
   return world->new_subgroup(ranks, options);
 }

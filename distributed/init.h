@@ -32,9 +32,22 @@ namespace kiln::distributed {
 // Creates the default group of all processes. Throws kiln::Error naming the
 // backend, init method or variable that is wrong, or the rendezvous that
 // did not complete within `timeout`.
+//
+// `timeout` bounds the rendezvous and every collective; zero means
+// KILN_DISTRIBUTED_TIMEOUT (seconds) when set, else kDefaultTimeout (5 min).
+// `heartbeat_timeout` is how long a silent peer (stopped, hung) is waited for
+// before it is named (Note [Heartbeat]); zero means KILN_HEARTBEAT_TIMEOUT
+// (seconds) when set, else kDefaultHeartbeatTimeout (10 s).
 void init_process_group(const std::string& backend, const std::string& init_method = "env://",
                         int world_size = -1, int rank = -1,
-                        std::chrono::milliseconds timeout = kDefaultTimeout);
+                        std::chrono::milliseconds timeout = std::chrono::milliseconds(0),
+                        std::chrono::milliseconds heartbeat_timeout = std::chrono::milliseconds(0));
+
+// The timeouts init_process_group uses for zero arguments: the environment
+// variable (seconds, > 0, finite) or the default. Throws kiln::Error naming
+// the variable when it is set to something else.
+std::chrono::milliseconds timeout_from_env(std::chrono::milliseconds given);
+std::chrono::milliseconds heartbeat_timeout_from_env(std::chrono::milliseconds given);
 
 // The store `init_method` names, as init_process_group would make it; also
 // fills in `world_size` and `rank` when they are -1 and the method knows them.

@@ -58,9 +58,24 @@ class CollectiveWork : public Work {
     return true;
   }
 
+  // Waits in slices of the heartbeat interval, looking between them for a
+  // peer that has stopped answering (Note [Heartbeat]), which ends the wait
+  // long before the timeout.
   void wait(std::optional<std::chrono::milliseconds> timeout) override {
+    using Clock = std::chrono::steady_clock;
     const auto limit = timeout.value_or(group_->timeout());
-    if (wait_for(limit)) return;
+    const auto deadline = Clock::now() + limit;
+    const std::chrono::milliseconds slice = group_->heartbeat_check_interval();
+    while (true) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+      if (wait_for(std::clamp(left, std::chrono::milliseconds(0), slice))) return;
+      if (Clock::now() >= deadline) break;
+      if (std::optional<std::string> silent = group_->silent_peer()) {
+        inner_->abandon("a peer stopped answering");
+        FlightRecorder::instance().set_state(record_id_, RecordState::TimedOut);
+        fail("stopped waiting: " + *silent);
+      }
+    }
     inner_->abandon("its wait timed out after " + std::to_string(limit.count()) + " ms");
     FlightRecorder::instance().set_state(record_id_, RecordState::TimedOut);
     fail("did not finish within " + std::to_string(limit.count()) + " ms");
@@ -140,10 +155,29 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int size, Pro
   }
   KILN_CHECK(static_cast<int>(options_.global_ranks.size()) == size, "ProcessGroup: ",
              options_.global_ranks.size(), " global ranks given for a group of size ", size);
-  if (store_) progress_ = std::make_unique<CollectiveProgress>(*store_, rank_, size_);
+  KILN_CHECK(options_.heartbeat_timeout.count() > 0, "ProcessGroup: the heartbeat timeout must be positive, got ",
+             options_.heartbeat_timeout.count(), " ms");
+  if (store_) progress_ = std::make_unique<CollectiveProgress>(*store_, rank_, size_, options_.heartbeat_timeout);
 }
 
 ProcessGroup::~ProcessGroup() = default;
+
+std::chrono::milliseconds ProcessGroup::heartbeat_check_interval() const {
+  return progress_ ? progress_->check_interval() : options_.timeout;
+}
+
+std::optional<std::string> ProcessGroup::silent_peer() {
+  if (!progress_) return std::nullopt;
+  return progress_->silent_peer(exact_progress());
+}
+
+std::function<std::optional<std::pair<uint64_t, std::string>>(int)> ProcessGroup::exact_progress() const {
+  return [this](int rank) -> std::optional<std::pair<uint64_t, std::string>> {
+    const std::optional<CollectiveCall> call = last_call_of(rank);
+    if (!call) return std::nullopt;
+    return std::make_pair(call->sequence, call->describe());
+  };
+}
 
 int ProcessGroup::global_rank(int group_rank) const {
   KILN_CHECK(group_rank >= 0 && group_rank < size_, "ProcessGroup: rank ", group_rank,
@@ -162,8 +196,12 @@ void ProcessGroup::check_usable(const std::string& what) const {
 }
 
 void ProcessGroup::mark_broken(const std::string& reason) {
-  std::lock_guard lock(broken_mutex_);
-  if (broken_.empty()) broken_ = reason;
+  {
+    std::lock_guard lock(broken_mutex_);
+    if (!broken_.empty()) return;
+    broken_ = reason;
+  }
+  abort_operations(reason);
 }
 
 WorkPtr ProcessGroup::start_collective(const std::string& signature, const std::function<WorkPtr()>& run,
@@ -174,7 +212,10 @@ WorkPtr ProcessGroup::start_collective(const std::string& signature, const std::
   if (options_.debug && store_) {
     FingerprintMismatch mismatch;
     try {
-      mismatch = exchange_fingerprints(*store_, rank_, size_, sequence, signature, options_.timeout);
+      mismatch = exchange_fingerprints(*store_, rank_, size_, sequence, signature, options_.timeout,
+                                       heartbeat_check_interval(), [this] {
+                                         if (std::optional<std::string> silent = silent_peer()) KILN_FAIL(*silent);
+                                       });
     } catch (const std::exception& e) {
       mark_broken(signature + " debug check failed");
       KILN_FAIL(describe_failure(sequence, signature,
@@ -226,7 +267,7 @@ std::string ProcessGroup::describe_failure(uint64_t sequence, const std::string&
   os << ") " << what_happened << '.';
   if (sequence) {
     if (progress_) {
-      os << ' ' << progress_->report(sequence);
+      os << ' ' << progress_->report(sequence, exact_progress());
     } else {
       os << " This group has no store, so the other ranks' progress is unknown.";
     }

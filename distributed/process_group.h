@@ -38,9 +38,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "distributed/collective_call.h"
 #include "distributed/store.h"
 #include "distributed/work.h"
 #include "tensor/tensor.h"
@@ -64,6 +66,9 @@ struct ProcessGroupOptions {
   std::vector<int> global_ranks;
   // How long a collective may take before every waiting rank raises an error.
   std::chrono::milliseconds timeout = kDefaultTimeout;
+  // How long a rank waiting in a collective lets a peer that has not
+  // reached it go without a heartbeat before naming it (Note [Heartbeat]).
+  std::chrono::milliseconds heartbeat_timeout = kDefaultHeartbeatTimeout;
   // Check every collective's fingerprint across ranks first (slow: a store
   // round trip per collective). Defaults to KILN_DISTRIBUTED_DEBUG=1.
   bool debug = false;
@@ -86,6 +91,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   const std::string& name() const { return options_.name; }
   int global_rank(int group_rank) const;
   std::chrono::milliseconds timeout() const { return options_.timeout; }
+  std::chrono::milliseconds heartbeat_timeout() const { return options_.heartbeat_timeout; }
   bool debug() const { return options_.debug; }
   const std::shared_ptr<Store>& store() const { return store_; }
   // Collectives issued on this group so far (send and recv do not count).
@@ -143,6 +149,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::shared_ptr<ProcessGroup> new_subgroup(const std::vector<int>& ranks,
                                              ProcessGroupOptions options);
 
+  // Note [Heartbeat]: how often a rank waiting on a collective looks for a
+  // silent peer, and the sentence naming one, if any.
+  std::chrono::milliseconds heartbeat_check_interval() const;
+  std::optional<std::string> silent_peer();
+
   // The message a failed or timed-out collective raises (public for tests
   // and for strategies that detect a failure themselves): names the
   // collective, its sequence number, the group, which ranks have and have
@@ -178,6 +189,17 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   virtual std::shared_ptr<ProcessGroup> run_new_subgroup(const std::vector<int>& ranks,
                                                          std::shared_ptr<Store> store,
                                                          ProcessGroupOptions options) = 0;
+  // Called once when the group becomes unusable (a collective failed or
+  // was given up on): a backend stops what still waits on its peers, so that
+  // the process can end without waiting out the backend's own timeout.
+  virtual void abort_operations(const std::string& reason) { (void)reason; }
+  // The last collective `rank` is known to have entered, where the backend
+  // knows it exactly (a sequence of 0: none yet); nothing where it does not,
+  // and the store's published progress is used instead.
+  virtual std::optional<CollectiveCall> last_call_of(int rank) const {
+    (void)rank;
+    return std::nullopt;
+  }
 
  private:
   // Runs the steps of Note [Collective front-end] around the backend call
@@ -193,6 +215,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   WorkPtr start_point_to_point(const std::string& description, const std::function<WorkPtr()>& run,
                                std::function<void()> finish);
   void check_usable(const std::string& what) const;
+  // last_call_of() in the form CollectiveProgress takes.
+  std::function<std::optional<std::pair<uint64_t, std::string>>(int rank)> exact_progress() const;
 
   friend class CollectiveWork;
   // Marks the group unusable after a failed or timed-out collective: the

@@ -38,6 +38,10 @@ namespace kiln::distributed {
 // The default for stores and process groups: long enough for a slow
 // rendezvous or a long first collective, short enough to end a hung job.
 inline constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::minutes(5);
+// How long a rank may be silent (no heartbeat, Note [Heartbeat]) before the
+// ranks waiting for it name it, while the collective timeout still allows
+// slow but live ranks their full time.
+inline constexpr std::chrono::milliseconds kDefaultHeartbeatTimeout = std::chrono::seconds(10);
 
 class Store {
  public:

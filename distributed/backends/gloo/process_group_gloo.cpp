@@ -15,6 +15,7 @@
 #include <exception>
 #include <limits>
 
+#include "distributed/backends/gloo/call_exchange.h"
 #include "distributed/backends/gloo/gloo_rendezvous.h"
 #include "distributed/backends/gloo/gloo_reduce.h"
 #include "distributed/backends/gloo/operation_threads.h"
@@ -99,6 +100,23 @@ void post(const std::string& name, const std::function<void()>& post_message) {
   }
 }
 
+// Note [Always-on collective agreement]: returns once every rank makes
+// `call`, else throws on every rank.
+template <class CallsSeen>
+void agree(const std::shared_ptr<::gloo::Context>& context,
+           const std::shared_ptr<gloo_backend::SharedMemoryAllReduce>& shared_memory, CallsSeen& seen,
+           const CollectiveCall& call, uint32_t tag, std::chrono::milliseconds timeout, const std::string& group) {
+  if (context->size < 2) return;
+  if (shared_memory) {
+    shared_memory->agree(call, timeout);
+    return;
+  }
+  gloo_backend::agree_over_tcp(context, call, tag, timeout, group, [&](int rank, const CollectiveCall& theirs) {
+    std::lock_guard lock(seen.mutex);
+    seen.calls[rank] = theirs;
+  });
+}
+
 uint64_t point_to_point_slot(int tag) {
   return (uint64_t{gloo_backend::kPointToPointSlotPrefix} << 56) | static_cast<uint32_t>(tag);
 }
@@ -146,6 +164,17 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
 }
 
 ProcessGroupGloo::~ProcessGroupGloo() {
+  if (aborted_->load()) {
+    // A collective given up on (Note [Heartbeat]) may still sit in Gloo,
+    // waiting for a peer that stopped answering until Gloo's own timeout;
+    // joining its thread would hold this process that long. What it works
+    // on is owned by the operation itself, so the thread is left to end on
+    // its own, kept reachable so that leak checkers do not report it.
+    static std::mutex abandoned_mutex;
+    static auto* abandoned = new std::vector<std::unique_ptr<OperationThreads>>();
+    std::lock_guard lock(abandoned_mutex);
+    abandoned->push_back(std::move(collectives_));
+  }
   collectives_.reset();
   {
     std::lock_guard lock(pending_mutex_);
@@ -159,6 +188,18 @@ ProcessGroupGloo::~ProcessGroupGloo() {
   }
   point_to_point_.reset();
   context_.reset();
+}
+
+void ProcessGroupGloo::abort_operations(const std::string& reason) {
+  (void)reason;
+  aborted_->store(true);
+  if (shared_memory_) shared_memory_->abort();
+}
+
+std::optional<CollectiveCall> ProcessGroupGloo::last_call_of(int rank) const {
+  if (shared_memory_) return shared_memory_->last_call(rank);
+  std::lock_guard lock(calls_seen_->mutex);
+  return calls_seen_->calls.at(rank);
 }
 
 void ProcessGroupGloo::check_device(const Device& device, const char* op) const {
@@ -182,10 +223,21 @@ std::shared_ptr<ProcessGroup> ProcessGroupGloo::run_new_subgroup(const std::vect
 
 // ---- queues ------------------------------------------------------------------------------
 
-WorkPtr ProcessGroupGloo::enqueue_collective(const char* name, std::function<void(uint32_t tag)> body) {
+WorkPtr ProcessGroupGloo::enqueue_collective(const CollectiveCall& call, std::function<void(uint32_t tag)> body,
+                                             Agreement agreement) {
   std::lock_guard lock(issue_mutex_);
   const uint32_t tag = next_tag_++;
-  return collectives_->enqueue(name, [body = std::move(body), tag] { body(tag); });
+  return collectives_->enqueue(
+      collective_kind_name(call.kind),
+      [body = std::move(body), tag, call, agreement, context = context_, shared_memory = shared_memory_,
+       aborted = aborted_, seen = calls_seen_, timeout = timeout(), group = name()] {
+        // A collective queued behind one that was given up would only wait
+        // for peers that have stopped too.
+        KILN_CHECK(!aborted->load(), "gloo ", call.describe(), " #", call.sequence, ": group '", group,
+                   "' was aborted after an earlier collective failed");
+        if (agreement == Agreement::BeforeBody) agree(context, shared_memory, *seen, call, tag, timeout, group);
+        body(tag);
+      });
 }
 
 WorkPtr ProcessGroupGloo::enqueue_point_to_point_wait(std::string name,
@@ -219,14 +271,19 @@ WorkPtr ProcessGroupGloo::enqueue_point_to_point_wait(std::string name,
 WorkPtr ProcessGroupGloo::run_all_reduce(const Tensor& tensor, ReduceOp op) {
   auto reduce = gloo_backend::reduce_function(tensor.dtype(), op);
   Tensor host = host_buffer(tensor, true);
-  return enqueue_collective("all_reduce", [context = context_, shared_memory = shared_memory_, tensor, host, reduce,
-                                           timeout = timeout()](uint32_t tag) {
-    if (host.numel() == 0) return;
-    if (shared_memory) {
-      shared_memory->all_reduce(host.data_ptr(), elements(host), host.element_size(), reduce, timeout);
+  const CollectiveCall call = CollectiveCall::make_reduction(sequence_number(), CollectiveKind::AllReduce,
+                                                             tensor.dtype(), elements(tensor), op);
+  auto body = [context = context_, shared_memory = shared_memory_, seen = calls_seen_, tensor, host, reduce, call,
+               timeout = timeout(), group = name()](uint32_t tag) {
+    // The shared-memory all-reduce checks the call as it waits for its
+    // peers' inputs; the TCP paths exchange it first.
+    if (shared_memory && host.numel() > 0) {
+      shared_memory->all_reduce(host.data_ptr(), elements(host), host.element_size(), reduce, call, timeout);
       copy_to_device(tensor, host);
       return;
     }
+    agree(context, shared_memory, *seen, call, tag, timeout, group);
+    if (host.numel() == 0) return;
     // Note [Gloo all-reduce algorithms]
     if (gloo_backend::use_recursive_doubling(host.nbytes(), context->size)) {
       gloo_backend::recursive_doubling_all_reduce(context, host.data_ptr(), elements(host), host.element_size(),
@@ -240,12 +297,15 @@ WorkPtr ProcessGroupGloo::run_all_reduce(const Tensor& tensor, ReduceOp op) {
     options.setTag(tag);
     ::gloo::allreduce(options);
     copy_to_device(tensor, host);
-  });
+  };
+  return enqueue_collective(call, std::move(body), Agreement::InBody);
 }
 
 WorkPtr ProcessGroupGloo::run_broadcast(const Tensor& tensor, int root) {
   Tensor host = host_buffer(tensor, rank() == root);
-  return enqueue_collective("broadcast", [context = context_, tensor, host, root](uint32_t tag) {
+  const CollectiveCall call =
+      CollectiveCall::make(sequence_number(), CollectiveKind::Broadcast, tensor.dtype(), elements(tensor), root);
+  return enqueue_collective(call, [context = context_, tensor, host, root](uint32_t tag) {
     if (host.numel() == 0) return;
     ::gloo::BroadcastOptions options(context);
     with_words(host, [&](auto* data) { options.setOutput(data, elements(host)); });
@@ -260,7 +320,9 @@ WorkPtr ProcessGroupGloo::run_reduce(const Tensor& tensor, int root, ReduceOp op
   auto reduce = gloo_backend::reduce_function(tensor.dtype(), op);
   Tensor host = host_buffer(tensor, true);
   const bool is_root = rank() == root;
-  return enqueue_collective("reduce", [context = context_, tensor, host, root, is_root, reduce](uint32_t tag) {
+  const CollectiveCall call = CollectiveCall::make_reduction(sequence_number(), CollectiveKind::Reduce,
+                                                             tensor.dtype(), elements(tensor), op, root);
+  return enqueue_collective(call, [context = context_, tensor, host, root, is_root, reduce](uint32_t tag) {
     if (host.numel() == 0) return;
     // gloo::reduce leaves partial sums in every rank's output; the other
     // ranks' tensors must stay unchanged, so they reduce into scratch.
@@ -282,7 +344,9 @@ WorkPtr ProcessGroupGloo::run_reduce(const Tensor& tensor, int root, ReduceOp op
 WorkPtr ProcessGroupGloo::run_all_gather(const Tensor& output, const Tensor& input) {
   Tensor host_input = host_buffer(input, true);
   Tensor host_output = host_buffer(output, false);
-  return enqueue_collective("all_gather", [context = context_, output, host_input, host_output](uint32_t tag) {
+  const CollectiveCall call =
+      CollectiveCall::make(sequence_number(), CollectiveKind::AllGather, input.dtype(), elements(input));
+  return enqueue_collective(call, [context = context_, output, host_input, host_output](uint32_t tag) {
     if (host_input.numel() == 0) return;
     ::gloo::AllgatherOptions options(context);
     with_words(host_output, [&](auto* data) {
@@ -300,8 +364,10 @@ WorkPtr ProcessGroupGloo::run_reduce_scatter(const Tensor& output, const Tensor&
   auto reduce = gloo_backend::reduce_function(output.dtype(), op);
   Tensor host_input = host_buffer(input, true);
   Tensor host_output = host_buffer(output, false);
-  return enqueue_collective("reduce_scatter", [context = context_, output, host_input, host_output, reduce,
-                                               timeout = timeout()](uint32_t tag) {
+  const CollectiveCall call = CollectiveCall::make_reduction(sequence_number(), CollectiveKind::ReduceScatter,
+                                                             output.dtype(), elements(output), op);
+  return enqueue_collective(call, [context = context_, output, host_input, host_output, reduce,
+                                   timeout = timeout()](uint32_t tag) {
     if (host_output.numel() == 0) return;
     gloo_backend::ring_reduce_scatter(context, host_input.data_ptr(), host_output.data_ptr(), elements(host_output),
                                       host_output.element_size(), reduce, tag, timeout);
@@ -313,7 +379,9 @@ WorkPtr ProcessGroupGloo::run_gather(const Tensor& output, const Tensor& input, 
   Tensor host_input = host_buffer(input, true);
   Tensor host_output = host_buffer(output, false);  // undefined off the root
   const bool is_root = rank() == root;
-  return enqueue_collective("gather",
+  const CollectiveCall call =
+      CollectiveCall::make(sequence_number(), CollectiveKind::Gather, input.dtype(), elements(input), root);
+  return enqueue_collective(call,
                             [context = context_, output, host_input, host_output, root, is_root](uint32_t tag) {
                               if (host_input.numel() == 0) return;
                               ::gloo::GatherOptions options(context);
@@ -334,7 +402,9 @@ WorkPtr ProcessGroupGloo::run_scatter(const Tensor& output, const Tensor& input,
   Tensor host_output = host_buffer(output, false);
   const bool is_root = rank() == root;
   const int size = this->size();
-  return enqueue_collective("scatter",
+  const CollectiveCall call =
+      CollectiveCall::make(sequence_number(), CollectiveKind::Scatter, output.dtype(), elements(output), root);
+  return enqueue_collective(call,
                             [context = context_, output, host_input, host_output, root, is_root, size](uint32_t tag) {
                               if (host_output.numel() == 0) return;
                               ::gloo::ScatterOptions options(context);
@@ -359,7 +429,9 @@ WorkPtr ProcessGroupGloo::run_scatter(const Tensor& output, const Tensor& input,
 WorkPtr ProcessGroupGloo::run_all_to_all(const Tensor& output, const Tensor& input) {
   Tensor host_input = host_buffer(input, true);
   Tensor host_output = host_buffer(output, false);
-  return enqueue_collective("all_to_all", [context = context_, output, host_input, host_output](uint32_t tag) {
+  const CollectiveCall call =
+      CollectiveCall::make(sequence_number(), CollectiveKind::AllToAll, output.dtype(), elements(output));
+  return enqueue_collective(call, [context = context_, output, host_input, host_output](uint32_t tag) {
     if (host_output.numel() == 0) return;
     ::gloo::AlltoallOptions options(context);
     with_words(host_output, [&](auto* data) {
@@ -374,7 +446,10 @@ WorkPtr ProcessGroupGloo::run_all_to_all(const Tensor& output, const Tensor& inp
 }
 
 WorkPtr ProcessGroupGloo::run_barrier() {
-  return enqueue_collective("barrier", [context = context_](uint32_t tag) {
+  CollectiveCall call;
+  call.sequence = sequence_number();
+  call.kind = CollectiveKind::Barrier;
+  return enqueue_collective(call, [context = context_](uint32_t tag) {
     ::gloo::BarrierOptions options(context);
     options.setTag(tag);
     ::gloo::barrier(options);

@@ -60,16 +60,19 @@
 // Building without CUDA, check_device() accepts only CPU tensors.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "distributed/collective_call.h"
 #include "distributed/process_group.h"
 #include "distributed/store.h"
 
@@ -110,6 +113,12 @@ class ProcessGroupGloo : public ProcessGroup {
   bool uses_shared_memory() const { return shared_memory_ != nullptr; }
 
  protected:
+  void abort_operations(const std::string& reason) override;
+  std::optional<CollectiveCall> last_call_of(int rank) const override;
+
+ public:
+
+ protected:
   WorkPtr run_all_reduce(const Tensor& tensor, ReduceOp op) override;
   WorkPtr run_broadcast(const Tensor& tensor, int root) override;
   WorkPtr run_reduce(const Tensor& tensor, int root, ReduceOp op) override;
@@ -130,8 +139,13 @@ class ProcessGroupGloo : public ProcessGroup {
   ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options,
                    std::shared_ptr<::gloo::transport::Device> device);
 
+  // Where a collective checks that every rank makes the same call (Note
+  // [Always-on collective agreement]): before its body runs, or in the body
+  // itself (the all-reduce, whose shared-memory path checks as it waits).
+  enum class Agreement { BeforeBody, InBody };
   // Queues `body(tag)` on the communication thread with the next tag.
-  WorkPtr enqueue_collective(const char* name, std::function<void(uint32_t tag)> body);
+  WorkPtr enqueue_collective(const CollectiveCall& call, std::function<void(uint32_t tag)> body,
+                             Agreement agreement = Agreement::BeforeBody);
   // Queues the wait for a posted send or recv (Note [Gloo threads]).
   WorkPtr enqueue_point_to_point_wait(std::string name, std::shared_ptr<::gloo::transport::UnboundBuffer> buffer,
                                       bool is_recv, Tensor target, Tensor host);
@@ -141,6 +155,18 @@ class ProcessGroupGloo : public ProcessGroup {
   // Every all-reduce's path when all ranks share this host (Note [Same-host
   // all-reduce through shared memory]); null otherwise.
   std::shared_ptr<gloo_backend::SharedMemoryAllReduce> shared_memory_;
+  // Set once a collective was given up (abort_operations): queued
+  // collectives fail at once, and the destructor does not wait for one
+  // stuck in Gloo on a peer that stopped answering.
+  std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
+  // Over TCP, the last call each rank sent this one (Note [Always-on
+  // collective agreement]): exact progress for failure reports.
+  struct CallsSeen {
+    explicit CallsSeen(int size) : calls(static_cast<size_t>(size)) {}
+    std::mutex mutex;
+    std::vector<CollectiveCall> calls;  // (size): calls[r] is rank r's last; sequence 0 for none
+  };
+  std::shared_ptr<CallsSeen> calls_seen_ = std::make_shared<CallsSeen>(size());
 
   std::mutex issue_mutex_;  // makes tag order the queue order
   uint32_t next_tag_ = 0;

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sched.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,13 +12,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <new>
 #include <random>
 #include <sstream>
 #include <thread>
 #include <vector>
 
+#include "distributed/process_identity.h"
 #include "tensor/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -36,6 +35,13 @@ struct alignas(64) SharedMemoryAllReduce::RankState {
   std::atomic<uint64_t> reduced;
   std::atomic<uint64_t> done;
   int64_t pid;
+  // Note [Always-on collective agreement]: the last collective whose call
+  // this rank has written, and the calls themselves, call n in calls[n % 4].
+  // A rank can be at most one collective ahead of a peer that is still
+  // reading its call (it waits for that peer to announce the next one), so
+  // two slots would do; four leave room.
+  alignas(64) std::atomic<uint64_t> announced;
+  std::atomic<uint64_t> calls[kCallSlots][CollectiveCall::kWords];
 };
 
 namespace {
@@ -54,43 +60,6 @@ size_t header_bytes(int size) {
 }
 
 size_t segment_bytes(int size) { return header_bytes(size) + static_cast<size_t>(size) * kSharedMemorySlotBytes; }
-
-std::string read_first_line(const char* path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
-
-std::string read_link(const char* path) {
-  char target[256];
-  const ssize_t n = ::readlink(path, target, sizeof(target));
-  return n > 0 ? std::string(target, static_cast<size_t>(n)) : std::string();
-}
-
-// Ranks with equal identities can map one segment and see each other's
-// processes; "" when some part cannot be read (then no shared memory).
-std::string host_identity() {
-  char host[256] = {};
-  if (::gethostname(host, sizeof(host) - 1) != 0) return "";
-  const std::string boot = read_first_line("/proc/sys/kernel/random/boot_id");
-  const std::string ipc = read_link("/proc/self/ns/ipc");
-  const std::string pid = read_link("/proc/self/ns/pid");
-  if (boot.empty() || ipc.empty() || pid.empty()) return "";
-  return std::string(host) + " " + boot + " " + ipc + " " + pid;
-}
-
-// Whether `pid` is a live process: kill() still finds a process that has
-// died but not yet been reaped by its parent (a zombie), so its state in
-// /proc decides.
-bool process_alive(int64_t pid) {
-  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
-  const std::string stat = read_first_line(("/proc/" + std::to_string(pid) + "/stat").c_str());
-  const size_t name_end = stat.rfind(')');
-  if (name_end == std::string::npos || name_end + 2 >= stat.size()) return true;
-  const char state = stat[name_end + 2];
-  return state != 'Z' && state != 'X';
-}
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -182,7 +151,7 @@ std::unique_ptr<SharedMemoryAllReduce> SharedMemoryAllReduce::connect(Store& sto
     segment = create_segment(name, bytes, reason);
     if (segment != nullptr) {
       for (int r = 0; r < size; ++r) {
-        new (static_cast<RankState*>(segment) + r) RankState{{0}, {0}, {0}, 0};
+        new (static_cast<RankState*>(segment) + r) RankState{};
       }
     }
     store.set("shm/name", segment != nullptr ? name : std::string());
@@ -236,70 +205,129 @@ uint8_t* SharedMemoryAllReduce::slot(int rank) const {
   return static_cast<uint8_t*>(segment_) + header_bytes(size_) + static_cast<size_t>(rank) * kSharedMemorySlotBytes;
 }
 
+// ---- waiting for the other ranks -------------------------------------------------------------
+
+void SharedMemoryAllReduce::abort() { aborted_.store(true, std::memory_order_relaxed); }
+
+std::optional<CollectiveCall> SharedMemoryAllReduce::call_of(int rank, uint64_t n) const {
+  const RankState& st = state(rank);
+  if (st.announced.load(std::memory_order_acquire) < n) return std::nullopt;
+  CollectiveCall::Words words;
+  for (size_t w = 0; w < CollectiveCall::kWords; ++w) {
+    words[w] = st.calls[n % kCallSlots][w].load(std::memory_order_relaxed);
+  }
+  return CollectiveCall::decode(words);
+}
+
+CollectiveCall SharedMemoryAllReduce::last_call(int rank) const {
+  const uint64_t n = state(rank).announced.load(std::memory_order_acquire);
+  return n == 0 ? CollectiveCall{} : call_of(rank, n).value_or(CollectiveCall{});
+}
+
+void SharedMemoryAllReduce::announce(const CollectiveCall& call) {
+  const uint64_t n = ++announced_;
+  const CollectiveCall::Words words = call.encode();
+  RankState& st = state(rank_);
+  for (size_t w = 0; w < CollectiveCall::kWords; ++w) {
+    st.calls[n % kCallSlots][w].store(words[w], std::memory_order_relaxed);
+  }
+  st.announced.store(n, std::memory_order_release);
+}
+
+void SharedMemoryAllReduce::check_agreement(const CollectiveCall& mine) const {
+  std::vector<CollectiveCall> calls(size_);
+  for (int r = 0; r < size_; ++r) calls[r] = r == rank_ ? mine : *call_of(r, announced_);
+  check_calls_agree(calls, rank_, group_);
+}
+
+template <class Reached>
+void SharedMemoryAllReduce::wait_for_all(const Reached& reached, const char* what, const CollectiveCall& mine,
+                                         Clock::time_point deadline, std::chrono::milliseconds timeout) const {
+  const auto start = Clock::now();
+  auto next_check = start + std::chrono::milliseconds(100);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    int spins = 0;
+    while (!reached(r)) {
+      // The clock is read every 64 spins.
+      if (++spins % 64 != 0) {
+        cpu_relax();
+        continue;
+      }
+      // A peer that announced another call will never reach this step:
+      // every rank finds the same disagreement and raises it.
+      if (const std::optional<CollectiveCall> theirs = call_of(r, announced_); theirs && !(*theirs == mine)) {
+        std::vector<CollectiveCall> calls(size_);
+        for (int k = 0; k < size_; ++k) {
+          calls[k] = k == rank_ ? mine : call_of(k, announced_).value_or(k == r ? *theirs : mine);
+        }
+        check_calls_agree(calls, rank_, group_);
+      }
+      KILN_CHECK(!aborted_.load(std::memory_order_relaxed), "gloo ", collective_kind_name(mine.kind),
+                 ": rank ", rank_, " of group '", group_,
+                 "' stopped waiting in shared memory because the group was aborted");
+      const auto now = Clock::now();
+      if (now >= deadline) {
+        KILN_FAIL("gloo ", collective_kind_name(mine.kind), ": rank ", rank_, " of group '", group_,
+                  "' waited ", timeout.count(), " ms in shared memory for rank ", r, ", which has not ", what,
+                  " (Note [Same-host all-reduce through shared memory])");
+      }
+      if (now >= next_check) {
+        const int64_t pid = state(r).pid;
+        KILN_CHECK(process_alive(pid), "gloo ", collective_kind_name(mine.kind), ": rank ", r, " of group '",
+                   group_, "' (pid ", pid, ") is no longer running; rank ", rank_,
+                   " was waiting in shared memory for it to have ", what);
+        next_check = now + std::chrono::milliseconds(100);
+      }
+      // Spin for 50 us, then give the core away: yield for 2 ms, then
+      // sleep, longer once the wait is clearly not a short one (a peer
+      // evaluating or checkpointing) so that waiting ranks cost little CPU.
+      const auto waited = now - start;
+      if (waited < std::chrono::microseconds(50)) continue;
+      if (waited < std::chrono::milliseconds(2)) {
+        ::sched_yield();
+      } else if (waited < std::chrono::milliseconds(50)) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+  }
+}
+
+// ---- agreement for the collectives that go over TCP ----------------------------------------------
+
+void SharedMemoryAllReduce::agree(const CollectiveCall& call, std::chrono::milliseconds timeout) {
+  announce(call);
+  const uint64_t n = announced_;
+  wait_for_all([&](int r) { return state(r).announced.load(std::memory_order_acquire) >= n; },
+               "announced its call", call, Clock::now() + timeout, timeout);
+  check_agreement(call);
+}
+
 // ---- the all-reduce --------------------------------------------------------------------------
 
 void SharedMemoryAllReduce::all_reduce(void* data, size_t elements, size_t element_size, const ReduceFunction& reduce,
-                                       std::chrono::milliseconds timeout) {
+                                       const CollectiveCall& call, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   const size_t chunk = kSharedMemorySlotBytes / element_size;
   auto* bytes = static_cast<uint8_t*>(data);
+  announce(call);
   for (size_t first = 0; first < elements; first += chunk) {
-    all_reduce_chunk(bytes + first * element_size, std::min(chunk, elements - first), element_size, reduce, deadline,
-                     timeout);
+    all_reduce_chunk(bytes + first * element_size, std::min(chunk, elements - first), element_size, reduce, call,
+                     /*first_chunk=*/first == 0, deadline, timeout);
   }
 }
 
 void SharedMemoryAllReduce::all_reduce_chunk(uint8_t* data, size_t elements, size_t element_size,
-                                             const ReduceFunction& reduce, Clock::time_point deadline,
+                                             const ReduceFunction& reduce, const CollectiveCall& call,
+                                             bool first_chunk, Clock::time_point deadline,
                                              std::chrono::milliseconds timeout) {
   const uint64_t s = ++chunks_;
   // The steps of the Note, each waited for on every other rank.
-  enum Step { kArrived, kReduced, kDone };
-  auto counter = [&](int r, Step step) -> std::atomic<uint64_t>& {
-    RankState& st = state(r);
-    return step == kArrived ? st.arrived : step == kReduced ? st.reduced : st.done;
-  };
-  auto wait_for_all = [&](Step step, uint64_t target) {
-    static const char* const kWhat[] = {"copied its input into shared memory", "reduced its share",
-                                        "copied its results out"};
-    const auto start = Clock::now();
-    auto next_check = start + std::chrono::milliseconds(100);
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      int spins = 0;
-      while (counter(r, step).load(std::memory_order_acquire) < target) {
-        // The clock is read every 64 spins.
-        if (++spins % 64 != 0) {
-          cpu_relax();
-          continue;
-        }
-        const auto now = Clock::now();
-        if (now >= deadline) {
-          KILN_FAIL("gloo all_reduce: rank ", rank_, " of group '", group_, "' waited ", timeout.count(),
-                    " ms in shared memory for rank ", r, ", which has not ", kWhat[step], " for chunk ", target,
-                    " (Note [Same-host all-reduce through shared memory])");
-        }
-        if (now >= next_check) {
-          const int64_t pid = state(r).pid;
-          KILN_CHECK(process_alive(pid), "gloo all_reduce: rank ", r, " of group '", group_, "' (pid ", pid,
-                     ") is no longer running; rank ", rank_, " was waiting in shared memory for it to have ",
-                     kWhat[step]);
-          next_check = now + std::chrono::milliseconds(100);
-        }
-        // Spin for 50 us, then give the core away: yield for 2 ms, then
-        // sleep, longer once the wait is clearly not a short one (a peer
-        // evaluating or checkpointing) so that waiting ranks cost little CPU.
-        const auto waited = now - start;
-        if (waited < std::chrono::microseconds(50)) continue;
-        if (waited < std::chrono::milliseconds(2)) {
-          ::sched_yield();
-        } else if (waited < std::chrono::milliseconds(50)) {
-          std::this_thread::sleep_for(std::chrono::microseconds(50));
-        } else {
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
-      }
-    }
+  auto all_at = [&](std::atomic<uint64_t> RankState::*counter, uint64_t target, const char* what) {
+    wait_for_all([&](int r) { return (state(r).*counter).load(std::memory_order_acquire) >= target; }, what, call,
+                 deadline, timeout);
   };
 
   const size_t bytes = elements * element_size;
@@ -312,12 +340,15 @@ void SharedMemoryAllReduce::all_reduce_chunk(uint8_t* data, size_t elements, siz
   auto count_of = [&](int r) { return std::min(elements, first_of(r) + share) - first_of(r); };
 
   // 1. My input into my slot, once every rank has read the previous chunk out of it.
-  wait_for_all(kDone, s - 1);
+  all_at(&RankState::done, s - 1, "copied its results out of the previous chunk");
   std::memcpy(slot(rank_), data, bytes);
   state(rank_).arrived.store(s, std::memory_order_release);
 
-  // 2. My share, reduced over every slot in rank order.
-  wait_for_all(kArrived, s);
+  // 2. My share, reduced over every slot in rank order, once every rank has
+  // arrived: by then every rank has announced its call, which must be mine
+  // before any byte of theirs is summed.
+  all_at(&RankState::arrived, s, "copied its input into shared memory");
+  if (first_chunk) check_agreement(call);
   if (const size_t n = count_of(rank_); n > 0) {
     const size_t offset = first_of(rank_) * element_size;
     uint8_t* out = data + offset;
@@ -328,7 +359,7 @@ void SharedMemoryAllReduce::all_reduce_chunk(uint8_t* data, size_t elements, siz
   state(rank_).reduced.store(s, std::memory_order_release);
 
   // 3. Every other rank's share of the results.
-  wait_for_all(kReduced, s);
+  all_at(&RankState::reduced, s, "reduced its share");
   for (int r = 0; r < size_; ++r) {
     if (r == rank_ || count_of(r) == 0) continue;
     const size_t offset = first_of(r) * element_size;

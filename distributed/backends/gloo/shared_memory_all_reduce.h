@@ -47,19 +47,28 @@
 // the one that is not; otherwise it fails after the group's timeout naming
 // the ranks it still waits for and the step they have not reached.
 //
+// The segment also carries the always-on check that the ranks agree on each
+// collective (Note [Always-on collective agreement]): every collective of the
+// group, not only the all-reduces, writes its call into its rank's header
+// (`announced`, `calls`) before it waits for anything, so a rank waiting
+// here can see a peer that is in another collective and say so at once.
+//
 // KILN_GLOO_SHM=0 in any rank's environment turns it off for the group, which
 // then uses Gloo's TCP transport for every all-reduce (Note [Gloo all-reduce
 // algorithms]); so does a rank that cannot create or map the segment (a full
 // /dev/shm, say), after telling the others through the store.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "distributed/backends/gloo/gloo_reduce.h"
+#include "distributed/collective_call.h"
 #include "distributed/store.h"
 
 namespace kiln::distributed::gloo_backend {
@@ -67,6 +76,8 @@ namespace kiln::distributed::gloo_backend {
 // Each rank's slot in the segment: an all-reduce larger than this goes in
 // chunks of it.
 inline constexpr size_t kSharedMemorySlotBytes = size_t{1} << 20;
+// Calls kept per rank in the segment (Note [Always-on collective agreement]).
+inline constexpr size_t kCallSlots = 4;
 
 class SharedMemoryAllReduce {
  public:
@@ -82,11 +93,24 @@ class SharedMemoryAllReduce {
   SharedMemoryAllReduce& operator=(const SharedMemoryAllReduce&) = delete;
 
   // data: (elements) of element_size bytes each, replaced by the reduction
-  // over the ranks with `reduce`. Every rank calls it with the same count,
-  // in the same order as its other all-reduces. Throws kiln::Error naming
-  // the rank it waited for when a peer died or did not arrive in `timeout`.
+  // over the ranks with `reduce`. `call` describes it; every rank must make
+  // the same call, in the same order as its other collectives, or every rank
+  // throws kiln::Error naming the disagreement before any data is reduced.
+  // Throws kiln::Error naming the rank it waited for when a peer died or did
+  // not arrive in `timeout`, or once abort() was called.
   void all_reduce(void* data, size_t elements, size_t element_size, const ReduceFunction& reduce,
-                  std::chrono::milliseconds timeout);
+                  const CollectiveCall& call, std::chrono::milliseconds timeout);
+
+  // For a collective that goes over TCP: announces `call` and returns once
+  // every rank has announced the same one; throws as all_reduce does.
+  void agree(const CollectiveCall& call, std::chrono::milliseconds timeout);
+
+  // Makes every wait in progress or to come throw (the group was given up).
+  void abort();
+
+  // The last call `rank` announced (sequence 0 if none yet): exact, read
+  // from the segment, even when that rank has stopped.
+  CollectiveCall last_call(int rank) const;
 
   // One rank's counters in the segment (defined in the .cpp).
   struct RankState;
@@ -94,17 +118,31 @@ class SharedMemoryAllReduce {
  private:
   SharedMemoryAllReduce(int rank, int size, std::string group, void* segment, size_t segment_bytes);
 
+  using Clock = std::chrono::steady_clock;
   RankState& state(int rank) const;
   uint8_t* slot(int rank) const;
+  void announce(const CollectiveCall& call);
+  // Rank `rank`'s call number n, if it has announced it.
+  std::optional<CollectiveCall> call_of(int rank, uint64_t n) const;
+  // Throws unless every rank's current call equals `mine`.
+  void check_agreement(const CollectiveCall& mine) const;
+  // Waits until reached(r) for every other rank r; throws on a peer that
+  // announced another call, a dead peer, the deadline or abort().
+  template <class Reached>
+  void wait_for_all(const Reached& reached, const char* what, const CollectiveCall& mine, Clock::time_point deadline,
+                    std::chrono::milliseconds timeout) const;
   void all_reduce_chunk(uint8_t* data, size_t elements, size_t element_size, const ReduceFunction& reduce,
-                        std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds timeout);
+                        const CollectiveCall& call, bool first_chunk, Clock::time_point deadline,
+                        std::chrono::milliseconds timeout);
 
   const int rank_;
   const int size_;
   const std::string group_;
   void* const segment_;
   const size_t segment_bytes_;
-  uint64_t chunks_ = 0;  // chunks all-reduced so far, the s of the Note
+  uint64_t chunks_ = 0;     // chunks all-reduced so far, the s of the Note
+  uint64_t announced_ = 0;  // collectives announced so far
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace kiln::distributed::gloo_backend
