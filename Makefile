@@ -3,8 +3,12 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 TRAIN_FLAGS ?=
+# The second configuration test-cpu-only builds: what a machine without the
+# CUDA toolkit, Gloo or MPI gets.
+CPU_BUILD ?= build-cpu
+CPU_ONLY_FLAGS = -DKILN_CUDA=OFF -DKILN_GLOO=OFF -DKILN_MPI=OFF -DKILN_BUILD_BENCH=OFF
 
-.PHONY: deps configure build train test install bench clean
+.PHONY: deps configure build train test test-cpu-only install bench clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -26,6 +30,16 @@ train: build
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
+# The whole suite again in a build with every optional backend compiled out,
+# so that code and tests which assume CUDA, Gloo or MPI fail here rather than
+# on a user's machine without them. No code tests two of KILN_WITH_CUDA,
+# _GLOO and _MPI together, so this build and the default one compile both
+# sides of every such #ifdef. No benchmarks: nothing runs them here.
+test-cpu-only: deps
+	cmake -S . -B $(CPU_BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) $(CPU_ONLY_FLAGS)
+	cmake --build $(CPU_BUILD) -j $(JOBS)
+	ctest --test-dir $(CPU_BUILD) --output-on-failure -j $(JOBS)
+
 install: build
 	cmake --install $(BUILD)
 
@@ -33,4 +47,4 @@ bench: build
 	bash bench/run_all.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(CPU_BUILD)
