@@ -18,6 +18,7 @@ const char* collective_kind_name(CollectiveKind kind) {
     case CollectiveKind::Scatter: return "scatter";
     case CollectiveKind::AllToAll: return "all_to_all";
     case CollectiveKind::Barrier: return "barrier";
+    case CollectiveKind::Send: return "send";
   }
   return "unknown collective";
 }
@@ -43,17 +44,21 @@ CollectiveCall CollectiveCall::make_reduction(uint64_t sequence, CollectiveKind 
 std::string CollectiveCall::describe() const {
   std::ostringstream os;
   os << collective_kind_name(kind) << '(';
-  if (kind != CollectiveKind::Barrier) {
-    if (dtype >= 0 && dtype <= static_cast<int32_t>(DType::Float64)) {
-      os << dtype_name(static_cast<DType>(dtype));
-    } else {
-      os << "dtype " << dtype;
-    }
-    os << ", " << elements << (elements == 1 ? " element" : " elements");
-  }
+  if (kind != CollectiveKind::Barrier) os << describe_payload();
   if (reduce_op >= 0) os << ", " << reduce_op_name(static_cast<ReduceOp>(reduce_op));
   if (root >= 0) os << ", root " << root;
   os << ')';
+  return os.str();
+}
+
+std::string CollectiveCall::describe_payload() const {
+  std::ostringstream os;
+  if (dtype >= 0 && dtype <= static_cast<int32_t>(DType::Float64)) {
+    os << dtype_name(static_cast<DType>(dtype));
+  } else {
+    os << "dtype " << dtype;
+  }
+  os << ", " << elements << (elements == 1 ? " element" : " elements");
   return os.str();
 }
 

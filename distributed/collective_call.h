@@ -64,6 +64,7 @@ enum class CollectiveKind : uint32_t {
   Scatter,
   AllToAll,
   Barrier,
+  Send,  // a send's preamble (Note [Point-to-point preamble])
 };
 
 const char* collective_kind_name(CollectiveKind kind);
@@ -83,6 +84,8 @@ struct CollectiveCall {
 
   // "all_reduce(float32, 10 elements, sum)", "broadcast(int64, 3 elements, root 1)".
   std::string describe() const;
+  // "float32, 10 elements".
+  std::string describe_payload() const;
 
   static constexpr size_t kWords = 6;
   using Words = std::array<uint64_t, kWords>;

@@ -224,6 +224,42 @@ TEST(FaultInjection, DebugModeFindsADeadPeerWithoutWaitingForTheTimeout) {
       options);
 }
 
+TEST(FaultInjection, ARecvOfAnotherSizeThanItsSendFailsNamingBoth) {
+  // Note [Point-to-point preamble]: the receiving rank raises; the sender's
+  // data is drained, so the sender completes and the pair stays usable.
+  struct Case {
+    int64_t sent;
+    int64_t received;
+  };
+  for (const char* shm : kPaths) {
+    for (const Case c : {Case{10, 5}, Case{5, 10}, Case{0, 3}}) {
+      run_on_ranks(2, [shm, c](int rank) {
+        auto group = make_group(shm);
+        const std::string error = error_of([&] {
+          if (rank == 0) {
+            group->send(ones({c.sent}, DType::Float32), 1, 4);
+          } else {
+            Tensor t = zeros({c.received}, DType::Float32);
+            group->recv(t, 0, 4);
+          }
+        });
+        if (rank == 0) {
+          EXPECT_EQ(error, "<no error>");
+        } else {
+          EXPECT_NE(error.find("recv(float32 [" + std::to_string(c.received) + "]) from rank 0 tag 4"),
+                    std::string::npos)
+              << error;
+          EXPECT_NE(error.find("rank 0 sends float32, " + std::to_string(c.sent) +
+                               " elements but rank 1 receives float32, " + std::to_string(c.received) +
+                               " elements"),
+                    std::string::npos)
+              << error;
+        }
+      });
+    }
+  }
+}
+
 TEST(FaultInjection, TimeoutsComeFromTheEnvironmentAndBadValuesAreNamed) {
   ::unsetenv("KILN_DISTRIBUTED_TIMEOUT");
   ::unsetenv("KILN_HEARTBEAT_TIMEOUT");

@@ -15,7 +15,7 @@
 namespace kiln::distributed::gloo_backend {
 
 // The slot prefix of the preambles: gloo's own collectives use 0x01 to 0x08,
-// kReduceScatterSlotPrefix 0x40, kPointToPointSlotPrefix 0x50.
+// kReduceScatterSlotPrefix 0x40, kPointToPointSlotPrefix 0x50 and 0x51.
 inline constexpr uint8_t kCallSlotPrefix = 0x60;
 
 // Sends `call` to every other rank and receives theirs (CollectiveCall::kWords

@@ -23,6 +23,7 @@
 #include "distributed/backends/gloo/ring_reduce_scatter.h"
 #include "distributed/backends/gloo/shared_memory_all_reduce.h"
 #include "tensor/error.h"
+#include "tensor/factory.h"
 #include "tensor/shape.h"
 
 #ifdef KILN_WITH_CUDA
@@ -178,6 +179,7 @@ ProcessGroupGloo::~ProcessGroupGloo() {
   collectives_.reset();
   {
     std::lock_guard lock(pending_mutex_);
+    closing_ = true;
     for (const auto& [buffer, is_recv] : pending_) {
       if (is_recv) {
         buffer->abortWaitRecv();
@@ -238,32 +240,6 @@ WorkPtr ProcessGroupGloo::enqueue_collective(const CollectiveCall& call, std::fu
         if (agreement == Agreement::BeforeBody) agree(context, shared_memory, *seen, call, tag, timeout, group);
         body(tag);
       });
-}
-
-WorkPtr ProcessGroupGloo::enqueue_point_to_point_wait(std::string name,
-                                                      std::shared_ptr<::gloo::transport::UnboundBuffer> buffer,
-                                                      bool is_recv, Tensor target, Tensor host) {
-  {
-    std::lock_guard lock(pending_mutex_);
-    pending_.insert({buffer.get(), is_recv});
-  }
-  const auto timeout = this->timeout();
-  return point_to_point_->enqueue(name, [this, name, buffer, is_recv, target, host, timeout] {
-    bool completed = false;
-    try {
-      completed = is_recv ? buffer->waitRecv(timeout) : buffer->waitSend(timeout);
-    } catch (...) {
-      std::lock_guard lock(pending_mutex_);
-      pending_.erase({buffer.get(), is_recv});
-      throw;
-    }
-    {
-      std::lock_guard lock(pending_mutex_);
-      pending_.erase({buffer.get(), is_recv});
-    }
-    KILN_CHECK(completed, "gloo ", name, ": aborted because the group was destroyed before it completed");
-    if (is_recv) copy_to_device(target, host);
-  });
 }
 
 // ---- collectives -----------------------------------------------------------------------------
@@ -456,26 +432,166 @@ WorkPtr ProcessGroupGloo::run_barrier() {
   });
 }
 
-// ---- point to point (Note [Gloo threads]) ---------------------------------------------------
+// ---- point to point (Note [Gloo threads], Note [Point-to-point preamble]) ---------------------
+
+// Note [Point-to-point preamble]
+// A recv posted for fewer bytes than its matching send makes Gloo throw on
+// its event-loop thread, which ends the process (std::terminate), and one
+// posted for more completes with the tail unwritten. So a send goes as two
+// messages: a preamble of CollectiveCall::kWords words (the dtype and
+// element count, whatever the tensor) on a slot of its own, then the data.
+// A recv posts only the preamble's receive at once; its waiting thread reads
+// the preamble and then posts the data's receive: into the tensor when the
+// two agree, else into scratch memory of the sent size (so that the pair
+// stays usable and the sender is not left waiting), and then raises a
+// kiln::Error on the receiving rank naming both sides. Receives from one
+// rank with one tag must post their data in the order of their preambles,
+// which separate waiting threads would not keep by themselves: each recv
+// waits for its predecessor's RecvGate. The cost is one small message per
+// send and, for the receiver, posting the data a preamble's latency later.
+
+struct ProcessGroupGloo::RecvGate {
+  std::mutex mutex;
+  std::condition_variable opened_cv;
+  bool opened = false;
+
+  void open() {
+    {
+      std::lock_guard lock(mutex);
+      opened = true;
+    }
+    opened_cv.notify_all();
+  }
+  bool wait_open(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex);
+    return opened_cv.wait_for(lock, timeout, [&] { return opened; });
+  }
+};
+
+namespace {
+
+constexpr uint8_t kPreambleSlotPrefix = gloo_backend::kPointToPointSlotPrefix + 1;
+
+uint64_t preamble_slot(int tag) {
+  return (uint64_t{kPreambleSlotPrefix} << 56) | static_cast<uint32_t>(tag);
+}
+
+// What a preamble says: the tensor's dtype and element count.
+CollectiveCall message_of(const Tensor& t) { return CollectiveCall::make(0, CollectiveKind::Send, t.dtype(), elements(t)); }
+
+}  // namespace
+
+bool ProcessGroupGloo::track(const std::shared_ptr<::gloo::transport::UnboundBuffer>& buffer, bool is_recv) {
+  std::lock_guard lock(pending_mutex_);
+  if (closing_) return false;
+  pending_.insert({buffer.get(), is_recv});
+  return true;
+}
+
+void ProcessGroupGloo::wait_tracked(const std::shared_ptr<::gloo::transport::UnboundBuffer>& buffer, bool is_recv,
+                                    std::chrono::milliseconds timeout, const std::string& name) {
+  bool completed = false;
+  try {
+    completed = is_recv ? buffer->waitRecv(timeout) : buffer->waitSend(timeout);
+  } catch (...) {
+    std::lock_guard lock(pending_mutex_);
+    pending_.erase({buffer.get(), is_recv});
+    throw;
+  }
+  {
+    std::lock_guard lock(pending_mutex_);
+    pending_.erase({buffer.get(), is_recv});
+  }
+  KILN_CHECK(completed, "gloo ", name, ": aborted because the group was destroyed before it completed");
+}
 
 WorkPtr ProcessGroupGloo::run_send(const Tensor& tensor, int dst, int tag) {
   const std::string name = detail::str("send to rank ", dst, " tag ", tag);
-  if (tensor.numel() == 0) return point_to_point_->enqueue(name, [] {});
   Tensor host = host_buffer(tensor, true);
-  std::shared_ptr<::gloo::transport::UnboundBuffer> buffer =
-      context_->createUnboundBuffer(host.data_ptr(), host.nbytes());
-  post(name, [&] { buffer->send(dst, point_to_point_slot(tag)); });
-  return enqueue_point_to_point_wait(name, std::move(buffer), false, tensor, host);
+  auto preamble = std::make_shared<CollectiveCall::Words>(message_of(tensor).encode());
+  std::shared_ptr<::gloo::transport::UnboundBuffer> preamble_buffer =
+      context_->createUnboundBuffer(preamble->data(), sizeof(CollectiveCall::Words));
+  std::shared_ptr<::gloo::transport::UnboundBuffer> data_buffer;
+  if (host.numel() > 0) data_buffer = context_->createUnboundBuffer(host.data_ptr(), host.nbytes());
+  KILN_CHECK(track(preamble_buffer, false) && (!data_buffer || track(data_buffer, false)), "gloo ", name,
+             ": the group is being destroyed");
+  post(name, [&] {
+    preamble_buffer->send(dst, preamble_slot(tag));
+    if (data_buffer) data_buffer->send(dst, point_to_point_slot(tag));
+  });
+  return point_to_point_->enqueue(name, [this, name, preamble, preamble_buffer, data_buffer, host,
+                                         timeout = timeout()] {
+    wait_tracked(preamble_buffer, false, timeout, name);
+    if (data_buffer) wait_tracked(data_buffer, false, timeout, name);
+  });
 }
 
 WorkPtr ProcessGroupGloo::run_recv(const Tensor& tensor, int src, int tag) {
   const std::string name = detail::str("recv from rank ", src, " tag ", tag);
-  if (tensor.numel() == 0) return point_to_point_->enqueue(name, [] {});
   Tensor host = host_buffer(tensor, false);
-  std::shared_ptr<::gloo::transport::UnboundBuffer> buffer =
-      context_->createUnboundBuffer(host.data_ptr(), host.nbytes());
-  post(name, [&] { buffer->recv(src, point_to_point_slot(tag)); });
-  return enqueue_point_to_point_wait(name, std::move(buffer), true, tensor, host);
+  auto preamble = std::make_shared<CollectiveCall::Words>();
+  std::shared_ptr<::gloo::transport::UnboundBuffer> preamble_buffer =
+      context_->createUnboundBuffer(preamble->data(), sizeof(CollectiveCall::Words));
+  KILN_CHECK(track(preamble_buffer, true), "gloo ", name, ": the group is being destroyed");
+  auto gate = std::make_shared<RecvGate>();
+  std::shared_ptr<RecvGate> previous;
+  {
+    std::lock_guard lock(pending_mutex_);
+    std::shared_ptr<RecvGate>& last = last_recv_gate_[{src, tag}];
+    previous = std::move(last);
+    last = gate;
+  }
+  post(name, [&] { preamble_buffer->recv(src, preamble_slot(tag)); });
+  const CollectiveCall expected = message_of(tensor);
+  return point_to_point_->enqueue(name, [this, name, src, tag, preamble, preamble_buffer, gate, previous, expected,
+                                         tensor, host, timeout = timeout()]() mutable {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    auto remaining = [&] {
+      return std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                        deadline - std::chrono::steady_clock::now()));
+    };
+    // Every path out of here opens the gate, and forgets it if it is still
+    // the newest for (src, tag).
+    struct Release {
+      ProcessGroupGloo* group;
+      std::shared_ptr<RecvGate> gate;
+      std::pair<int, int> key;
+      ~Release() {
+        gate->open();
+        std::lock_guard lock(group->pending_mutex_);
+        auto it = group->last_recv_gate_.find(key);
+        if (it != group->last_recv_gate_.end() && it->second == gate) group->last_recv_gate_.erase(it);
+      }
+    } release{this, gate, {src, tag}};
+
+    wait_tracked(preamble_buffer, true, remaining(), name);
+    const CollectiveCall sent = CollectiveCall::decode(*preamble);
+    KILN_CHECK(!previous || previous->wait_open(remaining()), "gloo ", name,
+               ": an earlier recv from the same rank with the same tag did not complete within ", timeout.count(),
+               " ms");
+    const bool agree = sent.dtype == expected.dtype && sent.elements == expected.elements;
+    // scratch: the sent bytes, received and dropped when the two disagree.
+    Tensor scratch;
+    Tensor into = host;
+    if (!agree) {
+      const int64_t element_bytes = sent.dtype >= 0 && sent.dtype <= static_cast<int32_t>(DType::Float64)
+                                        ? static_cast<int64_t>(element_size(static_cast<DType>(sent.dtype)))
+                                        : 1;
+      scratch = kiln::empty({static_cast<int64_t>(sent.elements) * element_bytes}, DType::UInt8);
+      into = scratch;
+    }
+    if (into.numel() > 0) {
+      std::shared_ptr<::gloo::transport::UnboundBuffer> data_buffer =
+          context_->createUnboundBuffer(into.data_ptr(), into.nbytes());
+      KILN_CHECK(track(data_buffer, true), "gloo ", name, ": the group is being destroyed");
+      data_buffer->recv(src, point_to_point_slot(tag));
+      release.gate->open();  // the next recv with this tag may post its data now
+      wait_tracked(data_buffer, true, remaining(), name);
+    }
+    KILN_CHECK(agree, "gloo ", name, ": rank ", src, " sends ", sent.describe_payload(), " but rank ", rank(),
+               " receives ", expected.describe_payload(), " (Note [Point-to-point preamble]); the data was dropped");
+    copy_to_device(tensor, host);
+  });
 }
 
 }  // namespace kiln::distributed

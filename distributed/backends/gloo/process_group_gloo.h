@@ -62,8 +62,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <mutex>
@@ -146,9 +148,17 @@ class ProcessGroupGloo : public ProcessGroup {
   // Queues `body(tag)` on the communication thread with the next tag.
   WorkPtr enqueue_collective(const CollectiveCall& call, std::function<void(uint32_t tag)> body,
                              Agreement agreement = Agreement::BeforeBody);
-  // Queues the wait for a posted send or recv (Note [Gloo threads]).
-  WorkPtr enqueue_point_to_point_wait(std::string name, std::shared_ptr<::gloo::transport::UnboundBuffer> buffer,
-                                      bool is_recv, Tensor target, Tensor host);
+  // Note [Point-to-point preamble]: the steps of a send and a recv. Each
+  // waited-for buffer is registered in pending_ (false when the group is
+  // being destroyed, and nothing may be posted any more).
+  bool track(const std::shared_ptr<::gloo::transport::UnboundBuffer>& buffer, bool is_recv);
+  // Waits for a tracked buffer's send or recv; throws kiln::Error naming
+  // `name` if it was aborted.
+  void wait_tracked(const std::shared_ptr<::gloo::transport::UnboundBuffer>& buffer, bool is_recv,
+                    std::chrono::milliseconds timeout, const std::string& name);
+  // Opens when a recv has posted its data (or given up), so that the next
+  // recv from the same rank with the same tag posts after it.
+  struct RecvGate;
 
   std::shared_ptr<::gloo::transport::Device> device_;
   std::shared_ptr<::gloo::Context> context_;
@@ -176,6 +186,9 @@ class ProcessGroupGloo : public ProcessGroup {
   // abort their waits.
   std::mutex pending_mutex_;
   std::set<std::pair<::gloo::transport::UnboundBuffer*, bool>> pending_;  // (buffer, is_recv)
+  bool closing_ = false;
+  // The newest recv's gate per (source rank, tag).
+  std::map<std::pair<int, int>, std::shared_ptr<RecvGate>> last_recv_gate_;
   std::unique_ptr<gloo_backend::OperationThreads> point_to_point_;
 };
 
