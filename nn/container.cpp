@@ -41,7 +41,14 @@ const std::shared_ptr<Module>& Sequential::operator[](int64_t index) const {
 }
 
 Tensor Sequential::forward(const Tensor& input) {
-  Tensor x = input;
+  TensorList out = forward_many({input});
+  KILN_CHECK(out.size() == 1, "Sequential: its last module, ", modules_.back()->name(), ", returned ", out.size(),
+             " tensors; call the Sequential with a TensorList to receive them all");
+  return std::move(out[0]);
+}
+
+TensorList Sequential::forward_many(const TensorList& inputs) {
+  TensorList x = inputs;
   // Through operator(), so that hooks on the inner modules run.
   for (const auto& module : modules_) x = (*module)(x);
   return x;

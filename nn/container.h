@@ -35,8 +35,12 @@ std::shared_ptr<M> module_as(const std::shared_ptr<Module>& module, const std::s
 
 }  // namespace container_internal
 
-// Runs its modules in order, each on the output of the one before. An empty
-// Sequential returns its input, as torch.
+// Runs its modules in order, each on the outputs of the one before, as
+// tensor lists (Note [Modules of several tensors]): a module returning
+// (y, bias) feeds one taking two inputs. An empty Sequential returns its
+// input, as torch.
+//   auto block = std::make_shared<Sequential>(attention, split_bias, add_bias);
+//   TensorList out = (*block)({x, mask});
 class Sequential : public Module {
  public:
   Sequential() = default;
@@ -64,7 +68,9 @@ class Sequential : public Module {
   std::vector<std::shared_ptr<Module>>::const_iterator begin() const { return modules_.begin(); }
   std::vector<std::shared_ptr<Module>>::const_iterator end() const { return modules_.end(); }
 
+  // Throws naming the module if the last one returns several tensors.
   Tensor forward(const Tensor& input) override;
+  TensorList forward_many(const TensorList& inputs) override;
 
  private:
   std::vector<std::shared_ptr<Module>> modules_;

@@ -1,6 +1,7 @@
 // Module: registration, traversal, modes, to() and printing. The state dict
 // lives in nn/state_dict.cpp.
 #include "nn/module.h"
+#include "nn/hook_table.h"
 
 #include <cxxabi.h>
 
@@ -8,16 +9,37 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "autograd/function.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "tensor/backend.h"
 
 namespace kiln::nn {
 
-struct ForwardHookTable {
-  uint64_t next_id = 1;
-  std::vector<std::pair<uint64_t, ForwardPreHook>> pre;
-  std::vector<std::pair<uint64_t, ForwardHook>> post;
+// Note [Module backward hooks]
+// A module's backward is not one node but whatever its forward recorded, so
+// there is no single place where "the module's gradients" pass. As torch's
+// BackwardHook does, a call to a module with backward hooks puts one
+// identity node in front of the inputs that require grad and one behind
+// the outputs that require grad. Backward reaches the output node first: it
+// runs the backward pre-hooks on the gradients of the outputs (which may
+// replace them) and keeps them; then the module's own nodes run; then the
+// input node receives the gradients of the inputs and runs the backward
+// hooks with both. When no input requires grad (the first layer of a
+// network), the output node runs the backward hooks itself, with undefined
+// input gradients, so that a hook still learns that the module's backward
+// is done. The hooks are copied at forward time, so a hook added between
+// forward and backward applies from the next forward. The identity nodes
+// are the only change to the graph: without backward hooks, or with grad
+// mode off, a call records nothing extra.
+struct BackwardHookCall {
+  Module* module = nullptr;
+  std::shared_ptr<Module> keep_alive;  // the module, when a shared_ptr holds it
+  HookList<BackwardPreHook> pre;
+  HookList<BackwardHook> post;
+  size_t num_inputs = 0;
+  bool inputs_hooked = false;
+  TensorList grad_outputs;
 };
 
 std::string type_name(const std::type_info& type) {
@@ -62,53 +84,190 @@ std::string indent_after_first_line(const std::string& text, int spaces) {
 }  // namespace
 
 void HookHandle::remove() {
-  std::shared_ptr<ForwardHookTable> hooks = hooks_.lock();
-  if (!hooks) return;
-  std::erase_if(hooks->pre, [&](const auto& entry) { return entry.first == id_; });
-  std::erase_if(hooks->post, [&](const auto& entry) { return entry.first == id_; });
+  std::shared_ptr<HookTable> hooks = hooks_.lock();
+  if (hooks) hooks->remove(id_);
 }
 
-Module::Module() : hooks_(std::make_shared<ForwardHookTable>()) {}
+Module::Module() : hooks_(std::make_shared<HookTable>()) {}
 
-Module::Module(std::string name) : name_(std::move(name)), hooks_(std::make_shared<ForwardHookTable>()) {}
+Module::Module(std::string name) : name_(std::move(name)), hooks_(std::make_shared<HookTable>()) {}
 
 Module::~Module() = default;
 
 // ---- forward ----
 
 Tensor Module::operator()(const Tensor& input) {
+  TensorList outputs = (*this)(TensorList{input});
+  KILN_CHECK(outputs.size() == 1, name(), ": returned ", outputs.size(),
+             " tensors; call it with a TensorList, (*m)({x}), to receive them all");
+  return std::move(outputs[0]);
+}
+
+TensorList Module::operator()(const TensorList& inputs) {
+  return call_with_hooks(inputs, [this](const TensorList& x) { return forward_many(x); });
+}
+
+TensorList Module::call_with_hooks(const TensorList& inputs,
+                                   const std::function<TensorList(const TensorList&)>& body) {
   // Copies of the hook lists: a hook may remove itself (or others) while running.
-  auto pre_hooks = hooks_->pre;
-  Tensor x = input;
+  auto pre_hooks = hooks_->forward_pre;
+  TensorList x = inputs;
   for (const auto& [id, hook] : pre_hooks) {
-    Tensor replaced = hook(*this, x);
-    if (replaced.defined()) x = std::move(replaced);
+    if (auto replaced = hook(*this, x)) x = std::move(*replaced);
   }
-  Tensor out = forward(x);
-  auto post_hooks = hooks_->post;
+  std::shared_ptr<BackwardHookCall> backward_call;
+  if (GradMode::is_enabled() && (!hooks_->backward_pre.empty() || !hooks_->backward.empty())) {
+    backward_call = std::make_shared<BackwardHookCall>();
+    backward_call->module = this;
+    backward_call->keep_alive = weak_from_this().lock();
+    backward_call->pre = hooks_->backward_pre;
+    backward_call->post = hooks_->backward;
+    x = hook_inputs_for_backward(x, backward_call);
+  }
+  TensorList out = body(x);
+  auto post_hooks = hooks_->forward;
   for (const auto& [id, hook] : post_hooks) {
-    Tensor replaced = hook(*this, x, out);
-    if (replaced.defined()) out = std::move(replaced);
+    if (auto replaced = hook(*this, x, out)) out = std::move(*replaced);
   }
+  if (backward_call) out = hook_outputs_for_backward(out, backward_call);
   return out;
 }
 
 Tensor Module::forward(const Tensor&) {
-  KILN_FAIL(name(), ": forward(const Tensor&) is not implemented; a module called as (*m)(x) must override it");
+  KILN_FAIL(name(), ": forward(const Tensor&) is not implemented; a module called as (*m)(x) must override it ",
+            "(or forward_many, for several tensors)");
+}
+
+TensorList Module::forward_many(const TensorList& inputs) {
+  KILN_CHECK(inputs.size() == 1, name(), ": forward takes one tensor but was given ", inputs.size(),
+             "; a module of several inputs overrides forward_many (Note [Modules of several tensors])");
+  return {forward(inputs[0])};
+}
+
+void Module::check_single(const Module& module, const char* hook, const char* what, size_t count) {
+  KILN_CHECK(count == 1, module.name(), ": a ", hook, " written for one tensor cannot take the ", count, " ", what,
+             " of this call; write it over TensorLists (Note [Modules of several tensors])");
+}
+
+namespace {
+
+// The positions of the tensors of `list` that require grad.
+std::vector<size_t> requiring_grad(const TensorList& list) {
+  std::vector<size_t> positions;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (list[i].defined() && list[i].requires_grad()) positions.push_back(i);
+  }
+  return positions;
+}
+
+// Runs `hooks` on `grads`, each on the result of the one before; a
+// replacement must keep the number of gradients.
+template <class Hook, class... Args>
+TensorList run_gradient_hooks(const HookList<Hook>& hooks, Module& module, const char* kind, TensorList grads,
+                              const Args&... more) {
+  for (const auto& [id, hook] : hooks) {
+    std::optional<TensorList> replaced = hook(module, grads, more...);
+    if (!replaced) continue;
+    KILN_CHECK(replaced->size() == grads.size(), module.name(), ": a ", kind, " returned ", replaced->size(),
+               " gradients for ", grads.size());
+    grads = std::move(*replaced);
+  }
+  return grads;
+}
+
+// Identity nodes over the tensors of `list` at `positions`: the list with
+// those tensors replaced by aliases whose backward is `backward`, which
+// receives and returns one gradient per position.
+TensorList through_identity(const TensorList& list, const std::vector<size_t>& positions,
+                            autograd::BackwardFn backward) {
+  TensorList originals, aliases;
+  for (size_t i : positions) {
+    originals.push_back(list[i]);
+    aliases.push_back(list[i].detach());
+  }
+  autograd::record("BackwardHookFunction", originals, aliases, std::move(backward));
+  TensorList out = list;
+  for (size_t k = 0; k < positions.size(); ++k) out[positions[k]] = aliases[k];
+  return out;
+}
+
+}  // namespace
+
+// Note [Module backward hooks].
+TensorList Module::hook_inputs_for_backward(const TensorList& inputs, const std::shared_ptr<BackwardHookCall>& call) {
+  call->num_inputs = inputs.size();
+  const std::vector<size_t> positions = requiring_grad(inputs);
+  call->inputs_hooked = !positions.empty();
+  if (positions.empty()) return inputs;
+  return through_identity(inputs, positions, [call, positions](const TensorList& grads) -> TensorList {
+    TensorList grad_inputs(call->num_inputs);
+    for (size_t k = 0; k < positions.size(); ++k) grad_inputs[positions[k]] = grads[k];
+    grad_inputs = run_gradient_hooks(call->post, *call->module, "backward hook", std::move(grad_inputs),
+                                     call->grad_outputs);
+    TensorList out;
+    for (size_t i : positions) out.push_back(grad_inputs[i]);
+    return out;
+  });
+}
+
+TensorList Module::hook_outputs_for_backward(const TensorList& outputs,
+                                             const std::shared_ptr<BackwardHookCall>& call) {
+  const std::vector<size_t> positions = requiring_grad(outputs);
+  if (positions.empty()) return outputs;
+  const size_t num_outputs = outputs.size();
+  return through_identity(outputs, positions, [call, positions, num_outputs](const TensorList& grads) -> TensorList {
+    TensorList grad_outputs(num_outputs);
+    for (size_t k = 0; k < positions.size(); ++k) grad_outputs[positions[k]] = grads[k];
+    grad_outputs = run_gradient_hooks(call->pre, *call->module, "backward pre-hook", std::move(grad_outputs));
+    call->grad_outputs = grad_outputs;
+    if (!call->inputs_hooked) {
+      // No input needs a gradient: nothing to replace, only to observe.
+      run_gradient_hooks(call->post, *call->module, "backward hook", TensorList(call->num_inputs), grad_outputs);
+    }
+    TensorList out;
+    for (size_t i : positions) out.push_back(grad_outputs[i]);
+    return out;
+  });
 }
 
 HookHandle Module::add_forward_pre_hook(ForwardPreHook hook) {
   KILN_CHECK(hook, "register_forward_pre_hook: the hook of ", name(), " is empty");
-  uint64_t id = hooks_->next_id++;
-  hooks_->pre.emplace_back(id, std::move(hook));
-  return HookHandle(hooks_, id);
+  return HookHandle(hooks_, hooks_->add(hooks_->forward_pre, std::move(hook)));
 }
 
 HookHandle Module::add_forward_hook(ForwardHook hook) {
   KILN_CHECK(hook, "register_forward_hook: the hook of ", name(), " is empty");
-  uint64_t id = hooks_->next_id++;
-  hooks_->post.emplace_back(id, std::move(hook));
-  return HookHandle(hooks_, id);
+  return HookHandle(hooks_, hooks_->add(hooks_->forward, std::move(hook)));
+}
+
+HookHandle Module::add_backward_pre_hook(BackwardPreHook hook) {
+  KILN_CHECK(hook, "register_full_backward_pre_hook: the hook of ", name(), " is empty");
+  return HookHandle(hooks_, hooks_->add(hooks_->backward_pre, std::move(hook)));
+}
+
+HookHandle Module::add_backward_hook(BackwardHook hook) {
+  KILN_CHECK(hook, "register_full_backward_hook: the hook of ", name(), " is empty");
+  return HookHandle(hooks_, hooks_->add(hooks_->backward, std::move(hook)));
+}
+
+HookHandle Module::register_state_dict_pre_hook(StateDictPreHook hook) {
+  KILN_CHECK(hook, "register_state_dict_pre_hook: the hook of ", name(), " is empty");
+  return HookHandle(hooks_, hooks_->add(hooks_->state_dict_pre, std::move(hook)));
+}
+
+HookHandle Module::register_state_dict_hook(StateDictHook hook) {
+  KILN_CHECK(hook, "register_state_dict_hook: the hook of ", name(), " is empty");
+  return HookHandle(hooks_, hooks_->add(hooks_->state_dict, std::move(hook)));
+}
+
+HookHandle Module::register_load_state_dict_pre_hook(LoadStateDictPreHook hook) {
+  KILN_CHECK(hook, "register_load_state_dict_pre_hook: the hook of ", name(), " is empty");
+  return HookHandle(hooks_, hooks_->add(hooks_->load_state_dict_pre, std::move(hook)));
+}
+
+HookHandle Module::register_load_state_dict_post_hook(LoadStateDictHook hook) {
+  KILN_CHECK(hook, "register_load_state_dict_post_hook: the hook of ", name(), " is empty");
+  return HookHandle(hooks_, hooks_->add(hooks_->load_state_dict_post, std::move(hook)));
 }
 
 // ---- registration ----
@@ -339,12 +498,8 @@ namespace {
 // Points `impl` at the memory of `converted`, which holds its values in a
 // new dtype and/or on a new device.
 void rebind(TensorImpl& impl, const Tensor& converted) {
-  if (impl.dtype() == converted.dtype()) {
-    impl.set_storage(converted.storage(), converted.shape(), converted.strides(), converted.storage_offset());
-    return;
-  }
   TensorImpl replacement(converted.storage(), converted.dtype(), converted.shape(), converted.strides(),
-                         converted.storage_offset());
+                         converted.storage_offset(), impl.version_counter());
   replacement.set_autograd_meta(impl.autograd_meta());
   replacement.set_quant_params(impl.quant_params());
   impl = std::move(replacement);

@@ -26,11 +26,12 @@
 // each parameter and buffer keeps its TensorImpl (so member handles, an
 // optimizer built earlier, and autograd's AccumulateGrad nodes, which all hold
 // that TensorImpl, see the converted tensor) and only its memory is replaced.
-// A device move swaps the storage with TensorImpl::set_storage, as FSDP does.
-// A dtype change cannot be expressed by set_storage, whose dtype is fixed, so
-// the TensorImpl is assigned a new TensorImpl built on the converted storage,
-// carrying over its autograd metadata (requires_grad, hooks) and quantization
-// parameters. This is torch's `param.data = param.data.to(...)` (set_data).
+// TensorImpl::set_storage, which FSDP swaps memory with, keeps the dtype and
+// the device (Note [Swapping a tensor's storage]), so a conversion instead
+// assigns the TensorImpl a new TensorImpl built on the converted storage,
+// carrying over what belongs to the tensor: its autograd metadata
+// (requires_grad, hooks), quantization parameters and version counter (Note
+// [Version counter]). This is torch's `param.data = param.data.to(...)` (set_data).
 // Optimizer *state* (Adam's moments) is not converted, so as in PyTorch,
 // create the optimizer after moving the model.
 #pragma once
@@ -56,12 +57,6 @@ class Module;
 
 using NamedModule = std::pair<std::string, std::shared_ptr<Module>>;
 
-// Runs before forward(); a defined result replaces the input.
-using ForwardPreHook = std::function<Tensor(Module& module, const Tensor& input)>;
-// Runs after forward() with the input forward() saw; a defined result
-// replaces the output.
-using ForwardHook = std::function<Tensor(Module& module, const Tensor& input, const Tensor& output)>;
-
 // What load_state_dict reports: keys the module has but the dict lacks, and
 // keys the dict has that match nothing in the module (torch's _IncompatibleKeys).
 struct IncompatibleKeys {
@@ -69,13 +64,69 @@ struct IncompatibleKeys {
   std::vector<std::string> unexpected_keys;
 };
 
+// Note [Modules of several tensors]
+// Most modules take one tensor and return one, and write
+//   Tensor forward(const Tensor& x) override;
+// A module that needs several (attention's input and mask, a pipeline
+// stage's activations, a tensor-parallel layer's output and bias) writes
+//   TensorList forward_many(const TensorList& inputs) override;
+// and is called with a list: auto outs = (*attention)({x, mask}). The two
+// are one path: (*m)(x) is (*m)({x}) with its single output unwrapped, and
+// the default forward_many calls forward on a single input. So hooks,
+// containers and wrappers (Sequential, DDP, DataParallel) handle one form
+// only, the list, and every existing layer works in it unchanged.
+// LibTorch lets forward have any signature and type-erases it (AnyModule)
+// for containers; in C++ that costs a template layer and an `any` on every
+// call, and hooks that see "every input" could not be written once. A
+// tensor list is what autograd's Function already takes and returns, what
+// a pipeline stage sends, and what a hook can read, replace and index.
+// Non-tensor arguments (a flag, a KV-cache position) belong in the
+// module's own members, set before the call.
+//
+// Hooks (all kept in registration order; HookHandle removes any kind):
+// - forward pre-hooks see the inputs and may replace them; forward hooks see
+//   the inputs forward saw and its outputs, and may replace the outputs.
+//   A hook written for one tensor, (Module&, const Tensor&), is accepted
+//   and refuses (naming the module) a call with several.
+// - backward pre-hooks see the gradients of the outputs before the module's
+//   backward and may replace them; backward hooks see the gradients of the
+//   inputs and of the outputs, and may replace those of the inputs
+//   (torch's register_full_backward_pre_hook / register_full_backward_hook).
+//   They are identity nodes on the inputs and the outputs
+//   (Note [Module backward hooks] in module.cpp), so they observe the
+//   gradients and never carry them.
+// - state-dict hooks run around state_dict() and load_state_dict() of the
+//   module and receive the key prefix of the module (torch's
+//   register_state_dict_pre_hook and post, register_load_state_dict_pre_hook
+//   and post): a post hook of state_dict() and a pre hook of
+//   load_state_dict() may rewrite keys and tensors of the whole dict.
+using TensorList = std::vector<Tensor>;
+
+// A hook returning a value replaces what it was given; std::nullopt keeps it.
+using ForwardPreHook = std::function<std::optional<TensorList>(Module& module, const TensorList& inputs)>;
+using ForwardHook =
+    std::function<std::optional<TensorList>(Module& module, const TensorList& inputs, const TensorList& outputs)>;
+// Gradients are undefined where none flows (an input that needs none).
+using BackwardPreHook = std::function<std::optional<TensorList>(Module& module, const TensorList& grad_outputs)>;
+using BackwardHook = std::function<std::optional<TensorList>(Module& module, const TensorList& grad_inputs,
+                                                             const TensorList& grad_outputs)>;
+// `prefix` is the module's path with a trailing dot ("features.0."), or "".
+using StateDictPreHook = std::function<void(const Module& module, const std::string& prefix)>;
+// May change `state`: keys below `prefix` are this module's.
+using StateDictHook = std::function<void(const Module& module, TensorDict& state, const std::string& prefix)>;
+using LoadStateDictPreHook = std::function<void(Module& module, TensorDict& state, const std::string& prefix)>;
+// May change what load_state_dict returns.
+using LoadStateDictHook = std::function<void(Module& module, IncompatibleKeys& keys)>;
+
 // The hooks of one module, shared with the handles that can remove them.
-struct ForwardHookTable;
+struct HookTable;
+// One call's backward hooks, shared by its identity nodes (module.cpp).
+struct BackwardHookCall;
 
 // "kiln::nn::Linear" -> "Linear": the unqualified name of a type, for printing.
 std::string type_name(const std::type_info& type);
 
-// Returned by register_forward_(pre_)hook. remove() unregisters the hook; it
+// Returned by every register_*_hook. remove() unregisters the hook; it
 // may be called more than once, and after the module is gone. Dropping the
 // handle does not remove the hook (as torch's RemovableHandle).
 class HookHandle {
@@ -85,9 +136,9 @@ class HookHandle {
 
  private:
   friend class Module;
-  HookHandle(std::weak_ptr<ForwardHookTable> hooks, uint64_t id) : hooks_(std::move(hooks)), id_(id) {}
+  HookHandle(std::weak_ptr<HookTable> hooks, uint64_t id) : hooks_(std::move(hooks)), id_(id) {}
 
-  std::weak_ptr<ForwardHookTable> hooks_;
+  std::weak_ptr<HookTable> hooks_;
   uint64_t id_ = 0;
 };
 
@@ -103,13 +154,23 @@ class Module : public std::enable_shared_from_this<Module> {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
-  // ---- forward ----
-  // Runs the forward pre-hooks, forward(), then the forward hooks, each in
-  // registration order.
+  // ---- forward (Note [Modules of several tensors]) ----
+  // Runs the forward pre-hooks, forward_many(), then the forward hooks, each
+  // in registration order, and sets up the backward hooks.
+  TensorList operator()(const TensorList& inputs);
+  // The same for one input; throws naming the module if it returns several.
   Tensor operator()(const Tensor& input);
-  // The computation of the module. The default throws naming the module, for
-  // modules that are only containers.
+  // The hooks of this module around `body` in place of forward_many, for a
+  // wrapper that computes this module's forward its own way (DataParallel
+  // splits the batch between replicas) and whose users' hooks should see
+  // the whole call.
+  TensorList call_with_hooks(const TensorList& inputs, const std::function<TensorList(const TensorList&)>& body);
+  // The computation of the module on one tensor. The default throws naming
+  // the module, for modules that are only containers or take several.
   virtual Tensor forward(const Tensor& input);
+  // The computation on several tensors. The default takes exactly one
+  // input and returns {forward(input)}.
+  virtual TensorList forward_many(const TensorList& inputs);
 
   // ---- registration ----
   // Names are non-empty, contain no '.', and are unique among this module's
@@ -201,32 +262,62 @@ class Module : public std::enable_shared_from_this<Module> {
   // All problems are reported in one kiln::Error, before anything is copied.
   IncompatibleKeys load_state_dict(const TensorDict& state, bool strict = true);
 
-  // ---- hooks ----
-  // A hook may return Tensor (defined = replaces input / output) or void.
+  // ---- hooks (Note [Modules of several tensors]) ----
+  // Forward hooks take one tensor or a TensorList, and return void, a
+  // replacement of the same form (an undefined Tensor keeps the original),
+  // or std::optional<TensorList>:
   //   auto h = net->register_forward_hook([](Module& m, const Tensor& in, const Tensor& out) { ... });
+  //   attention->register_forward_pre_hook([](Module&, const TensorList& in) { return TensorList{in[0], causal}; });
   //   h.remove();
   template <class F>
   HookHandle register_forward_pre_hook(F&& hook) {
-    if constexpr (std::is_void_v<std::invoke_result_t<F&, Module&, const Tensor&>>) {
-      return add_forward_pre_hook([h = std::forward<F>(hook)](Module& m, const Tensor& in) mutable {
-        h(m, in);
-        return Tensor();
+    if constexpr (std::is_invocable_v<F&, Module&, const Tensor&>) {
+      return add_forward_pre_hook([h = std::forward<F>(hook)](Module& m, const TensorList& in) mutable {
+        check_single(m, "forward pre-hook", "inputs", in.size());
+        return as_replacement([&] { return h(m, in[0]); });
       });
     } else {
-      return add_forward_pre_hook(ForwardPreHook(std::forward<F>(hook)));
+      return add_forward_pre_hook([h = std::forward<F>(hook)](Module& m, const TensorList& in) mutable {
+        return as_replacement([&] { return h(m, in); });
+      });
     }
   }
   template <class F>
   HookHandle register_forward_hook(F&& hook) {
-    if constexpr (std::is_void_v<std::invoke_result_t<F&, Module&, const Tensor&, const Tensor&>>) {
-      return add_forward_hook([h = std::forward<F>(hook)](Module& m, const Tensor& in, const Tensor& out) mutable {
-        h(m, in, out);
-        return Tensor();
-      });
+    if constexpr (std::is_invocable_v<F&, Module&, const Tensor&, const Tensor&>) {
+      return add_forward_hook(
+          [h = std::forward<F>(hook)](Module& m, const TensorList& in, const TensorList& out) mutable {
+            check_single(m, "forward hook", "inputs", in.size());
+            check_single(m, "forward hook", "outputs", out.size());
+            return as_replacement([&] { return h(m, in[0], out[0]); });
+          });
     } else {
-      return add_forward_hook(ForwardHook(std::forward<F>(hook)));
+      return add_forward_hook(
+          [h = std::forward<F>(hook)](Module& m, const TensorList& in, const TensorList& out) mutable {
+            return as_replacement([&] { return h(m, in, out); });
+          });
     }
   }
+  // Backward hooks take TensorLists and return void or
+  // std::optional<TensorList> (one gradient per input or output):
+  //   net->register_full_backward_hook([](Module&, const TensorList& grad_in, const TensorList& grad_out) { ... });
+  template <class F>
+  HookHandle register_full_backward_pre_hook(F&& hook) {
+    return add_backward_pre_hook([h = std::forward<F>(hook)](Module& m, const TensorList& grad_out) mutable {
+      return as_replacement([&] { return h(m, grad_out); });
+    });
+  }
+  template <class F>
+  HookHandle register_full_backward_hook(F&& hook) {
+    return add_backward_hook(
+        [h = std::forward<F>(hook)](Module& m, const TensorList& grad_in, const TensorList& grad_out) mutable {
+          return as_replacement([&] { return h(m, grad_in, grad_out); });
+        });
+  }
+  HookHandle register_state_dict_pre_hook(StateDictPreHook hook);
+  HookHandle register_state_dict_hook(StateDictHook hook);
+  HookHandle register_load_state_dict_pre_hook(LoadStateDictPreHook hook);
+  HookHandle register_load_state_dict_post_hook(LoadStateDictHook hook);
 
   // ---- printing ----
   // The type name ("Linear"), or the name given to the constructor.
@@ -247,6 +338,34 @@ class Module : public std::enable_shared_from_this<Module> {
   void replace_child(const std::string& name, std::shared_ptr<Module> module);
   HookHandle add_forward_pre_hook(ForwardPreHook hook);
   HookHandle add_forward_hook(ForwardHook hook);
+  HookHandle add_backward_pre_hook(BackwardPreHook hook);
+  HookHandle add_backward_hook(BackwardHook hook);
+  // Throws naming the module when a one-tensor hook sees `count` tensors.
+  static void check_single(const Module& module, const char* hook, const char* what, size_t count);
+  // A hook's result as a replacement: void and an undefined Tensor keep
+  // what the hook was given.
+  template <class Call>
+  static std::optional<TensorList> as_replacement(Call&& call) {
+    using R = decltype(call());
+    if constexpr (std::is_void_v<R>) {
+      call();
+      return std::nullopt;
+    } else if constexpr (std::is_same_v<std::decay_t<R>, Tensor>) {
+      Tensor t = call();
+      if (!t.defined()) return std::nullopt;
+      return TensorList{std::move(t)};
+    } else {
+      return std::optional<TensorList>(call());
+    }
+  }
+  // Wraps `outputs` (and, before forward, `inputs`) in the identity nodes
+  // that run the backward hooks (Note [Module backward hooks]).
+  TensorList hook_inputs_for_backward(const TensorList& inputs, const std::shared_ptr<BackwardHookCall>& call);
+  TensorList hook_outputs_for_backward(const TensorList& outputs, const std::shared_ptr<BackwardHookCall>& call);
+  // state_dict() and load_state_dict() of this module below `prefix`.
+  void save_state(const std::string& prefix, TensorDict& out) const;
+  void run_load_pre_hooks(const std::string& prefix, TensorDict& state);
+  void run_load_post_hooks(IncompatibleKeys& result, std::unordered_set<const Module*>& seen);
   Module& convert(std::optional<Device> device, std::optional<DType> dtype);
   // Calls fn(path, module) on this module and every submodule not in `seen`,
   // depth first, in registration order.
@@ -260,7 +379,7 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<Buffer> buffers_;
   std::vector<NamedModule> children_;
-  std::shared_ptr<ForwardHookTable> hooks_;
+  std::shared_ptr<HookTable> hooks_;
 };
 
 std::ostream& operator<<(std::ostream& os, const Module& module);

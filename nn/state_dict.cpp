@@ -2,6 +2,7 @@
 #include <unordered_set>
 
 #include "autograd/grad_mode.h"
+#include "nn/hook_table.h"
 #include "nn/module.h"
 
 namespace kiln::nn {
@@ -28,15 +29,52 @@ void Module::collect_state(const std::string& prefix, std::vector<std::pair<std:
   for (const auto& [name, child] : children_) child->collect_state(prefix + name + ".", out);
 }
 
+// The same walk as collect_state, with each module's state-dict hooks
+// around its own part, as torch's state_dict(prefix=...) recursion: a post
+// hook sees the entries of the module and of its submodules.
+void Module::save_state(const std::string& prefix, TensorDict& out) const {
+  auto pre_hooks = hooks_->state_dict_pre;
+  for (const auto& [id, hook] : pre_hooks) hook(*this, prefix);
+  for (const auto& [name, t] : params_) {
+    if (t.defined()) out.insert(prefix + name, t.detach());
+  }
+  for (const Buffer& b : buffers_) {
+    if (b.tensor.defined() && b.persistent) out.insert(prefix + b.name, b.tensor.detach());
+  }
+  for (const auto& [name, child] : children_) child->save_state(prefix + name + ".", out);
+  auto post_hooks = hooks_->state_dict;
+  for (const auto& [id, hook] : post_hooks) hook(*this, out, prefix);
+}
+
 TensorDict Module::state_dict() const {
-  std::vector<std::pair<std::string, Tensor>> entries;
-  collect_state("", entries);
   TensorDict out;
-  for (const auto& [name, t] : entries) out.insert(name, t.detach());
+  save_state("", out);
   return out;
 }
 
-IncompatibleKeys Module::load_state_dict(const TensorDict& state, bool strict) {
+void Module::run_load_pre_hooks(const std::string& prefix, TensorDict& state) {
+  auto hooks = hooks_->load_state_dict_pre;
+  for (const auto& [id, hook] : hooks) hook(*this, state, prefix);
+  for (const auto& [name, child] : children_) child->run_load_pre_hooks(prefix + name + ".", state);
+}
+
+// Each module once, depth first, as torch's loop over self.modules().
+void Module::run_load_post_hooks(IncompatibleKeys& result, std::unordered_set<const Module*>& seen) {
+  if (!seen.insert(this).second) return;
+  auto hooks = hooks_->load_state_dict_post;
+  for (const auto& [id, hook] : hooks) hook(*this, result);
+  for (const auto& [name, child] : children_) child->run_load_post_hooks(result, seen);
+}
+
+// The pre hooks rewrite a copy of `state_in` (sharing its tensors) before
+// any key is checked, so that a hook can turn another layout's keys (a
+// sharded checkpoint's) into this module's. The post hooks run after the
+// copy and may change the result; as the checks come before anything is
+// copied, in strict mode a bad key is an error before they run, so a hook
+// that accepts other keys does so in a pre hook.
+IncompatibleKeys Module::load_state_dict(const TensorDict& state_in, bool strict) {
+  TensorDict state = state_in;
+  run_load_pre_hooks("", state);
   std::vector<std::pair<std::string, Tensor>> targets;
   collect_state("", targets);
 
@@ -81,6 +119,8 @@ IncompatibleKeys Module::load_state_dict(const TensorDict& state, bool strict) {
   for (auto& [key, target] : targets) {
     if (state.contains(key)) target.copy_(state.at(key));
   }
+  std::unordered_set<const Module*> seen;
+  run_load_post_hooks(result, seen);
   return result;
 }
 
