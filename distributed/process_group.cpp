@@ -320,6 +320,9 @@ WorkPtr ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op) {
   check_defined(tensor, "all_reduce", "the tensor");
   check_device(tensor.device(), "all_reduce");
   check_reduce_op(op, tensor, "all_reduce");
+  // The backend writes the tensor from now on: a tensor autograd saved is
+  // stale from here (Note [Version counter] in tensor/tensor.h).
+  tensor.bump_version();
   std::vector<CopyBack> copies;
   Tensor buffer = writable(tensor, copies);
   const bool as_sum = op == ReduceOp::Avg && !supports_avg();
@@ -334,6 +337,7 @@ WorkPtr ProcessGroup::broadcast(const Tensor& tensor, int root) {
   check_device(tensor.device(), "broadcast");
   KILN_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is outside group '", name(),
              "' of size ", size_);
+  tensor.bump_version();
   std::vector<CopyBack> copies;
   Tensor buffer = writable(tensor, copies);
   return start_collective(
@@ -347,6 +351,7 @@ WorkPtr ProcessGroup::reduce(const Tensor& tensor, int root, ReduceOp op) {
   check_reduce_op(op, tensor, "reduce");
   KILN_CHECK(root >= 0 && root < size_, "reduce: root ", root, " is outside group '", name(),
              "' of size ", size_);
+  if (rank_ == root) tensor.bump_version();
   std::vector<CopyBack> copies;
   Tensor buffer = writable(tensor, copies);
   const bool as_sum = op == ReduceOp::Avg && !supports_avg();
@@ -384,6 +389,7 @@ WorkPtr ProcessGroup::all_gather_into_tensor(const Tensor& output, const Tensor&
              output.numel(), " elements but must have ", size_, " x ", input.numel(), " = ",
              size_ * input.numel(), " (group size x input elements)");
   Tensor source = input.contiguous();
+  output.bump_version();
   std::vector<CopyBack> copies;
   Tensor buffer = writable(output, copies);
   return start_collective(
@@ -419,6 +425,7 @@ WorkPtr ProcessGroup::reduce_scatter_tensor(const Tensor& output, const Tensor& 
 
 WorkPtr ProcessGroup::start_reduce_scatter(const std::string& signature, const Tensor& output, const Tensor& input,
                                            ReduceOp op) {
+  output.bump_version();
   std::vector<CopyBack> copies;
   Tensor buffer = writable(output, copies);
   const bool as_sum = op == ReduceOp::Avg && !supports_avg();
@@ -468,6 +475,7 @@ WorkPtr ProcessGroup::scatter(const Tensor& output, const std::vector<Tensor>& i
     KILN_CHECK(inputs.empty(), "scatter: rank ", rank_, " is not the root (", root, ") but was given ",
                inputs.size(), " input tensors; only the root sends");
   }
+  output.bump_version();
   std::vector<CopyBack> copies;
   Tensor buffer = writable(output, copies);
   return start_collective(
@@ -519,6 +527,7 @@ WorkPtr ProcessGroup::irecv(const Tensor& tensor, int src, int tag) {
   KILN_CHECK(src >= 0 && src < size_ && src != rank_, "recv: source rank ", src,
              " must be another rank of group '", name(), "' (size ", size_, ", this rank ", rank_, ")");
   KILN_CHECK(tag >= 0, "recv: the tag must be non-negative, got ", tag);
+  tensor.bump_version();
   std::vector<CopyBack> copies;
   Tensor buffer = writable(tensor, copies);
   return start_point_to_point(detail::str("recv(", describe(tensor), ") from rank ", src, " tag ", tag),

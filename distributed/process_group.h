@@ -22,6 +22,10 @@
 //   and, with KILN_DISTRIBUTED_DEBUG=1, check that every rank is calling the
 //   same collective with the same dtype and shape (Note [Collective
 //   fingerprints]);
+// - bump the version of every tensor the collective writes (Note [Version
+//   counter] in tensor/tensor.h) as it starts, so that autograd refuses a
+//   saved tensor a collective overwrote (list outputs are bumped when wait()
+//   copies into them);
 // - hand the backend contiguous tensors: a non-contiguous argument is copied
 //   into a contiguous one and the result copied back when wait() returns;
 // - turn ReduceOp::Avg into a sum followed by a division for backends
