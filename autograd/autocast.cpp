@@ -26,12 +26,24 @@ thread_local int t_enabled_count = 0;  // device types with autocast on
 thread_local int t_nesting = 0;        // open AutocastGuards, enabled or not
 thread_local bool t_cache_enabled = true;
 
-// A parameter's lower-precision copy, valid while the parameter lives and
-// has the version it had when copied.
+// A parameter's lower-precision copy, valid while the parameter lives, has
+// the version it had when copied and still sits in the memory it was copied
+// from: set_storage (FSDP moving it between its shard and a gathered buffer)
+// changes the memory and the shape but not the version (Note [Swapping a
+// tensor's storage]).
 struct CachedCast {
   std::weak_ptr<TensorImpl> source;
   uint64_t version;
+  std::weak_ptr<Storage> storage;
+  int64_t offset;
+  Shape strides;
   Tensor copy;  // detached: each use records its own cast node
+
+  bool still_copies(const Tensor& t, DType dtype) const {
+    return source.lock() == t.impl_ptr() && version == t.version() && storage.lock() == t.storage() &&
+           offset == t.storage_offset() && strides == t.strides() && copy.shape() == t.shape() &&
+           copy.dtype() == dtype;
+  }
 };
 thread_local std::unordered_map<const TensorImpl*, CachedCast> t_cache;
 
@@ -54,10 +66,12 @@ bool eligible(const Tensor& t, DeviceType device_type) {
 Tensor cached_cast(const Tensor& source, DType dtype) {
   const TensorImpl* key = source.impl_ptr().get();
   auto it = t_cache.find(key);
-  if (it == t_cache.end() || it->second.source.lock() != source.impl_ptr() || it->second.version != source.version() ||
-      it->second.copy.dtype() != dtype) {
+  if (it == t_cache.end() || !it->second.still_copies(source, dtype)) {
     Tensor copy = autograd::untracked([&] { return source.to(dtype); });
-    it = t_cache.insert_or_assign(key, CachedCast{source.impl_ptr(), source.version(), copy}).first;
+    it = t_cache
+             .insert_or_assign(key, CachedCast{source.impl_ptr(), source.version(), source.storage(),
+                                               source.storage_offset(), source.strides(), copy})
+             .first;
   }
   Tensor use = it->second.copy.detach();
   autograd::record("to", {source}, {use}, [source_dtype = source.dtype()](const autograd::TensorList& g) {

@@ -89,7 +89,8 @@ class Node : public std::enable_shared_from_this<Node> {
 };
 
 // A tensor kept for backward, with the version it had when saved: reading it
-// after an in-place write throws, naming the op whose backward needed it.
+// after an in-place write to it or to any of its views throws, naming the op
+// whose backward needed it (Note [Version counter] in tensor/tensor.h).
 class SavedTensor {
  public:
   SavedTensor() = default;

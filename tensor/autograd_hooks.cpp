@@ -45,7 +45,10 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_gra
 
 Tensor Tensor::detach() const {
   KILN_CHECK(defined(), "detach: the tensor is undefined");
-  auto alias = std::make_shared<TensorImpl>(storage(), dtype(), shape(), strides(), storage_offset());
+  // Shares the version counter as torch's detach() does: an in-place write
+  // through the detached alias changes what autograd saved of the original.
+  auto alias = std::make_shared<TensorImpl>(storage(), dtype(), shape(), strides(), storage_offset(),
+                                            impl()->version_counter());
   alias->set_quant_params(impl()->quant_params());
   return Tensor(std::move(alias));
 }

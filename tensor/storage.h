@@ -1,7 +1,6 @@
 // Storage: one contiguous block of device memory shared by a tensor and its views.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -34,15 +33,6 @@ class Storage {
   // True when the memory came from the pinned allocator (allocate_pinned).
   bool is_pinned() const { return pinned_; }
 
-  // Note [Version counter]
-  // Every in-place write to a storage bumps its version. Autograd saves the
-  // version of each tensor it keeps for backward and compares it when the
-  // backward runs, so that "x was modified in place after being saved" is an
-  // error instead of a silently wrong gradient. It lives on the storage so
-  // that writes through any view are seen.
-  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
-  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
-
  private:
   Storage(void* data, size_t nbytes, Device device, Allocator* allocator, std::function<void(void*)> deleter,
           bool pinned = false);
@@ -53,7 +43,6 @@ class Storage {
   Allocator* allocator_;                 // set when Kiln allocated the memory
   std::function<void(void*)> deleter_;  // set for from_blob memory
   bool pinned_;                          // made by allocate_pinned: allocator_ page-locks
-  std::atomic<uint64_t> version_{0};
 };
 
 }  // namespace kiln

@@ -16,12 +16,15 @@ static int64_t view_extent(const Shape& sizes, const Shape& strides, int64_t off
   return last + 1;
 }
 
-TensorImpl::TensorImpl(std::shared_ptr<Storage> storage, DType dtype, Shape sizes, Shape strides, int64_t offset)
-    : storage_(std::move(storage)), dtype_(dtype), offset_(offset) {
-  set_storage(storage_, std::move(sizes), std::move(strides), offset);
+TensorImpl::TensorImpl(std::shared_ptr<Storage> storage, DType dtype, Shape sizes, Shape strides, int64_t offset,
+                       std::shared_ptr<VersionCounter> version_counter)
+    : version_counter_(version_counter ? std::move(version_counter) : std::make_shared<VersionCounter>()),
+      dtype_(dtype),
+      offset_(offset) {
+  set_view(std::move(storage), std::move(sizes), std::move(strides), offset);
 }
 
-void TensorImpl::set_storage(std::shared_ptr<Storage> storage, Shape sizes, Shape strides, int64_t offset) {
+void TensorImpl::set_view(std::shared_ptr<Storage> storage, Shape sizes, Shape strides, int64_t offset) {
   KILN_CHECK(storage != nullptr, "TensorImpl: storage is null");
   KILN_CHECK(sizes.size() == strides.size(), "TensorImpl: ", sizes.size(), " sizes but ", strides.size(),
              " strides");
@@ -37,6 +40,24 @@ void TensorImpl::set_storage(std::shared_ptr<Storage> storage, Shape sizes, Shap
   strides_ = std::move(strides);
   offset_ = offset;
   numel_ = numel;
+}
+
+// Note [Swapping a tensor's storage].
+void TensorImpl::set_storage(const Tensor& source, Shape sizes) {
+  KILN_CHECK(source.defined(), "set_storage: the source tensor is undefined");
+  KILN_CHECK(source.dtype() == dtype_, "set_storage: the tensor is ", dtype_, " but the source is ", source.dtype());
+  KILN_CHECK(source.device() == storage_->device(), "set_storage: the tensor is on ", storage_->device(),
+             " but the source is on ", source.device());
+  int64_t numel = shape_numel(sizes, "set_storage");
+  KILN_CHECK(numel == source.numel(), "set_storage: sizes ", sizes, " hold ", numel, " elements but the source ",
+             source.shape(), " holds ", source.numel());
+  Shape strides = source.strides();
+  if (sizes != source.shape()) {
+    KILN_CHECK(source.is_contiguous(), "set_storage: sizes ", sizes, " differ from the source's ", source.shape(),
+               ", which is not contiguous (strides ", source.strides(), ")");
+    strides = contiguous_strides(sizes);
+  }
+  set_view(source.storage(), std::move(sizes), std::move(strides), source.storage_offset());
 }
 
 Tensor Tensor::empty(const Shape& shape, TensorOptions options) {

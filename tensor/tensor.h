@@ -13,6 +13,7 @@
 // knowing what it is.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -29,6 +30,36 @@
 #include "tensor/storage.h"
 
 namespace kiln {
+
+class Tensor;
+
+// Note [Version counter]
+// Every in-place write to a tensor bumps its version. Autograd saves the
+// version of each tensor it keeps for backward and compares it when the
+// backward runs (SavedTensor in autograd/node.h), so that "x was modified in
+// place after being saved" is an error instead of a silently wrong gradient.
+//
+// One counter belongs to a tensor and every view made from it: the views of
+// view.cpp (view, slice, select, transpose, as_strided, ...), detach(), and
+// views of those, so that a write through any of them is seen by all of them.
+// A copy (clone, contiguous or to when they copy) starts a counter of its
+// own. The counter is held by the TensorImpl, not by the Storage, because the
+// memory under a tensor can change while the tensor stays the same:
+// set_storage (Note [Swapping a tensor's storage]) moves a parameter between
+// its shard and a gathered buffer, and Module::to between devices and dtypes;
+// a saved version must go on meaning "this tensor's values", whichever
+// memory holds them. As PyTorch's VariableVersion, the price is that
+// TensorImpls which share memory without one being a view of the other (two
+// built on one Storage by hand; a swapped tensor and the tensor whose memory
+// it took) do not see each other's writes.
+class VersionCounter {
+ public:
+  uint64_t get() const { return value_.load(std::memory_order_relaxed); }
+  void bump() { value_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> value_{0};
+};
 
 // Attached by autograd/ to tensors that take part in differentiation; the
 // tensor layer only stores and copies the pointer.
@@ -63,7 +94,11 @@ struct TensorOptions {
 
 class TensorImpl {
  public:
-  TensorImpl(std::shared_ptr<Storage> storage, DType dtype, Shape sizes, Shape strides, int64_t offset);
+  // A view of `storage`; throws if it would reach outside it. A view of an
+  // existing tensor passes that tensor's version_counter() to share it (Note
+  // [Version counter]); without one the tensor starts a counter of its own.
+  TensorImpl(std::shared_ptr<Storage> storage, DType dtype, Shape sizes, Shape strides, int64_t offset,
+             std::shared_ptr<VersionCounter> version_counter = nullptr);
 
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   DType dtype() const { return dtype_; }
@@ -72,10 +107,38 @@ class TensorImpl {
   int64_t offset() const { return offset_; }
   int64_t numel() const { return numel_; }
 
-  // Points this tensor at other memory with the same dtype and numel. FSDP
-  // uses it to swap a parameter's shard for the gathered full tensor and back
-  // without the modules that hold the parameter noticing.
-  void set_storage(std::shared_ptr<Storage> storage, Shape sizes, Shape strides, int64_t offset);
+  // Note [Swapping a tensor's storage]
+  // set_storage points this tensor at the elements of `source`, viewed with
+  // `sizes`, under the same TensorImpl, so that whoever holds the handle (a
+  // module's member, an optimizer, autograd's AccumulateGrad and SavedTensor)
+  // sees the new memory. FSDP moves a parameter between the gathered full
+  // tensor and its 1-d shard this way:
+  //   weight.impl()->set_storage(gathered.narrow(0, start, out * in), {out, in});  // before forward/backward
+  //   weight.impl()->set_storage(shard, {shard.numel()});                          // after them
+  // What changes: the storage, sizes (and so the number of dims), strides and
+  // offset, together. The sizes must hold exactly source.numel() elements;
+  // with source's own sizes, source's strides and offset are taken as they
+  // are; with other sizes, source must be contiguous and is read in row-major
+  // order from its offset. What does not change: the dtype and the device,
+  // which must be source's (converting either is Module::to's business, Note
+  // [Module::to keeps parameter identity] in nn/module.h); and what belongs
+  // to the tensor rather than to its memory: the version counter, the
+  // autograd metadata and the quantization parameters.
+  // A swap is not a write and does not bump the version (torch's
+  // `param.data = x`, not its in-place `set_`). So a parameter saved for
+  // backward, swapped to its shard after forward and to a freshly gathered
+  // buffer before backward, reads as unmodified; an in-place write to it in
+  // between (an optimizer step on the shard) reads as modified. The counter
+  // sees writes, not values: the caller promises that what it swaps in holds
+  // the parameter's values, as all-gathering its shards does. Views taken
+  // before a swap still view the old memory (as after torch's set_), though
+  // they share the counter; take views again after swapping.
+  void set_storage(const Tensor& source, Shape sizes);
+
+  // Note [Version counter].
+  uint64_t version() const { return version_counter_->get(); }
+  void bump_version() const { version_counter_->bump(); }
+  const std::shared_ptr<VersionCounter>& version_counter() const { return version_counter_; }
 
   const std::shared_ptr<AutogradMeta>& autograd_meta() const { return autograd_meta_; }
   void set_autograd_meta(std::shared_ptr<AutogradMeta> meta) { autograd_meta_ = std::move(meta); }
@@ -84,7 +147,11 @@ class TensorImpl {
   void set_quant_params(std::shared_ptr<const QuantParams> params) { quant_params_ = std::move(params); }
 
  private:
+  // Checks that the view fits in `storage`, then takes it.
+  void set_view(std::shared_ptr<Storage> storage, Shape sizes, Shape strides, int64_t offset);
+
   std::shared_ptr<Storage> storage_;
+  std::shared_ptr<VersionCounter> version_counter_;
   DType dtype_;
   Shape sizes_;
   Shape strides_;
@@ -190,9 +257,10 @@ class Tensor {
   Tensor pin_memory() const;
   bool is_pinned() const { return storage()->is_pinned(); }
 
-  // ---- versions: every in-place write bumps the storage's counter ----
-  uint64_t version() const { return storage()->version(); }
-  void bump_version() const { storage()->bump_version(); }
+  // ---- versions: every in-place write bumps the counter this tensor shares
+  // with its views (Note [Version counter]) ----
+  uint64_t version() const { return checked_impl().version(); }
+  void bump_version() const { checked_impl().bump_version(); }
 
   // ---- autograd (implemented by autograd/, Note [Autograd hooks]) ----
   // As LibTorch: w.requires_grad_(); loss.backward(); w.grad().

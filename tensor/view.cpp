@@ -8,8 +8,11 @@
 
 namespace kiln {
 
+// A view shares its base's version counter, so that a write through either is
+// seen by both (Note [Version counter]).
 static Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset) {
-  auto impl = std::make_shared<TensorImpl>(base.storage(), base.dtype(), std::move(sizes), std::move(strides), offset);
+  auto impl = std::make_shared<TensorImpl>(base.storage(), base.dtype(), std::move(sizes), std::move(strides), offset,
+                                           base.impl()->version_counter());
   return Tensor(std::move(impl));
 }
 

@@ -243,6 +243,25 @@ TEST(Autocast, CachedCopiesShareOneConversionAndFollowTheVersion) {
   EXPECT_GT(ops::amax(ops::abs(ops::sub(y_after, y_before))).item<double>(), 0.0);
 }
 
+// A storage swap keeps the version (Note [Swapping a tensor's storage]) but
+// changes the memory and the shape, so the cached copy is not reused.
+TEST(Autocast, CachedCopiesFollowAStorageSwap) {
+  Tensor w = uniform32({2, 3}, 26).requires_grad_(), x = uniform32({4, 3}, 27);
+  Tensor gathered = uniform32({6}, 28);
+  Tensor shard = gathered.narrow(0, 3, 3).clone();
+  AutocastGuard autocast(DeviceType::CPU, DType::BFloat16);
+  Tensor before = linear(x, w).detach();
+  uint64_t version = w.version();
+  w.impl()->set_storage(gathered, {2, 3});
+  ASSERT_EQ(w.version(), version);
+  expect_same(linear(x, w).detach(), ops::linear(x.to(DType::BFloat16), gathered.view({2, 3}).to(DType::BFloat16)));
+  EXPECT_GT(ops::amax(ops::abs(ops::sub(linear(x, w).detach(), before))).item<double>(), 0.0);
+  w.impl()->set_storage(shard, {3});
+  Tensor y = matmul(w, x.t());  // (3) @ (3, 4)
+  EXPECT_EQ(y.shape(), (Shape{4}));
+  expect_same(y.detach(), ops::matmul(shard.to(DType::BFloat16), x.t().to(DType::BFloat16)));
+}
+
 TEST(Autocast, NestedRegionsOfTheTwoDtypesGetTheirOwnCopies) {
   Tensor w = uniform32({3, 3}, 24).requires_grad_(), x = uniform32({3, 3}, 25);
   AutocastGuard outer(DeviceType::CPU, DType::BFloat16);

@@ -285,6 +285,19 @@ TEST(Module, ToDTypeConvertsInPlaceKeepingIdentity) {
   expect_error([&] { net->to(DType::Int32); }, "Module::to: only floating dtypes are accepted, got int32");
 }
 
+// The version counter is the tensor's, not its memory's (Note [Version
+// counter]): an alias taken before the conversion still shares it after.
+TEST(Module, ToDTypeKeepsTheVersionCounter) {
+  auto net = std::make_shared<Net>();
+  Tensor weight = net->head->weight;
+  Tensor alias = weight.detach();
+  uint64_t version = weight.version();
+  net->to(DType::Float64);
+  EXPECT_EQ(weight.version(), version);
+  kiln::ops::add_(alias, 1.0);  // writes the old float32 memory, but counts for the parameter
+  EXPECT_EQ(weight.version(), version + 1);
+}
+
 TEST(Module, ToDeviceOnTheSameDeviceChangesNothing) {
   auto net = std::make_shared<Net>();
   void* data = net->head->weight.data_ptr();

@@ -50,27 +50,105 @@ TEST(Tensor, TypedAccessChecksDtypeAndBounds) {
   expect_error([&] { t.size(2); }, "size: dim 2 is out of range for a tensor of 2 dimensions");
 }
 
+// Note [Version counter]: one counter for a tensor and all its views.
 TEST(Tensor, VersionCounterIsSharedByViews) {
   Tensor base = zeros({4, 4});
-  Tensor view = base.select(0, 1);
+  Tensor row = base.select(0, 1);
+  Tensor cols = base.slice(1, 1, 3);
+  Tensor flipped = base.t();
+  Tensor flat = base.view({16});
+  Tensor alias = base.detach();
+  Tensor corner = flipped.narrow(0, 2, 2).as_strided({2}, {5}, 0);  // a view of a view
+  std::vector<Tensor> family = {base, row, cols, flipped, flat, alias, corner};
   uint64_t v0 = base.version();
-  view.copy_(ones({4}));
-  EXPECT_EQ(base.version(), v0 + 1);
-  EXPECT_EQ(base.at<float>({1, 2}), 1.0f);
-  EXPECT_EQ(base.at<float>({0, 2}), 0.0f);
+  for (const Tensor& t : family) EXPECT_EQ(t.version(), v0);
+  // A write through any one of them is a write to all of them.
+  int64_t writes = 0;
+  for (Tensor t : family) {
+    add_(t, 1.0);
+    ++writes;
+    for (const Tensor& u : family) EXPECT_EQ(u.version(), v0 + static_cast<uint64_t>(writes));
+  }
+  row.copy_(full({4}, 9.0));
+  EXPECT_EQ(base.version(), v0 + static_cast<uint64_t>(writes) + 1);
+  EXPECT_EQ(base.at<float>({1, 2}), 9.0f);
 }
 
+TEST(Tensor, CopiesHaveTheirOwnVersionCounter) {
+  Tensor base = zeros({3, 2});
+  Tensor cloned = base.clone();
+  Tensor packed = base.t().contiguous();  // a copy: the transpose is not contiguous
+  Tensor widened = base.to(DType::Float64);
+  uint64_t v0 = base.version();
+  for (Tensor copy : {cloned, packed, widened}) {
+    uint64_t before = copy.version();
+    add_(copy, 1.0);
+    EXPECT_EQ(copy.version(), before + 1);
+    EXPECT_EQ(base.version(), v0);
+  }
+  uint64_t cloned_version = cloned.version();
+  add_(base, 1.0);
+  EXPECT_EQ(cloned.version(), cloned_version);
+}
+
+// Note [Swapping a tensor's storage]: FSDP keeps the parameter's handle and
+// swaps its memory between the gathered full tensor and its 1-d shard.
 TEST(Tensor, SetStorageSwapsMemoryUnderTheSameHandle) {
-  // FSDP keeps the parameter handle and swaps its memory between a shard and
-  // the gathered full tensor.
-  Tensor param = zeros({2, 2});
-  Tensor holder = param;  // e.g. a module's reference to the same TensorImpl
-  Tensor gathered = from_vector<float>({1, 2, 3, 4}, {2, 2});
-  param.impl()->set_storage(gathered.storage(), {2, 2}, {2, 1}, 0);
-  EXPECT_EQ(holder.at<float>({1, 0}), 3.0f);
-  expect_error([&] { param.impl()->set_storage(gathered.storage(), {3, 2}, {2, 1}, 0); },
-               "TensorImpl: a view of size [3, 2], strides [2, 1] and offset 0 reaches element 5 but the storage "
-               "holds only 4 elements of float32");
+  Tensor param = zeros({2, 3});
+  Tensor holder = param;          // a module's reference to the same TensorImpl
+  Tensor old_view = param.select(0, 0);
+  Tensor gathered = from_vector<float>({9, 1, 2, 3, 4, 5, 6}, {7});  // the full values at offset 1
+  for (int i = 0; i < 3; ++i) add_(gathered, 0.0);  // writes that count for the source only
+  uint64_t version = param.version();
+  ASSERT_NE(gathered.version(), version);  // so that taking the source's count would show
+
+  param.impl()->set_storage(gathered.narrow(0, 1, 6), {2, 3});
+  EXPECT_EQ(holder.shape(), (Shape{2, 3}));
+  EXPECT_EQ(holder.strides(), (Shape{3, 1}));
+  EXPECT_EQ(holder.storage_offset(), 1);
+  EXPECT_EQ(holder.at<float>({1, 0}), 4.0f);
+  EXPECT_EQ(param.version(), version);  // a swap is not a write, and the source's count is not taken
+  EXPECT_EQ(old_view.at<float>({0}), 0.0f);  // views taken earlier keep the old memory...
+  add_(old_view, 1.0);                         // ...and the counter
+  EXPECT_EQ(param.version(), version + 1);
+
+  // To a 1-d shard of a flat buffer, and back to the full shape.
+  Tensor shard = from_vector<float>({7, 8, 9, 10}, {4}).narrow(0, 1, 3);
+  param.impl()->set_storage(shard, {3});
+  EXPECT_EQ(holder.shape(), (Shape{3}));
+  EXPECT_EQ(holder.at<float>({0}), 8.0f);
+  mul_(holder, 2.0);  // an in-place write to the parameter as a shard
+  EXPECT_EQ(param.version(), version + 2);
+  param.impl()->set_storage(gathered.narrow(0, 1, 6), {2, 3});
+  EXPECT_EQ(param.version(), version + 2);
+  EXPECT_EQ(shard.at<float>({0}), 16.0f);
+
+  // The source's own sizes keep its strides, even when not contiguous.
+  Tensor transposed = from_vector<float>({1, 2, 3, 4, 5, 6}, {3, 2}).t();
+  param.impl()->set_storage(transposed, {2, 3});
+  EXPECT_EQ(param.strides(), (Shape{1, 2}));
+  EXPECT_EQ(param.at<float>({1, 0}), 2.0f);
+}
+
+TEST(Tensor, SetStorageRefusesAnotherNumelDtypeDeviceOrLayout) {
+  Tensor param = zeros({2, 3});
+  const Storage* storage = param.storage().get();
+  Tensor six = zeros({6});
+  expect_error([&] { param.impl()->set_storage(six, {2, 2}); },
+               "set_storage: sizes [2, 2] hold 4 elements but the source [6] holds 6");
+  expect_error([&] { param.impl()->set_storage(zeros({5}), {2, 3}); },
+               "set_storage: sizes [2, 3] hold 6 elements but the source [5] holds 5");
+  expect_error([&] { param.impl()->set_storage(zeros({6}, DType::Float64), {2, 3}); },
+               "set_storage: the tensor is float32 but the source is float64");
+  expect_error([&] { param.impl()->set_storage(tensor_claiming_device(cuda_device(0), 6), {2, 3}); },
+               "set_storage: the tensor is on cpu but the source is on cuda:0");
+  expect_error([&] { param.impl()->set_storage(zeros({3, 2}).t(), {6}); },
+               "set_storage: sizes [6] differ from the source's [2, 3], which is not contiguous (strides [1, 2])");
+  expect_error([&] { param.impl()->set_storage(Tensor(), {2, 3}); },
+               "set_storage: the source tensor is undefined");
+  // A refused swap leaves the tensor as it was.
+  EXPECT_EQ(param.shape(), (Shape{2, 3}));
+  EXPECT_EQ(param.storage().get(), storage);
 }
 
 TEST(Tensor, AsStridedChecksStorageBounds) {
