@@ -1,7 +1,7 @@
 // Adam's and AdamW's update, step for step as torch.optim.adam's and
 // adamw's _single_tensor paths, so that each intermediate rounds to the
 // parameter dtype where PyTorch's does. The two differ only in where the
-// weight decay goes, so one function does both.
+// weight decay goes (decoupled_weight_decay), so one class does both.
 #include "optim/adam.h"
 
 #include <cmath>
@@ -18,8 +18,8 @@ namespace kiln::optim {
 
 namespace {
 
-template <class Options>
-std::vector<OptionField<Options>> adam_fields() {
+std::vector<OptionField<AdamOptions>> adam_fields() {
+  using Options = AdamOptions;
   return {{"lr", &Options::lr},
           {"beta1", &Options::beta1},
           {"beta2", &Options::beta2},
@@ -51,9 +51,23 @@ struct AdamHyperparameters {
   bool decoupled_weight_decay;  // AdamW
 };
 
-template <class Options>
-AdamHyperparameters hyperparameters_of(const Options& o, bool decoupled) {
-  return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.amsgrad, o.maximize, decoupled};
+AdamHyperparameters hyperparameters_of(const AdamOptions& o) {
+  return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.amsgrad, o.maximize, o.decoupled_weight_decay};
+}
+
+// AdamW's options as the Adam options they stand for, validated under
+// AdamW's name.
+AdamOptions as_adam_options(const AdamWOptions& o) {
+  o.validate("AdamW");
+  return {.lr = o.lr,
+          .beta1 = o.beta1,
+          .beta2 = o.beta2,
+          .eps = o.eps,
+          .weight_decay = o.weight_decay,
+          .amsgrad = o.amsgrad,
+          .maximize = o.maximize,
+          .decoupled_weight_decay = true,
+          .fused = o.fused};
 }
 
 // One update of `param` from `grad`; `who()` describes the parameter in
@@ -169,15 +183,19 @@ bool adam_fused_update(const std::vector<Tensor>& group_params, const AdamHyperp
 
 }  // namespace
 
-std::vector<OptionField<AdamOptions>> AdamOptions::fields() { return adam_fields<AdamOptions>(); }
+std::vector<OptionField<AdamOptions>> AdamOptions::fields() { return adam_fields(); }
 void AdamOptions::validate(std::string_view op) const { validate_adam(*this, op); }
-std::vector<OptionField<AdamWOptions>> AdamWOptions::fields() { return adam_fields<AdamWOptions>(); }
 void AdamWOptions::validate(std::string_view op) const { validate_adam(*this, op); }
 
 Adam::Adam(const std::vector<Tensor>& params, AdamOptions defaults)
     : Adam(std::vector<ParamGroup>{{params, {}}}, defaults) {}
 
-Adam::Adam(const std::vector<ParamGroup>& groups, AdamOptions defaults) : OptimizerWithOptions(defaults) {
+Adam::Adam(const std::vector<ParamGroup>& groups, AdamOptions defaults) : Adam(groups, defaults, "Adam") {}
+
+// The name is set before the groups are added, so that their errors name
+// AdamW as such.
+Adam::Adam(const std::vector<ParamGroup>& groups, AdamOptions defaults, std::string name)
+    : OptimizerWithOptions(defaults), name_(std::move(name)) {
   add_initial_groups(groups);
 }
 
@@ -185,9 +203,10 @@ std::vector<StateEntry> Adam::state_entries(size_t group) const { return adam_st
 
 void Adam::step() {
   NoGradGuard no_grad;
+  const std::string op = name_ + "::step";
   for (size_t g = 0; g < num_param_groups(); ++g) {
-    const AdamHyperparameters h = hyperparameters_of(options(g), /*decoupled=*/false);
-    refuse_capture(params(g), "Adam::step");
+    const AdamHyperparameters h = hyperparameters_of(options(g));
+    refuse_capture(params(g), op);
     if (options(g).fused &&
         adam_fused_update(params(g), h, [&](const Tensor& param) -> TensorDict& { return mutable_state(param); })) {
       continue;
@@ -196,7 +215,7 @@ void Adam::step() {
       const Tensor& param = params(g)[j];
       Tensor grad = param.grad();
       if (!grad.defined()) continue;
-      adam_update(param, grad, mutable_state(param), h, "Adam::step", [&] { return describe_param(g, j); });
+      adam_update(param, grad, mutable_state(param), h, op, [&] { return describe_param(g, j); });
     }
   }
 }
@@ -204,28 +223,7 @@ void Adam::step() {
 AdamW::AdamW(const std::vector<Tensor>& params, AdamWOptions defaults)
     : AdamW(std::vector<ParamGroup>{{params, {}}}, defaults) {}
 
-AdamW::AdamW(const std::vector<ParamGroup>& groups, AdamWOptions defaults) : OptimizerWithOptions(defaults) {
-  add_initial_groups(groups);
-}
-
-std::vector<StateEntry> AdamW::state_entries(size_t group) const { return adam_state_entries(options(group).amsgrad); }
-
-void AdamW::step() {
-  NoGradGuard no_grad;
-  for (size_t g = 0; g < num_param_groups(); ++g) {
-    const AdamHyperparameters h = hyperparameters_of(options(g), /*decoupled=*/true);
-    refuse_capture(params(g), "AdamW::step");
-    if (options(g).fused &&
-        adam_fused_update(params(g), h, [&](const Tensor& param) -> TensorDict& { return mutable_state(param); })) {
-      continue;
-    }
-    for (size_t j = 0; j < params(g).size(); ++j) {
-      const Tensor& param = params(g)[j];
-      Tensor grad = param.grad();
-      if (!grad.defined()) continue;
-      adam_update(param, grad, mutable_state(param), h, "AdamW::step", [&] { return describe_param(g, j); });
-    }
-  }
-}
+AdamW::AdamW(const std::vector<ParamGroup>& groups, AdamWOptions defaults)
+    : Adam(groups, as_adam_options(defaults), "AdamW") {}
 
 }  // namespace kiln::optim

@@ -2,6 +2,14 @@
 //
 //   Adam opt(model.parameters(), AdamOptions{.lr = 3e-4});
 //   AdamW opt(model.parameters(), AdamWOptions{.lr = 3e-4, .weight_decay = 0.1});
+//   AdamW opt(weight_decay_groups(model.named_parameters(), 0.1), AdamWOptions{.lr = 3e-4});  // as nanoGPT
+//
+// They are one optimizer with one update: AdamW is Adam with
+// decoupled_weight_decay on (as torch 2.6's Adam flag of that name) and
+// PyTorch's AdamW default weight decay, named "AdamW" in errors. The flag
+// chooses the algorithm rather than tuning it, so it is not one of the
+// hyperparameters a group overrides or a state dict records (Note
+// [Hyperparameters by name]); an AdamW's state dict is an Adam's.
 //
 // Per parameter p with gradient g, in p's dtype and in this order (t counts
 // this parameter's steps from 1):
@@ -35,6 +43,8 @@ struct AdamOptions {
   double weight_decay = 0.0;
   bool amsgrad = false;
   bool maximize = false;
+  // AdamW's update: decay the parameter, not the gradient.
+  bool decoupled_weight_decay = false;
   // Update all of a group's parameters with one fused step
   // (ops::adam_step_, Note [Fused optimizer steps] in tensor/fused_optim.h)
   // where their tensors allow it; the results are bitwise those of the
@@ -47,7 +57,8 @@ struct AdamOptions {
   void validate(std::string_view op) const;
 };
 
-// AdamW's options differ from Adam's only in the default weight decay.
+// AdamW's options differ from Adam's only in the default weight decay (and
+// decoupled_weight_decay, which is always on).
 struct AdamWOptions {
   static constexpr const char* kOptimizerName = "AdamW";
 
@@ -60,7 +71,6 @@ struct AdamWOptions {
   bool maximize = false;
   bool fused = true;  // as AdamOptions::fused
 
-  static std::vector<OptionField<AdamWOptions>> fields();
   void validate(std::string_view op) const;
 };
 
@@ -69,21 +79,24 @@ class Adam : public OptimizerWithOptions<AdamOptions> {
   Adam(const std::vector<Tensor>& params, AdamOptions defaults);
   Adam(const std::vector<ParamGroup>& groups, AdamOptions defaults);
 
+  // "Adam", or "AdamW" for an AdamW.
+  std::string name() const override { return name_; }
   void step() override;
 
  protected:
+  Adam(const std::vector<ParamGroup>& groups, AdamOptions defaults, std::string name);
   std::vector<StateEntry> state_entries(size_t group) const override;
+
+ private:
+  std::string name_;
 };
 
-class AdamW : public OptimizerWithOptions<AdamWOptions> {
+// Adam with decoupled weight decay; options(g) and defaults() are
+// AdamOptions with decoupled_weight_decay set.
+class AdamW : public Adam {
  public:
   AdamW(const std::vector<Tensor>& params, AdamWOptions defaults);
   AdamW(const std::vector<ParamGroup>& groups, AdamWOptions defaults);
-
-  void step() override;
-
- protected:
-  std::vector<StateEntry> state_entries(size_t group) const override;
 };
 
 }  // namespace kiln::optim

@@ -32,6 +32,16 @@ std::string join(const std::vector<std::string>& names) {
 
 }  // namespace
 
+std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params, double weight_decay) {
+  ParamGroup decay{{}, {{"weight_decay", weight_decay}}};
+  ParamGroup no_decay{{}, {{"weight_decay", 0.0}}};
+  for (const Tensor& p : params) {
+    if (!p.defined() || !p.requires_grad()) continue;
+    (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
+  }
+  return {decay, no_decay};
+}
+
 void Optimizer::zero_grad(bool set_to_none) {
   for (const auto& group : groups_) {
     for (const Tensor& p : group.params) {

@@ -54,6 +54,14 @@ struct ParamGroup {
   std::map<std::string, double> options = {};
 };
 
+// nanoGPT's grouping for weight decay: group 0 holds the parameters of two
+// or more dims (matmul and embedding weights) and decays them by
+// `weight_decay`; group 1 holds the others (biases, norm weights and
+// biases) with weight_decay 0. Parameters that do not require grad are
+// left out, as nanoGPT's configure_optimizers; a group may be empty.
+//   AdamW opt(weight_decay_groups(model->parameters(), 0.1), AdamWOptions{.lr = 6e-4});
+std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params, double weight_decay);
+
 // One hyperparameter of an Options struct, reachable by name
 // (Note [Hyperparameters by name]).
 template <class Options>

@@ -114,6 +114,29 @@ TEST(AdamW, DecaysTheParameterNotTheGradient) {
   EXPECT_EQ(AdamOptions{}.weight_decay, 0.0);
 }
 
+TEST(AdamW, IsAdamWithDecoupledWeightDecay) {
+  // One update: Adam with the flag takes AdamW's steps bitwise, fused or not.
+  for (bool fused : {true, false}) {
+    Tensor a = make_param({1.0, -2.0, 0.5}, {3}), b = make_param({1.0, -2.0, 0.5}, {3});
+    Adam adam({a}, AdamOptions{.lr = 0.1, .weight_decay = 0.3, .decoupled_weight_decay = true, .fused = fused});
+    AdamW adamw({b}, AdamWOptions{.lr = 0.1, .weight_decay = 0.3, .fused = fused});
+    EXPECT_TRUE(adamw.defaults().decoupled_weight_decay);
+    for (int s = 0; s < 3; ++s) {
+      set_grad_values(a, {0.3, -0.1 * s, 1.0});
+      set_grad_values(b, {0.3, -0.1 * s, 1.0});
+      adam.step();
+      adamw.step();
+    }
+    EXPECT_EQ(values_of(a), values_of(b)) << "fused " << fused;
+  }
+  // Still named AdamW, from the constructor's groups on.
+  Tensor p = make_param({1.0}, {1});
+  AdamW opt({p}, AdamWOptions{});
+  EXPECT_EQ(opt.name(), "AdamW");
+  expect_error([&] { AdamW({ParamGroup{{p}, {{"betas", 0.9}}}}, AdamWOptions{}); },
+               "AdamW::add_param_group: unknown hyperparameter 'betas' (AdamW has:");
+}
+
 TEST(Adam, AmsgradKeepsTheLargestSecondMoment) {
   Tensor p = make_param({0.0}, {1}, DType::Float64);
   Adam opt({p}, AdamOptions{.lr = 0.1, .beta2 = 0.5, .amsgrad = true});

@@ -73,6 +73,22 @@ TEST(Optimizer, ZeroGradDetachesAGradThatCarriesAGraph) {
   EXPECT_EQ(values_of(w.grad()), (std::vector<double>{0.0, 0.0}));
 }
 
+TEST(Optimizer, WeightDecayGroupsSplitMatricesFromVectorsAsNanoGpt) {
+  Tensor weight = make_param({1, 2, 3, 4}, {2, 2}), bias = make_param({1, 2}, {2});
+  Tensor embedding = make_param({1, 2, 3, 4, 5, 6}, {3, 2}), norm_weight = make_param({1}, {1});
+  Tensor frozen = make_param({1, 2, 3, 4}, {2, 2});
+  frozen.requires_grad_(false);
+  std::vector<ParamGroup> groups = weight_decay_groups({weight, bias, embedding, norm_weight, frozen}, 0.1);
+  ASSERT_EQ(groups.size(), 2u);
+  ASSERT_EQ(groups[0].params.size(), 2u);
+  EXPECT_TRUE(groups[0].params[0].is_same(weight) && groups[0].params[1].is_same(embedding));
+  ASSERT_EQ(groups[1].params.size(), 2u);
+  EXPECT_TRUE(groups[1].params[0].is_same(bias) && groups[1].params[1].is_same(norm_weight));
+  AdamW opt(groups, AdamWOptions{.weight_decay = 0.5});
+  EXPECT_EQ(opt.hyperparameter(0, "weight_decay"), 0.1);
+  EXPECT_EQ(opt.hyperparameter(1, "weight_decay"), 0.0);
+}
+
 TEST(Optimizer, AddParamGroupChecksParameters) {
   std::vector<Tensor> params = fresh_params();
   SGD opt({params[0]}, SGDOptions{.lr = 0.1});

@@ -126,6 +126,24 @@ TEST(TorchOracle, AdamAndAdamW) {
       2);
 }
 
+// nanoGPT's configure_optimizers: weight decay for the matrix, none for the
+// 1-d parameter (a bias or norm weight), through weight_decay_groups; the
+// second group keeps the 0.02 lr compare_optimizers gives it.
+TEST(TorchOracle, AdamWWithNanoGptWeightDecayGroups) {
+  SKIP_WITHOUT_TORCH();
+  MakeOptimizer make = [](const std::vector<ParamGroup>& groups) -> std::unique_ptr<Optimizer> {
+    std::vector<ParamGroup> by_dim = weight_decay_groups({groups[1].params[0], groups[0].params[0]}, 0.1);
+    EXPECT_TRUE(by_dim[0].params.size() == 1 && by_dim[0].params[0].is_same(groups[0].params[0]));
+    by_dim[1].options["lr"] = 0.02;
+    // Group order as PyTorch's below: the decayed matrix first.
+    return std::make_unique<AdamW>(by_dim, AdamWOptions{.lr = 0.01});
+  };
+  compare_optimizers({{"torch.optim.AdamW([{'params': groups[0]['params'], 'weight_decay': 0.1}, "
+                       "{'params': groups[1]['params'], 'weight_decay': 0.0, 'lr': 0.02}], lr=0.01)",
+                       make}},
+                     2);
+}
+
 // ---- schedulers ------------------------------------------------------------------
 
 // Two groups (lr 0.1 and 0.5) of an SGD with momentum 0.9, or an Adam.
