@@ -28,7 +28,12 @@ Tensor run_with(const ThreadSettings& s, nn::Module& replica, const Tensor& inpu
   AutoGradMode grad_mode(s.grad_enabled);
   AutocastGuard cpu(DeviceType::CPU, s.cpu_dtype, s.cpu_autocast);
   AutocastGuard cuda(DeviceType::CUDA, s.cuda_dtype, s.cuda_autocast);
-  return replica(input);
+  // forward_many, not operator(): the hooks of the wrapped module run once,
+  // around the whole batch (Note [DataParallel steps]).
+  nn::TensorList outputs = replica.forward_many({input});
+  KILN_CHECK(outputs.size() == 1, "DataParallel: ", replica.name(), " returned ", outputs.size(),
+             " tensors; DataParallel gathers one");
+  return outputs[0];
 }
 
 std::vector<Tensor> tensors_of(const TensorDict& named) {
@@ -104,7 +109,16 @@ void DataParallel::copy_state_to_replicas() {
 }
 
 Tensor DataParallel::forward(const Tensor& input) {
-  if (replicas_.size() == 1) return (*module_)(input.to(devices_[0]));
+  nn::TensorList outputs = module_->call_with_hooks({input}, [this](const nn::TensorList& x) {
+    KILN_CHECK(x.size() == 1, "DataParallel: a forward pre-hook of ", module_->name(), " returned ", x.size(),
+               " inputs; DataParallel splits one");
+    return nn::TensorList{split_and_run(x[0])};
+  });
+  return outputs[0];
+}
+
+Tensor DataParallel::split_and_run(const Tensor& input) {
+  if (replicas_.size() == 1) return run_with(ThreadSettings(), *module_, input.to(devices_[0]));
   KILN_CHECK(input.dim() >= 1 && input.size(0) >= 1, "DataParallel: the input must have a batch dimension with "
                                                      "at least one row, got shape ",
              input.shape());

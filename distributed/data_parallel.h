@@ -19,6 +19,10 @@
 //    the caller's), with the caller's grad mode and autocast settings;
 // 4. moves the outputs to devices[0] and concatenates them: the output of
 //    the whole batch, as the original module would have made it.
+// The original's hooks (forward and backward) run once, around all four
+// steps (Module::call_with_hooks), on the whole batch and on the caller's
+// thread, as if the original module had run alone; the replicas are run
+// without hooks.
 // Steps 2 and 4 are differentiable, so one backward from a loss on that
 // output flows into every replica's parameters. The first replica
 // parameter to get its gradient queues an end-of-backward callback
@@ -62,6 +66,8 @@ class DataParallel : public nn::Module {
 
  private:
   void copy_state_to_replicas();
+  // Steps 2 to 4 of Note [DataParallel steps].
+  Tensor split_and_run(const Tensor& input);
   // The end-of-backward callback: replica gradients into the original's.
   void gather_gradients();
 

@@ -130,11 +130,26 @@ void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& te
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
+  nn::TensorList outputs = forward_many({input});
+  KILN_CHECK(outputs.size() == 1, "DistributedDataParallel: ", module_->name(), " returned ", outputs.size(),
+             " tensors; call the DDP module with a TensorList to receive them all");
+  return std::move(outputs[0]);
+}
+
+nn::TensorList DistributedDataParallel::forward_many(const nn::TensorList& inputs) {
   const bool training = is_training() && GradMode::is_enabled();
   if (training && options_.broadcast_buffers) broadcast_from_rank0(module_->buffers());
-  Tensor output = module_->forward(input);
-  if (training && sync_) reducer_->prepare_for_backward(output);
-  return output;
+  // Through operator(), so that the wrapped module's hooks run as they do
+  // without DDP (an FSDP-style gather in a pre-hook, a profiler's timing).
+  nn::TensorList outputs = (*module_)(inputs);
+  if (training && sync_) {
+    // The search for unused parameters starts from one output.
+    KILN_CHECK(!options_.find_unused_parameters || outputs.size() == 1,
+               "DistributedDataParallel: find_unused_parameters needs a module of one output, but ", module_->name(),
+               " returned ", outputs.size());
+    reducer_->prepare_for_backward(outputs.empty() ? Tensor() : outputs[0]);
+  }
+  return outputs;
 }
 
 }  // namespace kiln::distributed

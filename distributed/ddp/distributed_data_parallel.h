@@ -8,7 +8,7 @@
 //   optim::SGD opt(ddp->parameters(), {.lr = 0.01});
 //   for (auto& [x, y] : loader) {                           // a DistributedSampler shards the data
 //     opt.zero_grad();
-//     nn::functional::cross_entropy(ddp->forward(x), y).backward();   // returns with averaged gradients
+//     nn::functional::cross_entropy((*ddp)(x), y).backward();   // returns with averaged gradients
 //     opt.step();
 //   }
 //
@@ -59,10 +59,13 @@ class DistributedDataParallel : public nn::Module {
   // group must construct its DDP at the same point.
   explicit DistributedDataParallel(std::shared_ptr<nn::Module> module, DDPOptions options = {});
 
-  // The wrapped module's forward. In training with gradients enabled it
-  // first broadcasts rank 0's buffers (broadcast_buffers) and afterwards arms
-  // the reducer for this output's backward, unless inside no_sync().
+  // The wrapped module called through its hooks, (*module)(inputs). In
+  // training with gradients enabled it first broadcasts rank 0's buffers
+  // (broadcast_buffers) and afterwards arms the reducer for this output's
+  // backward, unless inside no_sync(). find_unused_parameters needs a
+  // module of one output.
   Tensor forward(const Tensor& input) override;
+  nn::TensorList forward_many(const nn::TensorList& inputs) override;
 
   nn::Module& module() { return *module_; }
   const std::shared_ptr<nn::Module>& module_ptr() const { return module_; }

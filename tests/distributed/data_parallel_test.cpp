@@ -66,6 +66,29 @@ TEST(DataParallel, GradientsAccumulateOverBackwardsLikeTheModuleAlone) {
   }
 }
 
+TEST(DataParallel, TheOriginalsHooksRunOnceAroundTheWholeBatch) {
+  DataParallel dp(make_lenet(4), [] { return make_lenet(5); }, {kCPU, kCPU});
+  auto reference = make_lenet(4);
+  std::vector<int64_t> rows_seen;
+  int backward_runs = 0;
+  auto doubled = [](nn::Module&, const Tensor&, const Tensor& out) { return mul(out, 2.0); };
+  dp.module().register_forward_pre_hook([&](nn::Module&, const Tensor& x) { rows_seen.push_back(x.size(0)); });
+  dp.module().register_forward_hook(doubled);
+  dp.module().register_full_backward_hook(
+      [&](nn::Module&, const nn::TensorList&, const nn::TensorList&) { ++backward_runs; });
+  reference->register_forward_hook(doubled);
+  auto [x, y] = batch_for(0, 6);
+  F::cross_entropy(dp(x), y).backward();
+  F::cross_entropy((*reference)(x), y).backward();
+  EXPECT_EQ(rows_seen, std::vector<int64_t>{6});  // once, with the whole batch
+  EXPECT_EQ(backward_runs, 1);
+  // The doubled output of the whole batch, not of replica 0's half.
+  const auto a = dp.module().parameters(), b = reference->parameters();
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_LE(max(abs(a[i].grad() - b[i].grad())).item<double>(), 1e-12) << "parameter " << i;
+  }
+}
+
 TEST(DataParallel, ErrorsNameTheReplicaAndTheMismatch) {
   EXPECT_NE(error_of([] { DataParallel(make_lenet(1), {}, {kCPU, kCPU}); })
                 .find("DataParallel: 2 devices need a factory for the other replicas"),

@@ -238,6 +238,25 @@ TEST(DistributedDataParallel, BuffersComeFromRankZeroAtEachTrainingForward) {
   });
 }
 
+TEST(DistributedDataParallel, TheWrappedModuleRunsThroughItsHooks) {
+  run_on_ranks(2, [](int) {
+    auto group = make_test_group("gloo", kTimeout);
+    auto linear = std::make_shared<nn::Linear>(3, 2);
+    int pre = 0, backward = 0;
+    linear->register_forward_pre_hook([&](nn::Module&, const Tensor&) { ++pre; });
+    // Doubles the output, so the gradients double if and only if it ran.
+    linear->register_forward_hook([](nn::Module&, const Tensor&, const Tensor& out) { return mul(out, 2.0); });
+    linear->register_full_backward_hook([&](nn::Module&, const nn::TensorList&, const nn::TensorList&) { ++backward; });
+    auto ddp = std::make_shared<DistributedDataParallel>(linear, on(group));
+    sum((*ddp)(ones({4, 3}))).backward();
+    EXPECT_EQ(pre, 1);
+    EXPECT_EQ(backward, 1);
+    // d sum(2 (x W^T + b)) / dW = 2 * (the column sums of x) = 8 on every
+    // rank, and so is their average.
+    EXPECT_EQ(max(abs(sub(linear->weight.grad(), full({2, 3}, 8.0)))).item<double>(), 0.0);
+  });
+}
+
 TEST(DistributedDataParallel, TwoRunsGiveBitwiseTheSameWeights) {
   // The buckets, their order and gloo's ring are fixed, so the result does
   // not depend on when each bucket's gradients happened to be ready.
