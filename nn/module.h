@@ -70,7 +70,8 @@ struct IncompatibleKeys {
 // A module that needs several (attention's input and mask, a pipeline
 // stage's activations, a tensor-parallel layer's output and bias) writes
 //   TensorList forward_many(const TensorList& inputs) override;
-// and is called with a list: auto outs = (*attention)({x, mask}). The two
+// and is called with a list: auto outs = (*attention)({x, mask}) (a list of
+// one is written TensorList{x}, since {x} alone is the tensor). The two
 // are one path: (*m)(x) is (*m)({x}) with its single output unwrapped, and
 // the default forward_many calls forward on a single input. So hooks,
 // containers and wrappers (Sequential, DDP, DataParallel) handle one form
@@ -92,9 +93,9 @@ struct IncompatibleKeys {
 //   backward and may replace them; backward hooks see the gradients of the
 //   inputs and of the outputs, and may replace those of the inputs
 //   (torch's register_full_backward_pre_hook / register_full_backward_hook).
-//   They are identity nodes on the inputs and the outputs
-//   (Note [Module backward hooks] in module.cpp), so they observe the
-//   gradients and never carry them.
+//   They run from identity nodes on the inputs and the outputs
+//   (Note [Module backward hooks] in module.cpp): the module's own nodes
+//   still compute every gradient, the hooks only see or replace them.
 // - state-dict hooks run around state_dict() and load_state_dict() of the
 //   module and receive the key prefix of the module (torch's
 //   register_state_dict_pre_hook and post, register_load_state_dict_pre_hook
