@@ -143,6 +143,32 @@ TEST(FaultInjection, TheFirstOfThreeRanksThatDiffersIsNamed) {
   }
 }
 
+TEST(FaultInjection, AllReducesOnDifferentTcpAlgorithmsStillFailAtOnce) {
+  // Over TCP a small all-reduce goes by recursive doubling, which carries
+  // the calls in its steps, and a large or empty one by the ring after an
+  // exchange of calls with every rank (Note [Gloo all-reduce algorithms]):
+  // ranks on different paths must still all fail at once.
+  struct Case {
+    const char* name;
+    int64_t rank3_elements;
+  };
+  for (const Case c : {Case{"one rank above the recursive-doubling limit", int64_t{2} << 20},
+                       Case{"one rank empty", 0}, Case{"all small", 11}}) {
+    SCOPED_TRACE(c.name);
+    run_on_ranks(4, [c](int rank) {
+      auto group = make_group("0");
+      Tensor t = ones({rank == 3 ? c.rank3_elements : 10}, DType::Float32);
+      const auto start = std::chrono::steady_clock::now();
+      const std::string error = error_of([&] { group->all_reduce(t)->wait(); });
+      EXPECT_LT(seconds_since(start), 5.0) << error;
+      EXPECT_NE(error.find("disagree on collective #1"), std::string::npos) << error;
+      EXPECT_NE(error.find("all_reduce(float32, " + std::to_string(c.rank3_elements) + " element"),
+                std::string::npos)
+          << error;
+    });
+  }
+}
+
 TEST(FaultInjection, DdpRanksWithDifferentNumbersOfBatchesFailInsteadOfMixingGradients) {
   // Rank 1's data is one batch shorter: it reaches the end-of-epoch
   // all-reduce of its metrics while rank 0 still reduces gradients.

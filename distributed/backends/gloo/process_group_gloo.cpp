@@ -232,12 +232,12 @@ WorkPtr ProcessGroupGloo::enqueue_collective(const CollectiveCall& call, std::fu
   return collectives_->enqueue(
       collective_kind_name(call.kind),
       [body = std::move(body), tag, call, agreement, context = context_, shared_memory = shared_memory_,
-       aborted = aborted_, seen = calls_seen_, timeout = timeout(), group = name()] {
+       aborted = aborted_, seen = calls_seen_, timeout = timeout(), group = group_name_] {
         // A collective queued behind one that was given up would only wait
         // for peers that have stopped too.
-        KILN_CHECK(!aborted->load(), "gloo ", call.describe(), " #", call.sequence, ": group '", group,
+        KILN_CHECK(!aborted->load(), "gloo ", call.describe(), " #", call.sequence, ": group '", *group,
                    "' was aborted after an earlier collective failed");
-        if (agreement == Agreement::BeforeBody) agree(context, shared_memory, *seen, call, tag, timeout, group);
+        if (agreement == Agreement::BeforeBody) agree(context, shared_memory, *seen, call, tag, timeout, *group);
         body(tag);
       });
 }
@@ -250,7 +250,7 @@ WorkPtr ProcessGroupGloo::run_all_reduce(const Tensor& tensor, ReduceOp op) {
   const CollectiveCall call = CollectiveCall::make_reduction(sequence_number(), CollectiveKind::AllReduce,
                                                              tensor.dtype(), elements(tensor), op);
   auto body = [context = context_, shared_memory = shared_memory_, seen = calls_seen_, tensor, host, reduce, call,
-               timeout = timeout(), group = name()](uint32_t tag) {
+               timeout = timeout(), group = group_name_](uint32_t tag) {
     // The shared-memory all-reduce checks the call as it waits for its
     // peers' inputs; the TCP paths exchange it first.
     if (shared_memory && host.numel() > 0) {
@@ -258,7 +258,7 @@ WorkPtr ProcessGroupGloo::run_all_reduce(const Tensor& tensor, ReduceOp op) {
       copy_to_device(tensor, host);
       return;
     }
-    agree(context, shared_memory, *seen, call, tag, timeout, group);
+    agree(context, shared_memory, *seen, call, tag, timeout, *group);
     if (host.numel() == 0) return;
     // Note [Gloo all-reduce algorithms]
     if (gloo_backend::use_recursive_doubling(host.nbytes(), context->size)) {

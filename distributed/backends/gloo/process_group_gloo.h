@@ -177,6 +177,9 @@ class ProcessGroupGloo : public ProcessGroup {
     std::vector<CollectiveCall> calls;  // (size): calls[r] is rank r's last; sequence 0 for none
   };
   std::shared_ptr<CallsSeen> calls_seen_ = std::make_shared<CallsSeen>(size());
+  // The group's name for the operations' errors, shared rather than copied
+  // into each queued operation.
+  std::shared_ptr<const std::string> group_name_ = std::make_shared<const std::string>(name());
 
   std::mutex issue_mutex_;  // makes tag order the queue order
   uint32_t next_tag_ = 0;

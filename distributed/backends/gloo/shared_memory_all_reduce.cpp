@@ -235,6 +235,11 @@ void SharedMemoryAllReduce::announce(const CollectiveCall& call) {
 }
 
 void SharedMemoryAllReduce::check_agreement(const CollectiveCall& mine) const {
+  // Compared in place: this runs on every all-reduce, and the list of calls
+  // is needed only for the message.
+  bool agree = true;
+  for (int r = 0; r < size_ && agree; ++r) agree = r == rank_ || *call_of(r, announced_) == mine;
+  if (agree) return;
   std::vector<CollectiveCall> calls(size_);
   for (int r = 0; r < size_; ++r) calls[r] = r == rank_ ? mine : *call_of(r, announced_);
   check_calls_agree(calls, rank_, group_);
