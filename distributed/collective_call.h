@@ -34,10 +34,14 @@
 // Shapes are not compared (a [4, 5] against a [5, 4] of 20 elements is
 // consistent bytes); debug mode's fingerprints still compare them.
 //
+// On one host the check costs nothing measurable; across hosts the preamble
+// is one more exchange before the data, which small all-reduces feel
+// (docs/BENCHMARKS.md, "Always-on collective agreement").
+//
 // MPI and NCCL do not carry the check. Their bytes cannot carry a header,
 // so it would be a separate exchange per collective: for MPI a blocking
-// allgather of the header on the operation thread (measured in
-// docs/BENCHMARKS.md, "Always-on collective agreement"); for NCCL a device
+// all-gather of the call on the operation thread, which made a 4 KB
+// all-reduce 1.5x slower (bench/mpi_agreement_cost); for NCCL a device
 // round trip to the host per collective, which would serialise the stream
 // that overlaps communication with the backward pass. Both keep debug mode
 // (KILN_DISTRIBUTED_DEBUG=1) for this.
