@@ -513,12 +513,14 @@ WorkPtr ProcessGroupGloo::run_send(const Tensor& tensor, int dst, int tag) {
       context_->createUnboundBuffer(preamble->data(), sizeof(CollectiveCall::Words));
   std::shared_ptr<::gloo::transport::UnboundBuffer> data_buffer;
   if (host.numel() > 0) data_buffer = context_->createUnboundBuffer(host.data_ptr(), host.nbytes());
-  KILN_CHECK(track(preamble_buffer, false) && (!data_buffer || track(data_buffer, false)), "gloo ", name,
-             ": the group is being destroyed");
+  // Posted before being tracked: a post that throws (a peer already gone)
+  // must leave no pointer to these buffers behind for the destructor.
   post(name, [&] {
     preamble_buffer->send(dst, preamble_slot(tag));
     if (data_buffer) data_buffer->send(dst, point_to_point_slot(tag));
   });
+  track(preamble_buffer, false);
+  if (data_buffer) track(data_buffer, false);
   return point_to_point_->enqueue(name, [this, name, preamble, preamble_buffer, data_buffer, host,
                                          timeout = timeout()] {
     wait_tracked(preamble_buffer, false, timeout, name);
@@ -532,7 +534,6 @@ WorkPtr ProcessGroupGloo::run_recv(const Tensor& tensor, int src, int tag) {
   auto preamble = std::make_shared<CollectiveCall::Words>();
   std::shared_ptr<::gloo::transport::UnboundBuffer> preamble_buffer =
       context_->createUnboundBuffer(preamble->data(), sizeof(CollectiveCall::Words));
-  KILN_CHECK(track(preamble_buffer, true), "gloo ", name, ": the group is being destroyed");
   auto gate = std::make_shared<RecvGate>();
   std::shared_ptr<RecvGate> previous;
   {
@@ -541,7 +542,17 @@ WorkPtr ProcessGroupGloo::run_recv(const Tensor& tensor, int src, int tag) {
     previous = std::move(last);
     last = gate;
   }
-  post(name, [&] { preamble_buffer->recv(src, preamble_slot(tag)); });
+  try {
+    post(name, [&] { preamble_buffer->recv(src, preamble_slot(tag)); });
+  } catch (...) {
+    // Nothing will wait on this recv: its successor must not wait for it.
+    gate->open();
+    std::lock_guard lock(pending_mutex_);
+    auto it = last_recv_gate_.find({src, tag});
+    if (it != last_recv_gate_.end() && it->second == gate) last_recv_gate_.erase(it);
+    throw;
+  }
+  track(preamble_buffer, true);
   const CollectiveCall expected = message_of(tensor);
   return point_to_point_->enqueue(name, [this, name, src, tag, preamble, preamble_buffer, gate, previous, expected,
                                          tensor, host, timeout = timeout()]() mutable {
@@ -584,7 +595,13 @@ WorkPtr ProcessGroupGloo::run_recv(const Tensor& tensor, int src, int tag) {
       std::shared_ptr<::gloo::transport::UnboundBuffer> data_buffer =
           context_->createUnboundBuffer(into.data_ptr(), into.nbytes());
       KILN_CHECK(track(data_buffer, true), "gloo ", name, ": the group is being destroyed");
-      data_buffer->recv(src, point_to_point_slot(tag));
+      try {
+        data_buffer->recv(src, point_to_point_slot(tag));
+      } catch (...) {
+        std::lock_guard lock(pending_mutex_);
+        pending_.erase({data_buffer.get(), true});
+        throw;
+      }
       release.gate->open();  // the next recv with this tag may post its data now
       wait_tracked(data_buffer, true, remaining(), name);
     }
