@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "distributed/process_identity.h"
 #include "distributed/tcp_store.h"
 #include "tensor/error.h"
 
@@ -64,12 +65,6 @@ std::string bindable_address(const std::string& hostname) {
   }
   ::freeaddrinfo(result);
   return found;
-}
-
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "";
-  return name;
 }
 
 // Boot id and network namespace (Note [Gloo interface]: what "a host" is).
