@@ -102,6 +102,39 @@ Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator*
 // Indices must lie in [0, num_embeddings).
 Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt);
 
+// ---- attention (nn/functional/attention.cpp) ----
+struct ScaledDotProductAttentionOptions {
+  Tensor attn_mask{};             // Bool (true = take part) or floating (added to the scores), broadcastable to (..., Tq, Tk)
+  double dropout_p = 0.0;         // applied only when > 0 (callers pass 0 in eval, as torch)
+  bool is_causal = false;         // query i attends keys j <= i (top-left aligned, as torch)
+  std::optional<double> scale{};  // default 1/sqrt(D)
+  Generator* generator = nullptr; // dropout's generator (default generator when null)
+};
+// torch.nn.functional.scaled_dot_product_attention:
+//   out = dropout(softmax(scale * q k^T + mask)) v
+// q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) -> (..., Tq, Dv); the
+// leading dims are usually (B, H) and must be the same for all three. A
+// causal and an explicit mask may be combined. Unlike torch, a query row
+// that attends to no key (every score masked) gives zeros, not NaN.
+// Floating inputs on the CPU and CUDA run the fused kernels (Note [Fused
+// attention] in tensor/attention.h: the (Tq, Tk) scores are never stored),
+// differentiable in q, k and v to any order (16-bit inputs on the CPU
+// compute in float32); a floating attn_mask that requires grad, or head
+// dims above 256 on CUDA, take the reference.
+//   Tensor y = F::scaled_dot_product_attention(q, k, v, {.dropout_p = 0.1, .is_causal = true});
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const ScaledDotProductAttentionOptions& options = {});
+// The plain reference through existing differentiable ops,
+// softmax(scale * q k^T + mask) v, with the same semantics, the same
+// dropout mask for the same generator state, and (Tq, Tk) intermediates.
+Tensor scaled_dot_product_attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              const ScaledDotProductAttentionOptions& options = {});
+// The attention probabilities softmax(scale * q k^T + mask), (..., Tq, Tk),
+// through differentiable ops, without dropout (options.dropout_p must be 0):
+// what MultiheadAttention returns as its weights.
+Tensor scaled_dot_product_attention_weights(const Tensor& q, const Tensor& k,
+                                            const ScaledDotProductAttentionOptions& options = {});
+
 // ---- losses (nn/functional/loss.cpp, cross_entropy.cpp) ----
 // How a loss combines its per-element values: torch's reduction='none' |
 // 'mean' | 'sum'.
