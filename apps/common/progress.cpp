@@ -1,4 +1,4 @@
-#include "apps/lenet/progress.h"
+#include "apps/common/progress.h"
 
 #include <unistd.h>
 
@@ -7,12 +7,12 @@
 #include <cstdio>
 #include <utility>
 
-namespace kiln::apps::lenet {
+#include "tensor/error.h"
+
+namespace kiln::apps {
 
 namespace {
 
-// Plain lines per epoch when stdout is a file.
-constexpr int64_t kPlainLinesPerEpoch = 4;
 // The fastest an in-place line is redrawn; more often only costs terminal time.
 constexpr auto kRedrawInterval = std::chrono::milliseconds(100);
 
@@ -51,35 +51,43 @@ ProgressLine::ProgressLine(std::ostream& out, bool interactive, std::string labe
       first_step_(first_step),
       start_(Clock::now()),
       last_draw_(start_ - kRedrawInterval) {
-  const int64_t every = std::max<int64_t>(1, (total_steps_ + kPlainLinesPerEpoch - 1) / kPlainLinesPerEpoch);
-  // The first multiple of `every` after the steps already done.
-  next_plain_step_ = (first_step_ / every + 1) * every;
+  set_plain_lines(plain_lines_);
 }
 
-std::string ProgressLine::format(int64_t step, double running_loss, double images_per_second, double eta_seconds,
+int64_t ProgressLine::plain_every() const {
+  return std::max<int64_t>(1, (total_steps_ + plain_lines_ - 1) / plain_lines_);
+}
+
+void ProgressLine::set_plain_lines(int64_t lines) {
+  KILN_CHECK(lines >= 1, "ProgressLine: plain lines per stretch must be at least 1, got ", lines);
+  plain_lines_ = lines;
+  // The first multiple of the interval after the steps already done.
+  next_plain_step_ = (first_step_ / plain_every() + 1) * plain_every();
+}
+
+std::string ProgressLine::format(int64_t step, double running_loss, double items_per_second, double eta_seconds,
                                  const std::optional<cuda::GpuStatus>& gpu) const {
   char buffer[256];
-  std::snprintf(buffer, sizeof buffer, "%s  step %lld/%lld  loss %.4f  %.0f img/s  ETA %s", label_.c_str(),
-                static_cast<long long>(step), static_cast<long long>(total_steps_), running_loss, images_per_second,
-                format_duration(eta_seconds).c_str());
+  std::snprintf(buffer, sizeof buffer, "%s  step %lld/%lld  loss %.4f  %.0f %s/s  ETA %s", label_.c_str(),
+                static_cast<long long>(step), static_cast<long long>(total_steps_), running_loss, items_per_second,
+                unit_.c_str(), format_duration(eta_seconds).c_str());
   std::string text = buffer;
   if (gpu) text += "  " + format_gpu_status(*gpu);
   return text;
 }
 
-void ProgressLine::update(int64_t step, const std::function<double()>& running_loss, int64_t images) {
+void ProgressLine::update(int64_t step, const std::function<double()>& running_loss, int64_t items) {
   const Clock::time_point now = Clock::now();
   const bool last = step == total_steps_;
   if (interactive_) {
     if (!last && now - last_draw_ < kRedrawInterval) return;
   } else {
     if (step < next_plain_step_ && !last) return;
-    const int64_t every = std::max<int64_t>(1, (total_steps_ + kPlainLinesPerEpoch - 1) / kPlainLinesPerEpoch);
-    next_plain_step_ = (step / every + 1) * every;
+    next_plain_step_ = (step / plain_every() + 1) * plain_every();
   }
   last_draw_ = now;
   const double seconds = std::chrono::duration<double>(now - start_).count();
-  const double images_per_second = seconds > 0 ? static_cast<double>(images) / seconds : 0.0;
+  const double items_per_second = seconds > 0 ? static_cast<double>(items) / seconds : 0.0;
   const int64_t done = step - first_step_;
   const double eta = done > 0 ? seconds / static_cast<double>(done) * static_cast<double>(total_steps_ - step) : NAN;
   std::optional<cuda::GpuStatus> gpu;
@@ -87,7 +95,7 @@ void ProgressLine::update(int64_t step, const std::function<double()>& running_l
   // NVML lives in the CUDA part of libkiln; without it there is no GPU to show.
   if (gpu_) gpu = cuda::gpu_status(*gpu_);
 #endif
-  std::string text = format(step, running_loss(), images_per_second, eta, gpu);
+  std::string text = format(step, running_loss(), items_per_second, eta, gpu);
   if (interactive_) {
     // Spaces over the tail of a longer previous line.
     const size_t width = text.size();
@@ -106,4 +114,4 @@ void ProgressLine::finish() {
   }
 }
 
-}  // namespace kiln::apps::lenet
+}  // namespace kiln::apps

@@ -1,9 +1,5 @@
 #include "apps/lenet/history.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "tensor/error.h"
@@ -71,18 +67,6 @@ std::vector<EpochRecord> history_from_json(const std::string& text) {
   std::vector<EpochRecord> history;
   for (const json& j : array) history.push_back(from_json(j));
   return history;
-}
-
-void start_jsonl(const std::string& path) {
-  std::ofstream out(path, std::ios::trunc);
-  KILN_CHECK(out.good(), "--log '", path, "': cannot create (", std::strerror(errno), ")");
-}
-
-void append_jsonl(const std::string& path, const EpochRecord& record) {
-  std::ofstream out(path, std::ios::app);
-  KILN_CHECK(out.good(), "--log '", path, "': cannot open for appending (", std::strerror(errno), ")");
-  out << to_json_line(record) << '\n' << std::flush;
-  KILN_CHECK(out.good(), "--log '", path, "': write failed (", std::strerror(errno), ")");
 }
 
 }  // namespace kiln::apps::lenet

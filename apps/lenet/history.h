@@ -1,5 +1,5 @@
 // The record of a run, one entry per finished epoch: what --log appends as
-// JSON lines, what --plot draws, and what a checkpoint carries so that a
+// JSON lines (apps/common/jsonl.h), what --plot draws, and what a checkpoint carries so that a
 // resumed run redraws the whole curve.
 //
 //   {"epoch":1,"train_loss":1.82,"test_loss":1.55,"test_accuracy":0.4312,
@@ -34,13 +34,5 @@ EpochRecord epoch_record_from_json(const std::string& text);
 // The whole history as one JSON array (a checkpoint's "history" entry), and back.
 std::string history_to_json(const std::vector<EpochRecord>& history);
 std::vector<EpochRecord> history_from_json(const std::string& text);
-
-// Empties `path` (creating it): a run that starts from scratch logs alone;
-// a resumed run appends to the log of the run it continues.
-void start_jsonl(const std::string& path);
-// Appends one line to `path` (created if missing) and flushes it, so that an
-// interrupted run leaves whole lines; throws kiln::Error naming the file
-// when it cannot be written.
-void append_jsonl(const std::string& path, const EpochRecord& record);
 
 }  // namespace kiln::apps::lenet

@@ -7,12 +7,14 @@
 #include <exception>
 #include <iostream>
 
+#include "apps/common/interrupt.h"
+#include "apps/common/progress.h"
 #include "apps/lenet/options.h"
-#include "apps/lenet/progress.h"
 #include "apps/lenet/trainer.h"
 #include "tensor/error.h"
 
 int main(int argc, char** argv) {
+  using namespace kiln::apps;
   using namespace kiln::apps::lenet;
   try {
     CommandLine command_line = parse_command_line(argc, argv);

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <limits>
 
-#include "tensor/device.h"
+#include "apps/common/run_setup.h"
 #include "tensor/error.h"
 
 namespace kiln::apps::lenet {
@@ -114,12 +114,7 @@ void validate(const TrainerOptions& o) {
   KILN_CHECK(o.workers >= 0, "--workers must be non-negative (0: load batches on the training thread), got ",
              o.workers);
   KILN_CHECK(!o.data.empty(), "--data must name a data set");
-  try {
-    Device device(o.device);
-    (void)device;
-  } catch (const Error&) {
-    KILN_CHECK(false, "--device: unknown device '", o.device, "' (expected cpu, cuda or cuda:N)");
-  }
+  check_device_flag(o.device);
   KILN_CHECK(o.accum_steps >= 1, "--accum-steps must be at least 1, got ", o.accum_steps);
   KILN_CHECK(o.backend == "gloo" || o.backend == "mpi" || o.backend == "nccl", "--backend: unknown backend '",
              o.backend, "' (expected gloo, mpi or nccl)");

@@ -1,6 +1,5 @@
-// --plot: an SVG chart of a run, two panels sharing the epoch axis: train
-// and test loss above, test accuracy (%) below, each with its axes, ticks,
-// grid and legend. Plain SVG 1.1 that a browser opens.
+// --plot: kiln-lenet's SVG chart (apps/common/chart.h), two panels sharing
+// the epoch axis: train and test loss above, test accuracy (%) below.
 //
 //   write_plot_svg("run.svg", history);   // rewritten after every epoch
 #pragma once
@@ -8,22 +7,20 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/chart.h"
 #include "apps/lenet/history.h"
 
 namespace kiln::apps::lenet {
 
-// The SVG document for `history` (may be empty: then the axes alone).
-std::string plot_svg(const std::vector<EpochRecord>& history);
+// The chart of `history` (may be empty: then the axes alone).
+Chart plot_chart(const std::vector<EpochRecord>& history);
+// Its SVG document.
+inline std::string plot_svg(const std::vector<EpochRecord>& history) { return chart_svg(plot_chart(history)); }
 
-// Writes plot_svg(history) to `path` atomically: to "<path>.tmp", then a
-// rename over `path`, so a browser reloading it never sees half a file.
-// Throws kiln::Error naming the file when it cannot be written, and then
-// leaves no "<path>.tmp" of its own behind.
-void write_plot_svg(const std::string& path, const std::vector<EpochRecord>& history);
-
-// Tick positions from lo to hi at a round step (1, 2 or 5 times a power of
-// ten), about `target` of them; lo and hi are first widened to multiples of
-// the step.
-std::vector<double> nice_ticks(double lo, double hi, int target);
+// Writes plot_svg(history) to `path` atomically (write_svg_file); throws
+// kiln::Error naming the file when it cannot be written.
+inline void write_plot_svg(const std::string& path, const std::vector<EpochRecord>& history) {
+  write_chart_svg(path, plot_chart(history));
+}
 
 }  // namespace kiln::apps::lenet

@@ -2,27 +2,20 @@
 // resume]) and its Ctrl-C handling.
 #include "apps/lenet/trainer.h"
 
-#include <fcntl.h>
-#include <sched.h>
-#include <unistd.h>
-
-#include <charconv>
 #include <chrono>
-#include <cmath>
-#include <csignal>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <limits>
 #include <map>
 #include <string>
-#include <thread>
 #include <utility>
 
+#include "apps/common/checkpoint_fields.h"
+#include "apps/common/jsonl.h"
+#include "apps/common/progress.h"
+#include "apps/common/run_setup.h"
 #include "apps/lenet/data_parallel.h"
 #include "apps/lenet/data_source.h"
 #include "apps/lenet/plot.h"
-#include "apps/lenet/progress.h"
 #include "autograd/autocast.h"
 #include "distributed/data_parallel.h"
 #include "distributed/ddp/distributed_data_parallel.h"
@@ -39,70 +32,19 @@ namespace F = nn::functional;
 
 namespace {
 
-volatile std::sig_atomic_t g_interrupted = 0;
-// While a checkpoint is written: set, with its temporary file's name in
-// g_save_temp (written before the flag is set, read only by the handler).
-volatile std::sig_atomic_t g_saving = 0;
-char g_save_temp[4096];
-
-// The first signal asks the run to stop at its next step. A second one ends
-// the process as the signal does by default; during a save it first removes
-// the temporary file, which no destructor will (the previous checkpoint
-// stays intact: the rename had not happened). Only async-signal-safe calls.
-void on_signal(int signal) {
-  if (g_interrupted == 0) {
-    g_interrupted = 1;
-    return;
-  }
-  if (g_saving != 0) ::unlink(g_save_temp);
-  struct sigaction fallback {};
-  fallback.sa_handler = SIG_DFL;
-  sigemptyset(&fallback.sa_mask);
-  sigaction(signal, &fallback, nullptr);
-  ::raise(signal);  // delivered when this handler returns
-}
-
-// Marks the window in which a second signal must remove `path`'s temporary file.
-class SavingCheckpoint {
- public:
-  explicit SavingCheckpoint(const std::string& path) {
-    const std::string temp = safetensors_temp_path(path);
-    if (temp.size() >= sizeof g_save_temp) return;  // no room: the file is left, as before
-    std::memcpy(g_save_temp, temp.c_str(), temp.size() + 1);
-    g_saving = 1;
-  }
-  SavingCheckpoint(const SavingCheckpoint&) = delete;
-  SavingCheckpoint& operator=(const SavingCheckpoint&) = delete;
-  ~SavingCheckpoint() { g_saving = 0; }
-};
-
 // The test set is evaluated in larger batches than training uses: no
 // gradients are kept, and larger GEMMs run faster.
 constexpr int64_t kMinTestBatch = 256;
-
-// The shortest text that reads back as exactly `v` ("0.05", not
-// "0.050000000000000003"): checkpoints round-trip and the header stays readable.
-std::string exact(double v) {
-  char buffer[40];
-  auto [end, error] = std::to_chars(buffer, buffer + sizeof buffer, v);
-  return error == std::errc() ? std::string(buffer, end) : std::to_string(v);
-}
 
 // The settings a checkpoint must share with the run that resumes it. The
 // batch size and the processes are checked apart: another world size may
 // resume a run (Note [Resuming on another world size]).
 std::string recipe(const TrainerOptions& o) {
-  return "epochs " + std::to_string(o.epochs) + ", " + to_string(o.optimizer) + " lr " + exact(o.lr) + " momentum " + exact(o.momentum) + " weight decay " +
-         exact(o.weight_decay) + ", schedule " + to_string(o.schedule) + ", augment " + (o.augment ? "on" : "off") +
+  return "epochs " + std::to_string(o.epochs) + ", " + to_string(o.optimizer) + " lr " + exact_text(o.lr) + " momentum " + exact_text(o.momentum) + " weight decay " +
+         exact_text(o.weight_decay) + ", schedule " + to_string(o.schedule) + ", augment " + (o.augment ? "on" : "off") +
          ", seed " + std::to_string(o.seed) + (o.amp ? ", amp" : "") +
          (o.accum_steps > 1 ? ", accum steps " + std::to_string(o.accum_steps) : "") + (o.dp ? ", dp" : "");
 }
-
-// Where rank 1 and up write what rank 0 alone prints.
-class NullBuffer : public std::streambuf {
- protected:
-  int overflow(int c) override { return c; }
-};
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerOptions& o, const std::vector<Tensor>& params) {
   switch (o.optimizer) {
@@ -153,9 +95,9 @@ std::map<std::string, std::string> to_extra(const Position& p, const TrainerOpti
   return {{"recipe", recipe(o)},
           {"epoch", std::to_string(p.epoch)},
           {"step_in_epoch", std::to_string(p.step_in_epoch)},
-          {"epoch_loss_sum", exact(p.loss_sum)},
+          {"epoch_loss_sum", exact_text(p.loss_sum)},
           {"epoch_images", std::to_string(p.images)},
-          {"epoch_seconds", exact(p.seconds)},
+          {"epoch_seconds", exact_text(p.seconds)},
           {"epoch_order_replicas", std::to_string(p.order_replicas)},
           {"world_size", std::to_string(w.world_size)},
           {"batch_size", std::to_string(w.batch_size)},
@@ -163,53 +105,9 @@ std::map<std::string, std::string> to_extra(const Position& p, const TrainerOpti
           {"history", history_to_json(p.history)}};
 }
 
-// A checkpoint's extra strings, each checked for its kind and range; errors
-// name the checkpoint and the field.
-class CheckpointFields {
- public:
-  CheckpointFields(const std::map<std::string, std::string>& extra, const std::string& path)
-      : extra_(extra), path_(path) {}
-
-  const std::string& text(const std::string& key) const {
-    auto it = extra_.find(key);
-    KILN_CHECK(it != extra_.end(), "--resume '", path_, "': not a kiln-lenet checkpoint of this version (no '",
-               key, "' field in its metadata)");
-    return it->second;
-  }
-  int64_t integer(const std::string& key, int64_t lo, int64_t hi) const {
-    const std::string& s = text(key);
-    int64_t value = 0;
-    auto [end, error] = std::from_chars(s.data(), s.data() + s.size(), value);
-    KILN_CHECK(error == std::errc() && end == s.data() + s.size() && value >= lo && value <= hi, "--resume '",
-               path_, "': checkpoint field '", key, "' is '", s, "'; expected an integer from ", lo, " to ", hi);
-    return value;
-  }
-  double number(const std::string& key) const {
-    const std::string& s = text(key);
-    double value = 0;
-    auto [end, error] = std::from_chars(s.data(), s.data() + s.size(), value);
-    KILN_CHECK(error == std::errc() && end == s.data() + s.size() && std::isfinite(value) && value >= 0,
-               "--resume '", path_, "': checkpoint field '", key, "' is '", s,
-               "'; expected a finite non-negative number");
-    return value;
-  }
-  std::vector<EpochRecord> history(const std::string& key) const {
-    try {
-      return history_from_json(text(key));
-    } catch (const Error& e) {
-      KILN_FAIL("--resume '", path_, "': checkpoint field '", key, "' is malformed: ", e.message());
-    }
-  }
-
- private:
-  const std::map<std::string, std::string>& extra_;
-  const std::string& path_;
-};
-
 Position from_extra(const std::map<std::string, std::string>& extra, const TrainerOptions& o, SavedWorld& world) {
-  const CheckpointFields f(extra, o.resume);
-  KILN_CHECK(f.text("recipe") == recipe(o), "--resume '", o.resume, "': the checkpoint was made with ",
-             f.text("recipe"), "; this run has ", recipe(o), ". Resume with the flags of the saved run");
+  const CheckpointFields f(extra, o.resume, "kiln-lenet");
+  f.check_recipe(recipe(o));
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   Position p;
   p.epoch = f.integer("epoch", 0, o.epochs);
@@ -221,7 +119,7 @@ Position from_extra(const std::map<std::string, std::string>& extra, const Train
   world.world_size = f.integer("world_size", 1, std::numeric_limits<int>::max());
   world.batch_size = f.integer("batch_size", 1, kMax / world.world_size);
   world.train_images = f.integer("train_images", 1, kMax);
-  p.history = f.history("history");
+  p.history = f.parsed("history", history_from_json);
   KILN_CHECK(static_cast<int64_t>(p.history.size()) == p.epoch, "--resume '", o.resume,
              "': checkpoint field 'history' holds ", p.history.size(), " epochs but field 'epoch' says ", p.epoch,
              " are done");
@@ -257,23 +155,6 @@ CarriedEpoch check_world(const SavedWorld& saved, const Position& p, const Train
   return {.epoch = p.epoch, .replicas = p.order_replicas};
 }
 
-// What kiln-lenet writes during the run, tried before it trains: a path in
-// a missing or read-only folder, or naming a folder, is found in seconds
-// rather than after the first epoch. The probe file is removed again.
-std::string output_problem(const char* flag, const std::string& path) {
-  if (path.empty()) return "";
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) return std::string(flag) + " '" + path + "' is a directory";
-  const std::string probe = path + ".probe." + std::to_string(::getpid());
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return std::string(flag) + " '" + path + "': cannot create files beside it (" + std::strerror(errno) + ")";
-  }
-  ::close(fd);
-  ::unlink(probe.c_str());
-  return "";
-}
-
 // Rank 0 writes the outputs (Note [kiln-lenet with DDP]); every rank learns
 // whether it can, so that none waits in a collective for a rank that quit.
 void check_outputs(const TrainerOptions& o, const DataParallelRun& dp) {
@@ -288,49 +169,6 @@ void check_outputs(const TrainerOptions& o, const DataParallelRun& dp) {
   KILN_CHECK(!failed, problem.empty() ? "rank 0 cannot write its outputs (--save, --log or --plot; see its error)"
                                       : problem);
 }
-
-// The cores this process may run on (its affinity mask, as taskset sets it).
-int available_cores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-// More kernel threads than cores: they wait for each other at every
-// barrier, and a step runs several times slower than with one per core.
-void warn_if_oversubscribed(std::ostream& err, const DataParallelRun& dp) {
-  const int cores = available_cores();
-  const int64_t threads = static_cast<int64_t>(get_num_threads()) * dp.local_world_size;
-  if (threads <= cores || !dp.is_main()) return;
-  err << "kiln-lenet: warning: " << dp.local_world_size << (dp.local_world_size == 1 ? " process" : " processes")
-      << " x " << get_num_threads() << " threads = " << threads << " kernel threads on " << cores
-      << " cores; they will wait on each other and train several times slower. Use --threads "
-      << std::max(1, cores / dp.local_world_size) << " (or OMP_NUM_THREADS)\n"
-      << std::flush;
-}
-
-// An epoch's sum of loss * batch size, kept on the device the losses are
-// computed on. On a GPU, reading each step's loss (item()) would make the
-// host wait for the step to finish before it could queue the next one, so
-// the sum is read only when it is shown or saved. The sum starts from the
-// position's and adds the terms in the same order and float64 arithmetic as
-// a host double would, so a resumed epoch reports the same loss.
-class RunningLossSum {
- public:
-  explicit RunningLossSum(double start) : start_(start) {}
-
-  // loss: a scalar of any floating dtype.
-  void add(const Tensor& loss, int64_t batch_images) {
-    if (!sum_.defined()) sum_ = full({}, start_, {DType::Float64, loss.device()});
-    const Tensor term = ops::mul(loss.detach().to(DType::Float64), static_cast<double>(batch_images));
-    sum_ = ops::add(sum_, term);
-  }
-  double read() const { return sum_.defined() ? sum_.item<double>() : start_; }
-
- private:
-  double start_;
-  Tensor sum_;  // () float64 on the losses' device, from the first add on
-};
 
 // The model's weights from a kiln-lenet checkpoint ("model." entries) or a
 // plain state dict, for --eval-only.
@@ -431,7 +269,7 @@ Position resume(const TrainerOptions& o, const DataParallelRun& dp, const Datase
 void write_epoch_outputs(const TrainerOptions& o, const Position& pos, const std::function<void()>& save,
                          std::ostream& err) {
   if (!o.save.empty()) save();
-  if (!o.log.empty()) append_jsonl(o.log, pos.history.back());
+  if (!o.log.empty()) append_jsonl(o.log, to_json_line(pos.history.back()));
   if (o.plot.empty()) return;
   try {
     write_plot_svg(o.plot, pos.history);
@@ -440,256 +278,332 @@ void write_epoch_outputs(const TrainerOptions& o, const Position& pos, const std
   }
 }
 
-}  // namespace
+using Clock = std::chrono::steady_clock;
 
-void install_interrupt_handlers() {
-  struct sigaction action {};
-  action.sa_handler = on_signal;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-}
+// Everything a run holds, set up step by step by the helpers below and used
+// by run_training's epoch loop.
+struct Run {
+  Run(const TrainerOptions& options, const TrainerHooks& hooks);
 
-void ignore_file_size_signal() {
-  struct sigaction action {};
-  action.sa_handler = SIG_IGN;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGXFSZ, &action, nullptr);
-}
-
-bool interrupt_requested() { return g_interrupted != 0; }
-
-void reset_interrupt_request() { g_interrupted = 0; }
-
-TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) {
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point run_start = Clock::now();
-  validate(o);
-  DataParallelRun dp = start_data_parallel(o);
-  if (!o.eval_only) check_outputs(o, dp);
-  NullBuffer discard;
-  std::ostream silent(&discard);
-  std::ostream& out = dp.is_main() ? *hooks.out : silent;
-  std::ostream& err = dp.is_main() ? *hooks.err : silent;
-  auto should_stop = hooks.should_stop ? hooks.should_stop : [](int64_t) { return interrupt_requested(); };
-  if (o.threads > 0) set_num_threads(o.threads);
-  warn_if_oversubscribed(err, dp);
-  const Device device(o.device);
-
+  const TrainerOptions& o;
+  const Clock::time_point start = Clock::now();
+  DataParallelRun dp;
+  DiscardingStream silent;
+  std::ostream* out;  // rank 0: hooks.out; the others: silent
+  std::ostream* err;
+  bool interactive;
+  std::function<bool(int64_t)> should_stop;
+  Device device;
   TrainingResult result;
-  manual_seed(o.seed);
-  result.model = std::make_shared<nn::LeNet>();
-  nn::LeNet& model = *result.model;
-  // Before the data is read: a device that cannot run fails fast.
-  model.to(device);
-  // What the training steps call: the model, or DDP around it (which takes
-  // rank 0's weights, the same here since every rank seeds alike).
+
+  // What the training steps call: the model, or DataParallel or DDP around it.
   std::shared_ptr<distributed::DistributedDataParallel> ddp;
   std::shared_ptr<distributed::DataParallel> data_parallel;
-  nn::Module* trained = &model;
-  if (o.dp) {
-    std::vector<Device> devices;
-#ifdef KILN_WITH_CUDA
-    const int64_t count = device.is_cuda() ? cuda::device_count() : o.replicas;
-#else
-    const int64_t count = o.replicas;  // a CUDA device failed at model.to(device) above
-#endif
-    for (int64_t i = 0; i < count; ++i) devices.push_back(device.is_cuda() ? cuda_device(static_cast<int>(i)) : kCPU);
-    data_parallel = std::make_shared<distributed::DataParallel>(
-        result.model, [] { return std::make_shared<nn::LeNet>(); }, devices);
-    trained = data_parallel.get();
-  }
-  if (dp.group) {
-    distributed::DDPOptions ddp_options;
-    ddp_options.group = dp.group;
-    ddp = std::make_shared<distributed::DistributedDataParallel>(result.model, ddp_options);
-    trained = ddp.get();
-  }
+  nn::Module* trained = nullptr;
 
-  Datasets data = open_datasets(o.data, o.augment && !o.eval_only, o.seed);
-  result.class_names = data.class_names;
-  const int64_t num_classes = static_cast<int64_t>(data.class_names.size());
-  data::DataLoaderOptions test_options;
-  test_options.batch_size = std::max(o.batch_size, kMinTestBatch);
-  test_options.pin_memory = device.is_cuda();  // uploads that do not wait (Note [Normalizing whole batches])
-  test_options.num_workers = std::min<int64_t>(o.workers, 1);
-  test_options.sampler = test_sampler(dp, data.test->size());
-  data::DataLoader test_loader(data.test, test_options);
-  auto run_evaluation = [&] {
-    return combine_evaluations(evaluate(model, test_loader, device, num_classes), dp);
-  };
+  Datasets data;
+  std::unique_ptr<data::DataLoader> test_loader;
+  std::unique_ptr<data::DataLoader> train_loader;
+  int64_t batches_per_epoch = 0;  // an optimizer step takes accum_steps of them
+  std::unique_ptr<optim::Optimizer> optimizer;
+  std::unique_ptr<optim::LRScheduler> scheduler;
+  DType amp_dtype = DType::BFloat16;
+  // A disabled scaler passes the loss and the step through unchanged.
+  optim::GradScaler scaler;
 
-  if (o.eval_only) {
-    load_weights(model, o.resume.empty() ? o.weights : o.resume);
-    out << "evaluating " << (o.resume.empty() ? o.weights : o.resume) << " on " << data.description << " ("
-        << data.test->size() << " test images)\n";
-    result.evaluation = evaluate(model, test_loader, device, num_classes);
-    out << "test loss " << result.evaluation.loss << "  test accuracy " << percent(result.evaluation.accuracy)
-        << "\n\n"
-        << format_class_table(result.evaluation, data.class_names) << std::flush;
-    result.status = RunStatus::Evaluated;
-    return result;
-  }
-
-  std::unique_ptr<data::DataLoader> loader = make_train_loader(data, o, dp, {});
-  // Batches per epoch; an optimizer step takes accum_steps of them.
-  const int64_t batches_per_epoch = loader->size();
-  const int64_t steps_per_epoch = (batches_per_epoch + o.accum_steps - 1) / o.accum_steps;
-  std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(o, model.parameters());
-  std::unique_ptr<optim::LRScheduler> scheduler = make_scheduler(o, *optimizer, o.epochs * steps_per_epoch);
-  // --amp: bfloat16 has float32's exponent range and needs no loss scaling;
-  // float16 does (Note [Dynamic loss scaling]). A disabled scaler passes
-  // the loss and the step through unchanged.
-  const DType amp_dtype = device.is_cuda() ? DType::Float16 : DType::BFloat16;
-  optim::GradScaler scaler({.enabled = o.amp && device.is_cuda()});
-
-  Position pos{.order_replicas = dp.world_size};
+  Position pos;
   int64_t global_step = 0;
   double elapsed_before = 0;  // the wall time of the run a resume continues
-  if (!o.resume.empty()) {
-    pos = resume(o, dp, data, {model, *optimizer, scheduler.get(), 0, {}, &scaler}, loader, global_step);
-    // The interrupted epoch's training time after the last finished epoch
-    // is not in the history; its `seconds` resume the epoch's own clock.
-    elapsed_before = (pos.history.empty() ? 0.0 : pos.history.back().elapsed_seconds) + pos.seconds;
-    out << "resuming " << o.resume << " at epoch " << pos.epoch + 1 << ", step " << pos.step_in_epoch << "/"
-        << batches_per_epoch << "\n";
-  } else if (!o.log.empty() && dp.is_main()) {
-    start_jsonl(o.log);
+
+  nn::LeNet& model() { return *result.model; }
+  Evaluation evaluate_test_set() {
+    return combine_evaluations(evaluate(model(), *test_loader, device, static_cast<int64_t>(data.class_names.size())), dp);
   }
-  data::DataLoader& train_loader = *loader;
-  const SavedWorld world{.world_size = dp.world_size, .batch_size = o.batch_size, .train_images = data.train->size()};
-  auto save = [&]() {
-    if (!dp.is_main()) return;  // Note [kiln-lenet with DDP]
-    SavingCheckpoint saving(o.save);
-    optim::save_training_checkpoint(
-        o.save, {model, *optimizer, scheduler.get(), global_step, to_extra(pos, o, world), &scaler});
-  };
   // Under DDP every rank must stop at the same step (Note [kiln-lenet with DDP]).
-  auto stop_now = [&](bool at_check_point) {
+  bool stop_now(bool at_check_point) {
     if (!dp.group) return should_stop(global_step);
     if (!at_check_point) return false;
     return distributed::any_rank_wants(should_stop(global_step), *dp.group);
-  };
+  }
+  void save() {
+    if (!dp.is_main() || o.save.empty()) return;  // Note [kiln-lenet with DDP]
+    const SavedWorld world{.world_size = dp.world_size, .batch_size = o.batch_size,
+                           .train_images = data.train->size()};
+    SavingCheckpoint saving(o.save);
+    optim::save_training_checkpoint(
+        o.save, {model(), *optimizer, scheduler.get(), global_step, to_extra(pos, o, world), &scaler});
+  }
+};
 
-  // Stops the run at `pos` (its checkpoint, if any, already written).
-  auto interrupted = [&](const std::string& where) {
-    out << "interrupted " << where;
-    if (!o.save.empty()) out << "; checkpoint saved to " << o.save << " (continue with --resume " << o.save << ")";
-    out << "\n" << std::flush;
-    result.status = RunStatus::Interrupted;
-    result.history = pos.history;
-    result.epoch = pos.epoch;
-    result.step_in_epoch = pos.step_in_epoch;
-    result.global_step = global_step;
-    finish_data_parallel(dp);
-    return result;
-  };
+// Validates the options, joins the process group (--ddp) and tries the
+// outputs before anything is read.
+Run::Run(const TrainerOptions& options, const TrainerHooks& hooks)
+    : o((validate(options), options)),
+      dp(start_data_parallel(o)),
+      out(dp.is_main() ? hooks.out : &silent),
+      err(dp.is_main() ? hooks.err : &silent),
+      interactive(hooks.interactive),
+      should_stop(hooks.should_stop ? hooks.should_stop : [](int64_t) { return interrupt_requested(); }),
+      scaler({.enabled = o.amp && Device(o.device).is_cuda()}),
+      pos{.order_replicas = dp.world_size} {
+  if (!o.eval_only) check_outputs(o, dp);
+  if (o.threads > 0) set_num_threads(o.threads);
+  if (dp.is_main()) warn_if_oversubscribed(*err, "kiln-lenet", dp.local_world_size);
+  device = Device(o.device);
+  amp_dtype = autocast_dtype(device);
+}
 
+// The LeNet, on its device before the data is read (a device that cannot
+// run fails fast), and the wrapper the steps call (--dp, --ddp; DDP takes
+// rank 0's weights, the same here since every rank seeds alike).
+void set_up_model(Run& run) {
+  const TrainerOptions& o = run.o;
+  manual_seed(o.seed);
+  run.result.model = std::make_shared<nn::LeNet>();
+  run.model().to(run.device);
+  run.trained = &run.model();
+  if (o.dp) {
+    std::vector<Device> devices;
+#ifdef KILN_WITH_CUDA
+    const int64_t count = run.device.is_cuda() ? cuda::device_count() : o.replicas;
+#else
+    const int64_t count = o.replicas;  // a CUDA device failed at model().to(device) above
+#endif
+    for (int64_t i = 0; i < count; ++i) {
+      devices.push_back(run.device.is_cuda() ? cuda_device(static_cast<int>(i)) : kCPU);
+    }
+    run.data_parallel = std::make_shared<distributed::DataParallel>(
+        run.result.model, [] { return std::make_shared<nn::LeNet>(); }, devices);
+    run.trained = run.data_parallel.get();
+  }
+  if (run.dp.group) {
+    distributed::DDPOptions ddp_options;
+    ddp_options.group = run.dp.group;
+    run.ddp = std::make_shared<distributed::DistributedDataParallel>(run.result.model, ddp_options);
+    run.trained = run.ddp.get();
+  }
+}
+
+// The data sets and the test loader (larger batches than training: no
+// gradients are kept, and larger GEMMs run faster).
+void open_data(Run& run) {
+  const TrainerOptions& o = run.o;
+  run.data = open_datasets(o.data, o.augment && !o.eval_only, o.seed);
+  run.result.class_names = run.data.class_names;
+  data::DataLoaderOptions test_options;
+  test_options.batch_size = std::max(o.batch_size, kMinTestBatch);
+  test_options.pin_memory = run.device.is_cuda();  // uploads that do not wait (Note [Normalizing whole batches])
+  test_options.num_workers = std::min<int64_t>(o.workers, 1);
+  test_options.sampler = test_sampler(run.dp, run.data.test->size());
+  run.test_loader = std::make_unique<data::DataLoader>(run.data.test, test_options);
+}
+
+// --eval-only: the model of --resume or --weights on the test set, and the per-class table.
+TrainingResult evaluate_only(Run& run) {
+  const TrainerOptions& o = run.o;
+  const std::string& path = o.resume.empty() ? o.weights : o.resume;
+  load_weights(run.model(), path);
+  *run.out << "evaluating " << path << " on " << run.data.description << " (" << run.data.test->size()
+           << " test images)\n";
+  run.result.evaluation =
+      evaluate(run.model(), *run.test_loader, run.device, static_cast<int64_t>(run.data.class_names.size()));
+  *run.out << "test loss " << run.result.evaluation.loss << "  test accuracy "
+           << percent(run.result.evaluation.accuracy) << "\n\n"
+           << format_class_table(run.result.evaluation, run.data.class_names) << std::flush;
+  run.result.status = RunStatus::Evaluated;
+  return run.result;
+}
+
+// The training loader, optimizer and schedule, and the position: from
+// --resume (Note [Exact resume]), or the start with a fresh log.
+void set_up_training(Run& run) {
+  const TrainerOptions& o = run.o;
+  run.train_loader = make_train_loader(run.data, o, run.dp, {});
+  run.batches_per_epoch = run.train_loader->size();
+  const int64_t steps_per_epoch = (run.batches_per_epoch + o.accum_steps - 1) / o.accum_steps;
+  run.optimizer = make_optimizer(o, run.model().parameters());
+  run.scheduler = make_scheduler(o, *run.optimizer, o.epochs * steps_per_epoch);
+  if (!o.resume.empty()) {
+    run.pos = resume(o, run.dp, run.data, {run.model(), *run.optimizer, run.scheduler.get(), 0, {}, &run.scaler},
+                     run.train_loader, run.global_step);
+    // The interrupted epoch's training time after the last finished epoch
+    // is not in the history; its `seconds` resume the epoch's own clock.
+    run.elapsed_before = (run.pos.history.empty() ? 0.0 : run.pos.history.back().elapsed_seconds) + run.pos.seconds;
+    *run.out << "resuming " << o.resume << " at epoch " << run.pos.epoch + 1 << ", step " << run.pos.step_in_epoch
+             << "/" << run.batches_per_epoch << "\n";
+  } else if (!o.log.empty() && run.dp.is_main()) {
+    start_jsonl(o.log);
+  }
+}
+
+void print_header(Run& run) {
+  const TrainerOptions& o = run.o;
   int64_t parameters = 0;
-  for (const Tensor& p : model.parameters()) parameters += p.numel();
-  out << "LeNet (" << parameters << " parameters) on " << data.description << ": " << data.train->size()
-      << " training, " << data.test->size() << " test images\n"
+  for (const Tensor& p : run.model().parameters()) parameters += p.numel();
+  std::ostream& out = *run.out;
+  out << "LeNet (" << parameters << " parameters) on " << run.data.description << ": " << run.data.train->size()
+      << " training, " << run.data.test->size() << " test images\n"
       << recipe(o) << ", " << o.workers << " loader workers, " << get_num_threads() << " threads, device "
-      << device.str() << (o.amp ? ", mixed precision " + std::string(dtype_name(amp_dtype)) : std::string());
-  if (data_parallel) out << ", DataParallel over " << data_parallel->devices().size() << " replicas";
-  if (dp.group) {
-    out << ", " << dp.world_size << " processes (" << dp.group->backend_name() << "), global batch "
-        << o.batch_size * dp.world_size;
+      << run.device.str()
+      << (o.amp ? ", mixed precision " + std::string(dtype_name(run.amp_dtype)) : std::string());
+  if (run.data_parallel) out << ", DataParallel over " << run.data_parallel->devices().size() << " replicas";
+  if (run.dp.group) {
+    out << ", " << run.dp.world_size << " processes (" << run.dp.group->backend_name() << "), global batch "
+        << o.batch_size * run.dp.world_size;
   }
   out << "\n";
+}
 
-  model.train();
-  for (; pos.epoch < o.epochs; ++pos.epoch) {
-    data.train->set_epoch(static_cast<uint64_t>(pos.epoch));
-    train_loader.begin_epoch(pos.epoch);
-    for (int64_t skipped = 0; skipped < pos.step_in_epoch; ++skipped) {
-      KILN_CHECK(train_loader.next().has_value(), "--resume '", o.resume, "': the checkpoint is at step ",
-                 pos.step_in_epoch, " of an epoch that has only ", batches_per_epoch, " steps");
+// Skips the batches of the epoch in progress that a resumed run already trained on.
+void skip_done_batches(Run& run) {
+  for (int64_t skipped = 0; skipped < run.pos.step_in_epoch; ++skipped) {
+    KILN_CHECK(run.train_loader->next().has_value(), "--resume '", run.o.resume, "': the checkpoint is at step ",
+               run.pos.step_in_epoch, " of an epoch that has only ", run.batches_per_epoch, " steps");
+  }
+}
+
+// The forward and backward of one optimizer step's `micro` batches (Note
+// [kiln-lenet with DDP]): gradients accumulate, each loss divided by micro.
+// Returns the images trained on.
+int64_t forward_backward(Run& run, int64_t micro, RunningLossSum& loss_sum) {
+  int64_t images_done = 0;
+  for (int64_t m = 0; m < micro; ++m) {
+    std::optional<data::Batch> batch = run.train_loader->next();
+    KILN_CHECK(batch.has_value(), "kiln-lenet: the loader ended after ", run.pos.step_in_epoch, " of ",
+               run.batches_per_epoch, " batches");
+    Tensor images = normalize_batch(batch->data.to(run.device));  // (B, 3, 32, 32) float32
+    Tensor labels = batch->target.to(run.device);                  // (B) int64
+    Tensor loss;
+    {
+      AutocastGuard autocast(run.device.type, run.amp_dtype, run.o.amp);
+      loss = F::cross_entropy((*run.trained)(images), labels);
     }
-    const std::string label = "epoch " + std::to_string(pos.epoch + 1) + "/" + std::to_string(o.epochs);
-    ProgressLine progress(out, hooks.interactive, label, batches_per_epoch, pos.step_in_epoch);
-    if (device.is_cuda()) progress.show_gpu(device.index);
-    const Clock::time_point start = Clock::now();
-    const double seconds_before = pos.seconds;
-    int64_t images_this_run = 0;
-    RunningLossSum loss_sum(pos.loss_sum);
-    while (pos.step_in_epoch < batches_per_epoch) {
-      // One optimizer step over `micro` batches (Note [kiln-lenet with DDP]).
-      const int64_t micro = std::min(o.accum_steps, batches_per_epoch - pos.step_in_epoch);
-      optimizer->zero_grad();
-      for (int64_t m = 0; m < micro; ++m) {
-        std::optional<data::Batch> batch = train_loader.next();
-        KILN_CHECK(batch.has_value(), "kiln-lenet: the loader ended after ", pos.step_in_epoch, " of ",
-                   batches_per_epoch, " batches");
-        Tensor images = normalize_batch(batch->data.to(device));  // (B, 3, 32, 32) float32
-        Tensor labels = batch->target.to(device);                  // (B) int64
-        Tensor loss;
-        {
-          AutocastGuard autocast(device.type, amp_dtype, o.amp);
-          loss = F::cross_entropy((*trained)(images), labels);
-        }
-        Tensor scaled = scaler.scale(micro > 1 ? loss / static_cast<double>(micro) : loss);
-        if (ddp && m + 1 < micro) {
-          auto no_sync = ddp->no_sync();
-          scaled.backward();
-        } else {
-          scaled.backward();
-        }
-        ++pos.step_in_epoch;
-        const int64_t batch_images = labels.size(0);
-        loss_sum.add(loss, batch_images);
-        pos.images += batch_images;
-        images_this_run += batch_images;
-      }
-      scaler.step(*optimizer);
-      scaler.update();
-      if (scheduler) scheduler->step();
-      ++global_step;
-      pos.seconds = seconds_before + std::chrono::duration<double>(Clock::now() - start).count();
-      progress.update(
-          pos.step_in_epoch, [&] { return loss_sum.read() / static_cast<double>(pos.images); },
-          images_this_run * dp.world_size);
-      if (stop_now(global_step % kStopCheckSteps == 0)) {
-        progress.finish();
-        pos.loss_sum = loss_sum.read();
-        sum_over_ranks(pos, dp);  // every rank stops here together
-        if (!o.save.empty()) save();
-        return interrupted("at epoch " + std::to_string(pos.epoch + 1) + ", step " +
-                           std::to_string(pos.step_in_epoch) + "/" + std::to_string(batches_per_epoch));
-      }
+    Tensor scaled = run.scaler.scale(micro > 1 ? loss / static_cast<double>(micro) : loss);
+    if (run.ddp && m + 1 < micro) {
+      auto no_sync = run.ddp->no_sync();
+      scaled.backward();
+    } else {
+      scaled.backward();
     }
-    progress.finish();
-    pos.loss_sum = loss_sum.read();  // the device finished the epoch's steps: their time is complete
+    ++run.pos.step_in_epoch;
+    const int64_t batch_images = labels.size(0);
+    loss_sum.add(loss, batch_images);
+    run.pos.images += batch_images;
+    images_done += batch_images;
+  }
+  return images_done;
+}
+
+// Trains the rest of epoch pos.epoch. Returns false when asked to stop: the
+// position (summed over the ranks) is then saved.
+bool train_epoch(Run& run) {
+  Position& pos = run.pos;
+  run.data.train->set_epoch(static_cast<uint64_t>(pos.epoch));
+  run.train_loader->begin_epoch(pos.epoch);
+  skip_done_batches(run);
+  const std::string label = "epoch " + std::to_string(pos.epoch + 1) + "/" + std::to_string(run.o.epochs);
+  ProgressLine progress(*run.out, run.interactive, label, run.batches_per_epoch, pos.step_in_epoch);
+  if (run.device.is_cuda()) progress.show_gpu(run.device.index);
+  const Clock::time_point start = Clock::now();
+  const double seconds_before = pos.seconds;
+  int64_t images_this_run = 0;
+  RunningLossSum loss_sum(pos.loss_sum);
+  while (pos.step_in_epoch < run.batches_per_epoch) {
+    run.optimizer->zero_grad();
+    images_this_run +=
+        forward_backward(run, std::min(run.o.accum_steps, run.batches_per_epoch - pos.step_in_epoch), loss_sum);
+    run.scaler.step(*run.optimizer);
+    run.scaler.update();
+    if (run.scheduler) run.scheduler->step();
+    ++run.global_step;
     pos.seconds = seconds_before + std::chrono::duration<double>(Clock::now() - start).count();
-
-    result.evaluation = run_evaluation();
-    sum_over_ranks(pos, dp);
-    const double elapsed = elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count();
-    pos.history.push_back(epoch_record(pos, result.evaluation, optimizer->lr(0), elapsed));
-    out << summary(pos.history.back(), o.epochs) << "\n" << std::flush;
-    // The position after this epoch: the next one, from its first step, in
-    // this run's order.
-    pos = {.epoch = pos.epoch + 1, .history = std::move(pos.history), .order_replicas = dp.world_size};
-    if (dp.is_main()) write_epoch_outputs(o, pos, save, err);
-    --pos.epoch;
-    // A Ctrl-C during the test pass stops here, where the checkpoint just
-    // written already holds the position.
-    if (pos.epoch + 1 < o.epochs && stop_now(true)) {
-      ++pos.epoch;
-      return interrupted("after epoch " + std::to_string(pos.epoch));
+    progress.update(
+        pos.step_in_epoch, [&] { return loss_sum.read() / static_cast<double>(pos.images); },
+        images_this_run * run.dp.world_size);
+    if (run.stop_now(run.global_step % kStopCheckSteps == 0)) {
+      progress.finish();
+      pos.loss_sum = loss_sum.read();
+      sum_over_ranks(pos, run.dp);  // every rank stops here together
+      run.save();
+      return false;
     }
   }
+  progress.finish();
+  pos.loss_sum = loss_sum.read();  // the device finished the epoch's steps: their time is complete
+  pos.seconds = seconds_before + std::chrono::duration<double>(Clock::now() - start).count();
+  return true;
+}
 
-  // A run resumed from its final checkpoint trains no epoch: evaluate here.
-  if (pos.history.empty() || result.evaluation.images == 0) result.evaluation = run_evaluation();
-  out << "\ntest accuracy per class after " << o.epochs << (o.epochs == 1 ? " epoch:\n" : " epochs:\n")
-      << format_class_table(result.evaluation, data.class_names) << std::flush;
-  result.status = RunStatus::Finished;
-  result.history = pos.history;
-  result.epoch = o.epochs;
-  result.global_step = global_step;
-  finish_data_parallel(dp);
-  return result;
+// After an epoch's steps: the test pass, the summary line, and (rank 0) the
+// checkpoint of the position at the next epoch's start, the log and the chart.
+void finish_epoch(Run& run) {
+  Position& pos = run.pos;
+  run.result.evaluation = run.evaluate_test_set();
+  sum_over_ranks(pos, run.dp);
+  const double elapsed = run.elapsed_before + std::chrono::duration<double>(Clock::now() - run.start).count();
+  pos.history.push_back(epoch_record(pos, run.result.evaluation, run.optimizer->lr(0), elapsed));
+  *run.out << summary(pos.history.back(), run.o.epochs) << "\n" << std::flush;
+  // The position after this epoch: the next one, from its first step, in
+  // this run's order.
+  pos = {.epoch = pos.epoch + 1, .history = std::move(pos.history), .order_replicas = run.dp.world_size};
+  if (run.dp.is_main()) write_epoch_outputs(run.o, pos, [&] { run.save(); }, *run.err);
+  --pos.epoch;
+}
+
+// Stops the run at its position (its checkpoint, if any, already written).
+TrainingResult interrupted(Run& run, const std::string& where) {
+  *run.out << "interrupted " << where;
+  if (!run.o.save.empty()) {
+    *run.out << "; checkpoint saved to " << run.o.save << " (continue with --resume " << run.o.save << ")";
+  }
+  *run.out << "\n" << std::flush;
+  run.result.status = RunStatus::Interrupted;
+  run.result.history = run.pos.history;
+  run.result.epoch = run.pos.epoch;
+  run.result.step_in_epoch = run.pos.step_in_epoch;
+  run.result.global_step = run.global_step;
+  finish_data_parallel(run.dp);
+  return run.result;
+}
+
+// The final per-class table (a run resumed from its final checkpoint trained
+// no epoch: it evaluates here).
+TrainingResult finished(Run& run) {
+  if (run.pos.history.empty() || run.result.evaluation.images == 0) run.result.evaluation = run.evaluate_test_set();
+  *run.out << "\ntest accuracy per class after " << run.o.epochs << (run.o.epochs == 1 ? " epoch:\n" : " epochs:\n")
+           << format_class_table(run.result.evaluation, run.data.class_names) << std::flush;
+  run.result.status = RunStatus::Finished;
+  run.result.history = run.pos.history;
+  run.result.epoch = run.o.epochs;
+  run.result.global_step = run.global_step;
+  finish_data_parallel(run.dp);
+  return run.result;
+}
+
+}  // namespace
+
+TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) {
+  Run run(o, hooks);
+  set_up_model(run);
+  open_data(run);
+  if (o.eval_only) return evaluate_only(run);
+  set_up_training(run);
+  print_header(run);
+  Position& pos = run.pos;
+  for (; pos.epoch < o.epochs; ++pos.epoch) {
+    if (!train_epoch(run)) {
+      return interrupted(run, "at epoch " + std::to_string(pos.epoch + 1) + ", step " +
+                                  std::to_string(pos.step_in_epoch) + "/" + std::to_string(run.batches_per_epoch));
+    }
+    finish_epoch(run);
+    // A Ctrl-C during the test pass stops here, where the checkpoint just
+    // written already holds the position.
+    if (pos.epoch + 1 < o.epochs && run.stop_now(true)) {
+      ++pos.epoch;
+      return interrupted(run, "after epoch " + std::to_string(pos.epoch));
+    }
+  }
+  return finished(run);
 }
 
 }  // namespace kiln::apps::lenet

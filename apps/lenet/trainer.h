@@ -34,24 +34,13 @@
 #include <ostream>
 #include <vector>
 
+#include "apps/common/interrupt.h"
 #include "apps/lenet/evaluate.h"
 #include "apps/lenet/history.h"
 #include "apps/lenet/options.h"
 #include "nn/models/lenet.h"
 
 namespace kiln::apps::lenet {
-
-// SIGINT and SIGTERM set a flag that interrupt_requested() reads; a second
-// signal ends the process as usual, removing the temporary file of a
-// checkpoint being written (the previous checkpoint stays intact).
-void install_interrupt_handlers();
-// Writing past the file size limit (ulimit -f) fails with EFBIG instead of
-// killing the process with SIGXFSZ, so that the failing write's temporary
-// file is removed and the error names the file.
-void ignore_file_size_signal();
-bool interrupt_requested();
-// Clears the flag (tests that run several interrupted runs in one process).
-void reset_interrupt_request();
 
 struct TrainerHooks {
   std::ostream* out = &std::cout;
@@ -62,7 +51,7 @@ struct TrainerHooks {
   // Asked after every training step and after every epoch but the last,
   // with the number of steps done in the whole run; true stops the run
   // there: with --save the checkpoint is written and the run returns
-  // Interrupted. Empty: interrupt_requested().
+  // Interrupted. Empty: interrupt_requested() (apps/common/interrupt.h).
   std::function<bool(int64_t global_step)> should_stop = {};
 };
 

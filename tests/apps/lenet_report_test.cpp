@@ -10,7 +10,7 @@
 #include "apps/lenet/evaluate.h"
 #include "apps/lenet/history.h"
 #include "apps/lenet/plot.h"
-#include "apps/lenet/progress.h"
+#include "apps/common/progress.h"
 #include "tensor/error.h"
 
 namespace kiln::apps::lenet {
