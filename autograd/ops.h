@@ -92,6 +92,14 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 
+// ---- selecting and sampling (autograd/ops/select.cpp; tensor/select.h) ----
+// tril/triu pass the gradient through their triangle; masked_fill passes it
+// where the mask is false; topk's values send theirs back to the indices.
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
+TopK topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true);
+
 // ---- no gradient: the tensor layer's functions ----
 using ops::argmax;
 using ops::argmin;
@@ -104,6 +112,7 @@ using ops::logical_not;
 using ops::logical_or;
 using ops::logical_xor;
 using ops::lt;
+using ops::multinomial;
 using ops::ne;
 using ops::one_hot;
 
@@ -129,6 +138,7 @@ Tensor& tanh_(Tensor& x);
 Tensor& clamp_(Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);
 Tensor& fill_(Tensor& x, Scalar value);
 Tensor& zero_(Tensor& x);
+Tensor& masked_fill_(Tensor& x, const Tensor& mask, Scalar value);
 Tensor& scatter_add_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor& operator+=(Tensor& a, const Tensor& b);
 Tensor& operator-=(Tensor& a, const Tensor& b);
