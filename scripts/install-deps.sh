@@ -11,6 +11,7 @@ packages=(
   libgloo-dev libopenmpi-dev openmpi-bin
   iproute2 util-linux      # ip netns and unshare: the two-host test of kiln-run
   python3-torch            # the oracle of the PyTorch parity tests (/usr/bin/python3)
+  fortunes fortunes-min    # kiln-gpt's default text corpus (/usr/share/games/fortunes, data/text_dataset.h)
 )
 
 missing=()

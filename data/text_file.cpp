@@ -1,0 +1,145 @@
+// File reads and atomic writes for the text formats of data/ (tokenizer
+// files, corpora).
+#include "data/text_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+#include "tensor/error.h"
+
+namespace kiln::data {
+namespace {
+
+std::string errno_text(int error) { return std::generic_category().message(error); }
+
+// Closes a POSIX file descriptor on scope exit.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  int close() {
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    return rc;
+  }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+std::string read_file_bytes(const std::string& path, const char* op) {
+  std::error_code error;
+  KILN_CHECK(!std::filesystem::is_directory(path, error), op, ": '", path, "' is a folder, not a file");
+  std::ifstream in(path, std::ios::binary);
+  KILN_CHECK(in.is_open(), op, ": cannot open '", path, "': ", errno_text(errno));
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  KILN_CHECK(!in.bad(), op, ": cannot read '", path, "': ", errno_text(errno));
+  return std::move(buffer).str();
+}
+
+void write_file_atomically(const std::string& path, std::string_view contents, const char* op) {
+  // The pid keeps two processes saving the same file from sharing a
+  // temporary file; the rename makes the last of them win whole.
+  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  FileDescriptor fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
+  KILN_CHECK(fd.get() >= 0, op, ": cannot create the temporary file '", temp, "' for '", path, "': ",
+             errno_text(errno));
+  bool committed = false;
+  struct RemoveUnlessCommitted {
+    const std::string& temp;
+    const bool& committed;
+    ~RemoveUnlessCommitted() {
+      if (!committed) ::unlink(temp.c_str());
+    }
+  } cleanup{temp, committed};
+
+  size_t written = 0;
+  while (written < contents.size()) {
+    const ssize_t n = ::write(fd.get(), contents.data() + written, contents.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    // write() returning 0 for a non-empty request means no space was made.
+    const int error = n < 0 ? errno : ENOSPC;
+    KILN_CHECK(n > 0, op, ": cannot write '", temp, "' (temporary file for '", path, "') at byte ", written, ": ",
+               errno_text(error));
+    written += static_cast<size_t>(n);
+  }
+  KILN_CHECK(::fsync(fd.get()) == 0, op, ": cannot flush '", temp, "' to disk: ", errno_text(errno));
+  KILN_CHECK(fd.close() == 0, op, ": cannot close '", temp, "': ", errno_text(errno));
+  KILN_CHECK(::rename(temp.c_str(), path.c_str()) == 0, op, ": cannot rename '", temp, "' to '", path, "': ",
+             errno_text(errno));
+  committed = true;
+  // Flush the directory too, so that the rename itself survives a crash.
+  std::string directory = std::filesystem::path(path).parent_path().string();
+  if (directory.empty()) directory = ".";
+  FileDescriptor dir(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  KILN_CHECK(dir.get() >= 0, op, ": '", path, "' was written but its folder '", directory,
+             "' cannot be opened to flush the rename: ", errno_text(errno));
+  // EINVAL: the filesystem cannot sync directories; there is nothing more to do.
+  KILN_CHECK(::fsync(dir.get()) == 0 || errno == EINVAL, op, ": '", path, "' was written but flushing its folder '",
+             directory, "' failed: ", errno_text(errno));
+}
+
+LineReader::LineReader(std::string path, const char* op)
+    : path_(std::move(path)), op_(op), contents_(read_file_bytes(path_, op)) {}
+
+bool LineReader::next(std::string_view& line) {
+  if (position_ >= contents_.size()) return false;
+  ++line_number_;
+  const size_t end = contents_.find('\n', position_);
+  if (end == std::string::npos) fail("the line does not end with a newline (a truncated file?)");
+  line = std::string_view(contents_).substr(position_, end - position_);
+  position_ = end + 1;
+  return true;
+}
+
+void LineReader::fail(const std::string& message) const {
+  KILN_FAIL(op_, ": '", path_, "' line ", line_number_, ": ", message);
+}
+
+// ---- numbers and headers ----------------------------------------------------------------
+
+int64_t read_counted_header(LineReader& lines, std::string_view format, std::string_view count_word) {
+  std::string_view line;
+  if (!lines.next(line)) KILN_FAIL(lines.op(), ": '", lines.path(), "' is empty; expected the header '", format,
+                                   " v1 ", count_word, " <count>'");
+  const std::string expected_prefix = std::string(format) + " v1 " + std::string(count_word) + " ";
+  if (line.substr(0, format.size() + 1) == std::string(format) + " " && !line.starts_with(expected_prefix))
+    lines.fail("unsupported header '" + std::string(line) + "'; this Kiln reads '" + expected_prefix + "<count>'");
+  if (!line.starts_with(expected_prefix))
+    lines.fail("the header is '" + std::string(line) + "'; expected '" + expected_prefix + "<count>'");
+  const std::string_view digits = line.substr(expected_prefix.size());
+  const std::optional<int64_t> count = parse_decimal(digits);
+  if (!count || *count > (int64_t{1} << 31) - 257)
+    lines.fail("the count '" + std::string(digits) + "' in the header is not a decimal number of entries");
+  return *count;
+}
+
+std::optional<int64_t> parse_decimal(std::string_view text) {
+  // from_chars alone accepts "-1" and stops at the first non-digit: demand
+  // digits only, and not too many.
+  if (text.empty() || text.size() > 18 || !std::all_of(text.begin(), text.end(), [](char c) {
+        return c >= '0' && c <= '9';
+      }))
+    return std::nullopt;
+  int64_t value = 0;
+  std::from_chars(text.data(), text.data() + text.size(), value);
+  return value;
+}
+
+}  // namespace kiln::data
