@@ -31,6 +31,7 @@
 
 // nn/: modules, layers, losses, initialisation and the functional ops.
 #include "nn/activation.h"
+#include "nn/attention.h"
 #include "nn/container.h"
 #include "nn/conv.h"
 #include "nn/dropout.h"
