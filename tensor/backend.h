@@ -96,6 +96,18 @@ struct PoolGeometry {
   int64_t dilation_h = 1, dilation_w = 1;
 };
 
+// The scalars of one fused attention call (Note [Fused attention] in
+// tensor/attention.h): softmax(scale * Q K^T + mask) V, with the causal
+// mask (query i sees keys j <= i + Tk - Tq, torch's top-left alignment when
+// Tq == Tk) and dropout on the probabilities drawn from Philox keyed by
+// `seed` from counter `offset` (Note [Random streams] in tensor/random.h).
+struct AttentionParams {
+  double scale = 1.0;
+  bool causal = false;
+  double dropout_p = 0.0;
+  uint64_t seed = 0, offset = 0;
+};
+
 // Words the error for an index value outside its range (check_index_range).
 using IndexErrorMessage = std::function<std::string(int64_t value)>;
 
@@ -277,6 +289,39 @@ class Backend {
   virtual void layer_norm_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
                                    const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                    const Tensor& weight) = 0;
+
+  // ---- selection and sampling (tensor/cpu/select.cpp) ----
+  // The k largest (largest) or smallest entries of each row of `in`
+  // (rows, n), contiguous, 0 <= k <= n: `values` (rows, k) in in's dtype and
+  // `indices` (rows, k) Int64, best first; among equal values the lower
+  // index comes first. NaN counts as larger than every number, as torch.
+  virtual void topk(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t k, bool largest) = 0;
+  // For each row of `probs` (rows, n), contiguous and floating, draws
+  // `num_samples` Int64 column indices into `out` (rows, num_samples), each
+  // with probability proportional to its entry; without replacement no index
+  // repeats in a row (num_samples <= the row's non-zero entries). A row with
+  // a negative, infinite or NaN entry, or summing to zero, is an error. The
+  // uniforms come from Philox keyed by `seed`, row r using counter blocks
+  // offset + r * num_samples onwards (Note [Random streams]).
+  virtual void multinomial(const Tensor& out, const Tensor& probs, int64_t num_samples, bool replacement,
+                           uint64_t seed, uint64_t offset) = 0;
+
+  // ---- fused attention (tensor/cpu/attention.cpp; Note [Fused attention]) ----
+  // q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv), contiguous and of
+  // one floating dtype; `mask` undefined, or Bool (true = attend) or of q's
+  // dtype (added to the scores), with shape (B, H, Tq, Tk) where a dim may
+  // have stride 0 (broadcast). Writes out (B, H, Tq, Dv) and `logsumexp`
+  // (B, H, Tq), Float32 (Float64 for Float64 inputs): the log of each row's
+  // softmax denominator, all the backward needs to rebuild the probabilities
+  // block by block. A row that attends to nothing gives zeros (torch: NaN).
+  virtual void attention(const Tensor& out, const Tensor& logsumexp, const Tensor& q, const Tensor& k,
+                         const Tensor& v, const Tensor& mask, const AttentionParams& params) = 0;
+  // The gradients of attention() for grad_out (B, H, Tq, Dv), from the
+  // saved inputs, out and logsumexp; grad_q/k/v have q/k/v's shapes.
+  virtual void attention_backward(const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
+                                  const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& out, const Tensor& logsumexp, const Tensor& mask,
+                                  const AttentionParams& params) = 0;
 
   // ---- random numbers (tensor/cpu/random.cpp) ----
   // Fills `out` (contiguous) from Philox4x32-10 keyed by `seed`: element i

@@ -78,6 +78,15 @@ class CpuBackend final : public Backend {
                            const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                            const Tensor& weight) override;
 
+  void topk(const Tensor& values, const Tensor& indices, const Tensor& in, int64_t k, bool largest) override;
+  void multinomial(const Tensor& out, const Tensor& probs, int64_t num_samples, bool replacement, uint64_t seed,
+                   uint64_t offset) override;
+  void attention(const Tensor& out, const Tensor& logsumexp, const Tensor& q, const Tensor& k, const Tensor& v,
+                 const Tensor& mask, const AttentionParams& params) override;
+  void attention_backward(const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v, const Tensor& grad_out,
+                          const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                          const Tensor& logsumexp, const Tensor& mask, const AttentionParams& params) override;
+
   void random(const Tensor& out, Distribution dist, double a, double b, uint64_t seed, uint64_t offset) override;
 };
 
