@@ -41,6 +41,7 @@
 #include "nn/init.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
+#include "nn/models/gpt.h"
 #include "nn/models/lenet.h"
 #include "nn/module.h"
 #include "nn/normalization.h"
