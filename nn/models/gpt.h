@@ -2,8 +2,9 @@
 // (Karpathy), with the same module and parameter names so that state dicts
 // interchange with it ("transformer.wte.weight", "transformer.wpe.weight",
 // "transformer.h.0.ln_1.weight", "transformer.h.0.attn.c_attn.weight", ...,
-// "transformer.ln_f.weight", "lm_head.weight"). scripts/gpt_parity.py holds
-// the same model in PyTorch.
+// "transformer.ln_f.weight", "lm_head.weight"). scripts/gpt_torch.py holds
+// the same model in PyTorch, and tests/optim/gpt_parity_test.cpp compares
+// the two (logits, gradients, 100 AdamW steps, state dicts both ways).
 //
 //   GPT(config)                               idx (B, T) Int64, T <= block_size
 //     tok = transformer.wte(idx)              (B, T, E)
@@ -116,8 +117,8 @@ class CausalSelfAttention : public Module {
   // The same for tokens that follow the cache's: appends their keys and
   // values to `cache` and attends the cached ones too. Either the cache is
   // empty (a causal prefill of T <= block_size tokens) or T is 1 (one new
-  // token, which attends everything cached, unmasked). No gradients flow
-  // into the cache: call it under NoGradGuard.
+  // token, which attends everything cached, unmasked). Runs under
+  // NoGradGuard: the cache holds values, never a graph.
   Tensor forward_cached(const Tensor& x, KVCache& cache);
 
   const int64_t n_head;
