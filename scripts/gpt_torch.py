@@ -6,10 +6,13 @@ A GPT-2-style decoder with nanoGPT's module and parameter names
 "transformer.ln_f.weight", "lm_head.weight"), written for this project and
 equivalent to nanoGPT's model.py: the same layers, the same GPT-2
 initialisation, lm_head.weight tied to transformer.wte.weight, and
-configure_optimizers' weight-decay groups. Attention is written out
-(softmax of the masked scores) because Debian's torch 1.13 has no
-scaled_dot_product_attention; its causal mask is a non-persistent buffer, so
-state dicts hold exactly nanoGPT's keys. The parity tests import it:
+configure_optimizers' weight-decay groups. Attention runs through
+torch's fused scaled_dot_product_attention where torch has it (2.x, the
+speed anchor of bench/gpt_vs_pytorch.sh) and is written out (softmax of the
+masked scores) on Debian's torch 1.13, the parity oracle; the causal mask is
+a non-persistent buffer, so state dicts hold exactly nanoGPT's keys. As Kiln's
+GPT, forward can extend a key/value cache (one dict per layer) for
+generation. The parity tests import it:
 
     from gpt_torch import GPT, GPTConfig
     model = GPT(GPTConfig(vocab_size=65, block_size=16, n_layer=2, n_head=2, n_embd=32))
@@ -63,17 +66,29 @@ class CausalSelfAttention(nn.Module):
         causal = torch.tril(torch.ones(config.block_size, config.block_size, dtype=torch.bool))
         self.register_buffer("causal", causal.view(1, 1, config.block_size, config.block_size), persistent=False)
 
-    def forward(self, x):
+    def forward(self, x, cache=None):
         B, T, E = x.shape
         H, D = self.n_head, E // self.n_head
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         q = q.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
         k = k.view(B, T, H, D).transpose(1, 2)
         v = v.view(B, T, H, D).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))  # (B, H, T, T)
-        att = att.masked_fill(~self.causal[:, :, :T, :T], float("-inf"))
-        att = self.attn_dropout(F.softmax(att, dim=-1))
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, E)
+        if cache is not None:  # the keys and values of the tokens before these
+            if "k" in cache:
+                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+            cache["k"], cache["v"] = k, v
+        # A prompt is causal; one new token attends every cached key.
+        causal = T > 1
+        if hasattr(F, "scaled_dot_product_attention"):
+            p = self.attn_dropout.p if self.training else 0.0
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=causal)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))  # (B, H, T, Tk)
+            if causal:
+                att = att.masked_fill(~self.causal[:, :, :T, :T], float("-inf"))
+            att = self.attn_dropout(F.softmax(att, dim=-1))
+            y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, E)
         return self.resid_dropout(self.c_proj(y))
 
 
@@ -97,8 +112,8 @@ class Block(nn.Module):
         self.ln_2 = LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x, cache=None):
+        x = x + self.attn(self.ln_1(x), cache)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -133,13 +148,15 @@ class GPT(nn.Module):
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    def forward(self, idx, targets=None):
+    def forward(self, idx, targets=None, caches=None):
+        """caches: None, or one dict per layer, extended by idx's keys and values."""
         T = idx.size(1)
-        assert T <= self.config.block_size, f"sequence of length {T}, block_size is only {self.config.block_size}"
-        pos = torch.arange(T, dtype=torch.long, device=idx.device)
+        past = caches[0]["k"].size(2) if caches and "k" in caches[0] else 0
+        assert past + T <= self.config.block_size, f"sequence of length {past + T}, block_size is only {self.config.block_size}"
+        pos = torch.arange(past, past + T, dtype=torch.long, device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
-        for block in self.transformer.h:
-            x = block(x)
+        for i, block in enumerate(self.transformer.h):
+            x = block(x, None if caches is None else caches[i])
         logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
         if targets is None:
             return logits, None
