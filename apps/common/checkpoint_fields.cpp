@@ -13,7 +13,7 @@ std::string exact_text(double v) {
 
 const std::string& CheckpointFields::text(const std::string& key) const {
   auto it = extra_.find(key);
-  KILN_CHECK(it != extra_.end(), "--resume '", path_, "': not a ", program_, " checkpoint of this version (no '", key,
+  KILN_CHECK(it != extra_.end(), flag_, " '", path_, "': not a ", program_, " checkpoint of this version (no '", key,
              "' field in its metadata)");
   return it->second;
 }
@@ -22,7 +22,7 @@ int64_t CheckpointFields::integer(const std::string& key, int64_t lo, int64_t hi
   const std::string& s = text(key);
   int64_t value = 0;
   auto [end, error] = std::from_chars(s.data(), s.data() + s.size(), value);
-  KILN_CHECK(error == std::errc() && end == s.data() + s.size() && value >= lo && value <= hi, "--resume '", path_,
+  KILN_CHECK(error == std::errc() && end == s.data() + s.size() && value >= lo && value <= hi, flag_, " '", path_,
              "': checkpoint field '", key, "' is '", s, "'; expected an integer from ", lo, " to ", hi);
   return value;
 }
@@ -37,7 +37,7 @@ double CheckpointFields::number(const std::string& key) const {
 }
 
 void CheckpointFields::check_recipe(const std::string& recipe) const {
-  KILN_CHECK(text("recipe") == recipe, "--resume '", path_, "': the checkpoint was made with ", text("recipe"),
+  KILN_CHECK(text("recipe") == recipe, flag_, " '", path_, "': the checkpoint was made with ", text("recipe"),
              "; this run has ", recipe, ". Resume with the flags of the saved run");
 }
 

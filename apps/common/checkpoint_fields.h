@@ -28,10 +28,11 @@ std::string exact_text(double v);
 class CheckpointFields {
  public:
   // `extra`: the checkpoint's extra strings (must outlive this object);
-  // `path`: the --resume file; `program`: the app that writes such
-  // checkpoints ("kiln-lenet").
-  CheckpointFields(const std::map<std::string, std::string>& extra, std::string path, std::string program)
-      : extra_(extra), path_(std::move(path)), program_(std::move(program)) {}
+  // `path`: the file, which errors name as "<flag> '<path>'"; `program`:
+  // the app that writes such checkpoints ("kiln-lenet").
+  CheckpointFields(const std::map<std::string, std::string>& extra, std::string path, std::string program,
+                   std::string flag = "--resume")
+      : extra_(extra), path_(std::move(path)), program_(std::move(program)), flag_(std::move(flag)) {}
 
   // The field's text; a missing field is "not a <program> checkpoint of this version".
   const std::string& text(const std::string& key) const;
@@ -46,7 +47,7 @@ class CheckpointFields {
     try {
       return std::forward<Parse>(parse)(s);
     } catch (const Error& e) {
-      KILN_FAIL("--resume '", path_, "': checkpoint field '", key, "' is malformed: ", e.message());
+      KILN_FAIL(flag_, " '", path_, "': checkpoint field '", key, "' is malformed: ", e.message());
     }
   }
   // The "recipe" field must equal `recipe` (the settings that shape the
@@ -57,6 +58,7 @@ class CheckpointFields {
   const std::map<std::string, std::string>& extra_;
   std::string path_;
   std::string program_;
+  std::string flag_;
 };
 
 }  // namespace kiln::apps

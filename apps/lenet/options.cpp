@@ -3,12 +3,10 @@
 // the same checks to options built in code.
 #include "apps/lenet/options.h"
 
-#include <CLI/CLI.hpp>
-
-#include <charconv>
 #include <cmath>
 #include <limits>
 
+#include "apps/common/cli.h"
 #include "apps/common/run_setup.h"
 #include "tensor/error.h"
 
@@ -54,30 +52,6 @@ namespace {
 // milliseconds init_process_group takes) would overflow int64.
 constexpr int64_t kMaxEpochs = 1'000'000'000;
 constexpr double kMaxTimeoutSeconds = 1e9;
-
-// Integer flags are read here rather than by CLI11, whose strtoll clamps
-// 99999999999999999999 to 2^63 - 1 and whose strtoull wraps -1 to 2^64 - 1
-// (and both read "010" as octal).
-template <class T>
-T parse_integer(const std::string& flag, const std::string& text) {
-  T value{};
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  const bool whole = end == text.data() + text.size() && !text.empty();
-  KILN_CHECK(error != std::errc::result_out_of_range || !whole, flag, ": ", text, " is out of range (",
-             std::numeric_limits<T>::min(), " to ", std::numeric_limits<T>::max(), ")");
-  KILN_CHECK(error == std::errc() && whole, flag, ": '", text, "' is not ",
-             std::is_signed_v<T> ? "an integer" : "a non-negative integer");
-  return value;
-}
-
-template <class T>
-CLI::Option* add_integer(CLI::App& app, const std::string& flag, T& target, const std::string& description) {
-  return app
-      .add_option_function<std::string>(
-          flag, [&target, flag](const std::string& text) { target = parse_integer<T>(flag, text); }, description)
-      ->type_name("INT")
-      ->default_str(std::to_string(target));
-}
 
 // A timeout flag given on the command line: a positive, finite number of seconds.
 CLI::Option* add_timeout(CLI::App& app, const std::string& flag, double& target, const std::string& description) {
