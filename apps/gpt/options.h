@@ -1,0 +1,101 @@
+// The command line of kiln-gpt: `kiln-gpt train` and `kiln-gpt sample`, every
+// setting in one struct each, the default recipe in one place
+// (TrainOptions' initialisers).
+//
+//   CommandLine cl = parse_command_line(argc, argv);
+//   if (cl.train) run_training(*cl.train);
+//   else if (cl.sample) run_sampling(*cl.sample);
+//   else return cl.exit_code;          // --help, or a CLI11 parse error (printed)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::apps::gpt {
+
+// The default recipe is what these initialisers say; --help prints them. It
+// is nanoGPT's Shakespeare-char recipe scaled to two CPU cores (a smaller
+// model, fewer steps, no dropout for a run this short) on the fortunes
+// corpus; docs/TRAINING.md states the time it takes and the validation loss
+// it reaches.
+struct TrainOptions {
+  // A UTF-8 text file; empty: the fortunes corpus (data::load_fortunes).
+  std::string data;
+  std::string tokenizer = "char";  // "char" or "bpe"
+  int64_t vocab_size = 512;        // with bpe: 256 bytes + merges learned from the training text
+  // The model (nn::GPTConfig).
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 128;
+  int64_t block_size = 128;
+  double dropout = 0.0;
+  bool bias = true;
+  // The optimization: AdamW over nanoGPT's weight-decay groups, the lr
+  // warming up linearly for warmup_steps and then decaying to min_lr along
+  // a cosine until the last step (learning_rate()).
+  int64_t batch_size = 32;
+  int64_t steps = 600;
+  double lr = 2e-3;
+  double min_lr = 2e-4;
+  int64_t warmup_steps = 50;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.99;
+  double grad_clip = 1.0;  // max gradient norm; 0: no clipping
+  // Evaluation: every eval_interval steps (and at the start and the end),
+  // the mean loss over eval_batches fixed batches of each split.
+  int64_t eval_interval = 100;
+  int64_t eval_batches = 10;
+  uint64_t seed = 1337;
+  int threads = 0;  // CPU kernel threads; 0: all cores
+  std::string device = "cpu";
+  // Mixed precision: the forward under autocast (Note [Autocast]), bfloat16
+  // on the CPU, float16 on CUDA with dynamic loss scaling; parameters,
+  // gradients and updates stay float32.
+  bool amp = false;
+  std::string save;    // training checkpoint, written at every evaluation and on Ctrl-C
+  std::string resume;  // training checkpoint to continue from
+  std::string log;     // one JSON object per evaluation, appended
+  std::string plot;    // SVG of the train and validation loss, rewritten at every evaluation
+};
+
+// Throws kiln::Error naming the flag for a value out of range.
+void validate(const TrainOptions& options);
+
+// nanoGPT's get_lr: (step + 1) / (warmup_steps + 1) of lr during the
+// warmup, then a cosine from lr at step warmup_steps to min_lr at step
+// `steps`; step is 0-based (the step about to be taken).
+double learning_rate(const TrainOptions& options, int64_t step);
+
+struct SampleOptions {
+  std::string checkpoint;  // a kiln-gpt training checkpoint (--save)
+  std::string prompt = "\n";
+  int64_t max_new_tokens = 500;
+  double temperature = 0.8;  // 0: always the most likely token
+  int64_t top_k = 200;       // 0: sample from every token
+  int64_t num_samples = 1;
+  uint64_t seed = 1337;
+  std::string device = "cpu";
+  int threads = 0;
+};
+
+void validate(const SampleOptions& options);
+
+// The result of parsing: the subcommand's options, or neither and the exit
+// code (0 after --help; CLI11's code after a parse error, already printed).
+struct CommandLine {
+  std::optional<TrainOptions> train;
+  std::optional<SampleOptions> sample;
+  int exit_code = 0;
+};
+
+// Parses and validates argv (argv[0] is the program). Validation errors and
+// malformed or out-of-range integers throw kiln::Error naming the flag;
+// CLI11's own errors (unknown flag or subcommand, missing value, a float
+// that is not a number) are printed to stderr and returned as an exit code.
+CommandLine parse_command_line(int argc, const char* const* argv);
+CommandLine parse_command_line(const std::vector<std::string>& args);
+
+}  // namespace kiln::apps::gpt

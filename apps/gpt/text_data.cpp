@@ -1,0 +1,108 @@
+#include "apps/gpt/text_data.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+
+#include "data/text_file.h"
+#include "tensor/error.h"
+
+namespace kiln::apps::gpt {
+
+namespace {
+
+uint64_t fnv1a(const std::string& text) {
+  uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+// A file of its own in the temporary folder, removed when this goes out of scope.
+class TemporaryFile {
+ public:
+  TemporaryFile() {
+    static std::atomic<int> counter{0};
+    path_ = (std::filesystem::temp_directory_path() /
+             ("kiln-gpt-tokenizer-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".txt"))
+                .string();
+  }
+  TemporaryFile(const TemporaryFile&) = delete;
+  TemporaryFile& operator=(const TemporaryFile&) = delete;
+  ~TemporaryFile() {
+    std::error_code ignored;
+    std::filesystem::remove(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
+Corpus read_corpus(const std::string& path) {
+  Corpus corpus;
+  if (path.empty()) {
+    corpus.text = data::load_fortunes();
+    corpus.description = std::string("the fortunes corpus (") + data::kFortunesDir + ")";
+  } else {
+    try {
+      corpus.text = data::load_text_file(path);
+    } catch (const Error& e) {
+      KILN_FAIL("--data '", path, "': ", e.message());
+    }
+    corpus.description = "'" + path + "'";
+  }
+  corpus.hash = fnv1a(corpus.text);
+  return corpus;
+}
+
+std::unique_ptr<data::Tokenizer> build_tokenizer(const TrainOptions& o, const std::string& text) {
+  if (o.tokenizer == "bpe") {
+    return std::make_unique<data::ByteBpeTokenizer>(data::ByteBpeTokenizer::train(text, o.vocab_size));
+  }
+  return std::make_unique<data::CharTokenizer>(data::CharTokenizer::from_corpus(text));
+}
+
+// The tokenizers write and read files only; a checkpoint holds the file's text.
+std::string tokenizer_to_text(const data::Tokenizer& tokenizer) {
+  TemporaryFile file;
+  tokenizer.save(file.path());
+  return data::read_file_bytes(file.path(), "tokenizer_to_text");
+}
+
+std::unique_ptr<data::Tokenizer> tokenizer_from_text(const std::string& text, const std::string& source) {
+  TemporaryFile file;
+  data::write_file_atomically(file.path(), text, "tokenizer_from_text");
+  try {
+    return data::load_tokenizer(file.path());
+  } catch (const Error& e) {
+    KILN_FAIL(source, ": its tokenizer does not load: ", e.message());
+  }
+}
+
+TextData open_text_data(const Corpus& corpus, std::shared_ptr<data::Tokenizer> tokenizer, const TrainOptions& o) {
+  TextData d;
+  d.tokenizer = std::move(tokenizer);
+  std::vector<int64_t> tokens;
+  try {
+    tokens = d.tokenizer->encode(corpus.text);
+  } catch (const Error& e) {
+    KILN_FAIL(corpus.description, " does not encode with the ", d.tokenizer->name(), " tokenizer: ", e.message());
+  }
+  data::TokenSplit split = data::split_tokens(tokens);
+  const int64_t val_tokens = split.val.size(0);
+  KILN_CHECK(val_tokens >= o.block_size + 1, corpus.description, " holds ", tokens.size(),
+             " tokens; its validation split (the last 10%, ", val_tokens, " tokens) needs at least --block-size + 1 = ",
+             o.block_size + 1, ": give a longer text or a smaller --block-size");
+  d.train = std::make_shared<data::TokenWindowDataset>(split.train, o.block_size, "train");
+  d.val = std::make_shared<data::TokenWindowDataset>(split.val, o.block_size, "val");
+  d.batches = std::make_unique<data::RandomWindowBatches>(d.train, o.batch_size, o.seed);
+  const int64_t eval_windows = o.eval_batches * o.batch_size;
+  d.train_eval = std::make_unique<data::FixedWindowBatches>(d.train, o.batch_size, eval_windows);
+  d.val_eval = std::make_unique<data::FixedWindowBatches>(d.val, o.batch_size, eval_windows);
+  return d;
+}
+
+}  // namespace kiln::apps::gpt

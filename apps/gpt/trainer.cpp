@@ -1,0 +1,384 @@
+// run_training: the step loop of `kiln-gpt train`, its evaluations and
+// checkpoints (Note [Exact resume of kiln-gpt]) and its Ctrl-C handling.
+#include "apps/gpt/trainer.h"
+
+#include <chrono>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "apps/common/checkpoint_fields.h"
+#include "apps/common/jsonl.h"
+#include "apps/common/progress.h"
+#include "apps/common/run_setup.h"
+#include "apps/gpt/text_data.h"
+#include "autograd/autocast.h"
+#include "kiln.h"
+#include "optim/adam.h"
+#include "optim/clip_grad.h"
+#include "optim/grad_scaler.h"
+#include "optim/training_checkpoint.h"
+
+namespace kiln::apps::gpt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Every setting that shapes the trajectory: a checkpoint must have been made
+// with the same (the evaluation settings, threads and device may differ).
+std::string recipe(const TrainOptions& o) {
+  return "tokenizer " + o.tokenizer + (o.tokenizer == "bpe" ? " vocab " + std::to_string(o.vocab_size) : "") + ", " +
+         std::to_string(o.n_layer) + " layers, " + std::to_string(o.n_head) + " heads, width " +
+         std::to_string(o.n_embd) + ", block " + std::to_string(o.block_size) + ", dropout " +
+         exact_text(o.dropout) + ", bias " + (o.bias ? "on" : "off") + ", batch " + std::to_string(o.batch_size) +
+         ", steps " + std::to_string(o.steps) + ", AdamW lr " + exact_text(o.lr) + " min lr " + exact_text(o.min_lr) +
+         " warmup " + std::to_string(o.warmup_steps) + " weight decay " + exact_text(o.weight_decay) + " betas " +
+         exact_text(o.beta1) + " " + exact_text(o.beta2) + ", grad clip " + exact_text(o.grad_clip) + ", seed " +
+         std::to_string(o.seed) + (o.amp ? ", amp" : "");
+}
+
+nn::GPTConfig model_config(const TrainOptions& o, int64_t vocab_size) {
+  return {.vocab_size = vocab_size, .block_size = o.block_size, .n_layer = o.n_layer, .n_head = o.n_head,
+          .n_embd = o.n_embd, .dropout = o.dropout, .bias = o.bias};
+}
+
+// Where a run is, beside the tensors of its checkpoint.
+struct Position {
+  int64_t step = 0;  // optimizer steps taken
+  std::vector<EvalRecord> history = {};
+  double loss_sum = 0;     // of the training losses since the last evaluation
+  int64_t loss_steps = 0;  // and their number
+};
+
+// A checkpoint's metadata holds the extra strings under this prefix (optim/training_checkpoint.h).
+constexpr const char* kExtraPrefix = "extra.";
+
+// The extra strings among a checkpoint's metadata.
+std::map<std::string, std::string> extra_strings(const std::map<std::string, std::string>& metadata) {
+  std::map<std::string, std::string> extra;
+  const std::string prefix = kExtraPrefix;
+  for (const auto& [key, value] : metadata) {
+    if (key.starts_with(prefix)) extra[key.substr(prefix.size())] = value;
+  }
+  return extra;
+}
+
+// Everything a run holds, set up step by step by the helpers below and used
+// by run_training's step loop.
+struct Run {
+  Run(const TrainOptions& options, const TrainerHooks& hooks);
+
+  const TrainOptions& o;
+  const Clock::time_point start = Clock::now();
+  std::ostream* out;
+  std::ostream* err;
+  bool interactive;
+  std::function<bool(int64_t)> should_stop;
+  Device device;
+  DType amp_dtype;
+  optim::GradScaler scaler;  // a disabled scaler (all but CUDA --amp) passes everything through
+
+  Corpus corpus;
+  TextData data;
+  std::string tokenizer_text;  // its file, as the checkpoint stores it
+  std::shared_ptr<nn::GPT> model;
+  std::unique_ptr<optim::AdamW> optimizer;
+
+  Position pos;
+  RunningLossSum loss_sum;
+  double elapsed_before = 0;  // the wall time of the run a resume continues
+  // Training since the last evaluation, for its tokens per second.
+  int64_t stretch_tokens = 0;
+  double stretch_seconds = 0;
+
+  double elapsed() const {
+    return elapsed_before + std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  std::map<std::string, std::string> extra() const {
+    const nn::GPTConfig& c = model->config;
+    return {{"recipe", recipe(o)},
+            {"tokenizer", tokenizer_text},
+            {"text_hash", std::to_string(corpus.hash)},
+            {"text_bytes", std::to_string(corpus.text.size())},
+            {"history", history_to_json(pos.history)},
+            {"loss_sum", exact_text(loss_sum.read())},
+            {"loss_steps", std::to_string(pos.loss_steps)},
+            {"elapsed_seconds", exact_text(elapsed())},
+            {"vocab_size", std::to_string(c.vocab_size)},
+            {"block_size", std::to_string(c.block_size)},
+            {"n_layer", std::to_string(c.n_layer)},
+            {"n_head", std::to_string(c.n_head)},
+            {"n_embd", std::to_string(c.n_embd)},
+            {"bias", c.bias ? "1" : "0"}};
+  }
+  void save() {
+    if (o.save.empty()) return;
+    SavingCheckpoint saving(o.save);
+    optim::save_training_checkpoint(o.save, {*model, *optimizer, nullptr, pos.step, extra(), &scaler});
+  }
+};
+
+Run::Run(const TrainOptions& options, const TrainerHooks& hooks)
+    : o((validate(options), options)),
+      out(hooks.out),
+      err(hooks.err),
+      interactive(hooks.interactive),
+      should_stop(hooks.should_stop ? hooks.should_stop : [](int64_t) { return interrupt_requested(); }),
+      device(o.device),
+      amp_dtype(autocast_dtype(device)),
+      scaler({.enabled = o.amp && device.is_cuda()}) {
+  check_outputs({{"--save", o.save}, {"--log", o.log}, {"--plot", o.plot}});
+  if (o.threads > 0) set_num_threads(o.threads);
+  warn_if_oversubscribed(*err, "kiln-gpt");
+}
+
+// The text, its tokenizer (a resumed run's from its checkpoint) and the batches.
+void open_data(Run& run) {
+  const TrainOptions& o = run.o;
+  run.corpus = read_corpus(o.data);
+  std::shared_ptr<data::Tokenizer> tokenizer;
+  if (o.resume.empty()) {
+    tokenizer = build_tokenizer(o, run.corpus.text);
+  } else {
+    std::map<std::string, std::string> metadata;
+    load_safetensors(o.resume, &metadata);
+    const std::map<std::string, std::string> extra = extra_strings(metadata);
+    const CheckpointFields f(extra, o.resume, "kiln-gpt");
+    f.check_recipe(recipe(o));
+    KILN_CHECK(f.text("text_hash") == std::to_string(run.corpus.hash), "--resume '", o.resume,
+               "': the checkpoint was trained on another text (", f.text("text_bytes"), " bytes, hash ",
+               f.text("text_hash"), ") than ", run.corpus.description, " (", run.corpus.text.size(), " bytes, hash ",
+               run.corpus.hash, "); resume with the --data of the saved run");
+    tokenizer = tokenizer_from_text(f.text("tokenizer"), "--resume '" + o.resume + "'");
+  }
+  run.tokenizer_text = tokenizer_to_text(*tokenizer);
+  run.data = open_text_data(run.corpus, std::move(tokenizer), o);
+}
+
+// The GPT from manual_seed(seed), on its device.
+void build_model(Run& run) {
+  manual_seed(run.o.seed);
+  run.model = std::make_shared<nn::GPT>(model_config(run.o, run.data.tokenizer->vocab_size()));
+  run.model->to(run.device);
+  run.model->train();
+}
+
+// AdamW over nanoGPT's weight-decay groups, and the position: from --resume
+// (Note [Exact resume of kiln-gpt]), or the start with a fresh log.
+void set_up_training(Run& run) {
+  const TrainOptions& o = run.o;
+  run.optimizer = std::make_unique<optim::AdamW>(
+      optim::weight_decay_groups(run.model->parameters(), o.weight_decay),
+      optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .weight_decay = o.weight_decay});
+  if (o.resume.empty()) {
+    if (!o.log.empty()) start_jsonl(o.log);
+    return;
+  }
+  const optim::LoadedCheckpoint loaded =
+      optim::load_training_checkpoint(o.resume, {*run.model, *run.optimizer, nullptr, 0, {}, &run.scaler});
+  const CheckpointFields f(loaded.extra, o.resume, "kiln-gpt");
+  KILN_CHECK(loaded.step <= o.steps, "--resume '", o.resume, "': the checkpoint is at step ", loaded.step,
+             " of a run of --steps ", o.steps);
+  run.pos.step = loaded.step;
+  run.pos.history = f.parsed("history", history_from_json);
+  run.pos.loss_steps = f.integer("loss_steps", 0, loaded.step);
+  run.pos.loss_sum = f.number("loss_sum");
+  run.loss_sum = RunningLossSum(run.pos.loss_sum);
+  run.elapsed_before = f.number("elapsed_seconds");
+  KILN_CHECK(!run.pos.history.empty(), "--resume '", o.resume, "': checkpoint field 'history' holds no evaluation");
+  *run.out << "resuming " << o.resume << " at step " << run.pos.step << "/" << o.steps << "\n";
+}
+
+void print_header(const Run& run) {
+  const TrainOptions& o = run.o;
+  const TextData& d = run.data;
+  *run.out << "GPT (" << run.model->num_parameters(false) << " parameters: " << o.n_layer << " layers, " << o.n_head
+           << " heads, width " << o.n_embd << ", block " << o.block_size << ") on " << run.corpus.description << ": "
+           << d.tokenizer->name() << " tokenizer of " << d.tokenizer->vocab_size() << " tokens, "
+           << d.train->num_tokens() << " training and " << d.val->num_tokens() << " validation tokens\n"
+           << recipe(o) << ", " << get_num_threads() << " threads, device " << run.device.str()
+           << (o.amp ? ", mixed precision " + std::string(dtype_name(run.amp_dtype)) : std::string()) << "\n";
+}
+
+// The mean loss over `batches` (each batch weighted by its windows) in eval
+// mode, without gradients.
+double mean_loss(Run& run, const data::FixedWindowBatches& batches) {
+  double sum = 0;
+  int64_t windows = 0;
+  for (int64_t k = 0; k < batches.num_batches(); ++k) {
+    data::Batch b = batches.batch(k);
+    Tensor loss;
+    {
+      AutocastGuard autocast(run.device.type, run.amp_dtype, run.o.amp);
+      loss = run.model->loss(b.data.to(run.device), b.target.to(run.device));
+    }
+    sum += loss.item<double>() * static_cast<double>(b.data.size(0));
+    windows += b.data.size(0);
+  }
+  return sum / static_cast<double>(windows);
+}
+
+// Evaluates both splits, prints the line, then writes the checkpoint first,
+// the log and the chart (a chart that cannot be written is warned about;
+// it is redrawn whole at the next evaluation).
+void record_evaluation(Run& run) {
+  const TrainOptions& o = run.o;
+  Position& pos = run.pos;
+  EvalRecord r{.step = pos.step, .lr = pos.step > 0 ? learning_rate(o, pos.step - 1) : 0.0};
+  {
+    NoGradGuard no_grad;
+    run.model->eval();
+    r.train_loss = mean_loss(run, *run.data.train_eval);
+    r.val_loss = mean_loss(run, *run.data.val_eval);
+    run.model->train();
+  }
+  r.tokens_per_second =
+      run.stretch_seconds > 0 ? static_cast<double>(run.stretch_tokens) / run.stretch_seconds : 0.0;
+  r.elapsed_seconds = run.elapsed();
+  run.stretch_tokens = 0, run.stretch_seconds = 0;
+  pos.history.push_back(r);
+  pos.loss_sum = 0, pos.loss_steps = 0;
+  run.loss_sum = RunningLossSum();
+  char line[256];
+  std::snprintf(line, sizeof line, "step %lld/%lld  train loss %.4f  val loss %.4f  lr %.3g  %.0f tok/s  elapsed %s",
+                static_cast<long long>(r.step), static_cast<long long>(o.steps), r.train_loss, r.val_loss, r.lr,
+                r.tokens_per_second, format_duration(r.elapsed_seconds).c_str());
+  *run.out << line << "\n" << std::flush;
+  run.save();
+  if (!o.log.empty()) append_jsonl(o.log, to_json_line(r));
+  if (o.plot.empty()) return;
+  try {
+    write_chart_svg(o.plot, loss_chart(pos.history));
+  } catch (const Error& e) {
+    *run.err << "kiln-gpt: warning: " << e.message() << "; training goes on\n" << std::flush;
+  }
+}
+
+// One optimizer step on training batch pos.step: the lr of the schedule,
+// forward under autocast, backward, gradient clipping, AdamW.
+void train_step(Run& run) {
+  const TrainOptions& o = run.o;
+  const Clock::time_point start = Clock::now();
+  const double lr = learning_rate(o, run.pos.step);
+  for (size_t g = 0; g < run.optimizer->num_param_groups(); ++g) run.optimizer->set_lr(g, lr);
+  data::Batch batch = run.data.batches->batch(run.pos.step);
+  Tensor x = batch.data.to(run.device);    // (B, T) Int64
+  Tensor y = batch.target.to(run.device);  // (B, T) Int64
+  Tensor loss;
+  {
+    AutocastGuard autocast(run.device.type, run.amp_dtype, o.amp);
+    loss = run.model->loss(x, y);
+  }
+  run.scaler.scale(loss).backward();
+  if (o.grad_clip > 0) {
+    run.scaler.unscale_(*run.optimizer);
+    optim::clip_grad_norm_(run.model->parameters(), o.grad_clip);
+  }
+  run.scaler.step(*run.optimizer);
+  run.scaler.update();
+  run.optimizer->zero_grad();
+  run.loss_sum.add(loss, 1);
+  ++run.pos.loss_steps;
+  ++run.pos.step;
+  run.stretch_tokens += x.numel();
+  run.stretch_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// At step 0, every eval_interval steps and after the last step, unless
+// the history has this step already (a run resumed from an evaluation's
+// checkpoint). A run interrupted at an evaluation's step evaluates when it
+// resumes, so its history is the uninterrupted run's.
+bool evaluation_due(const Run& run) {
+  const Position& pos = run.pos;
+  if (pos.history.empty()) return true;
+  return pos.history.back().step != pos.step && (pos.step % run.o.eval_interval == 0 || pos.step == run.o.steps);
+}
+
+// Trains up to the next evaluation's step, with a progress line of its own
+// (the speed and the time left leave the evaluations out). Returns false
+// when asked to stop after a step before the last.
+bool train_until_evaluation(Run& run) {
+  const TrainOptions& o = run.o;
+  Position& pos = run.pos;
+  ProgressLine progress(*run.out, run.interactive, "train", o.steps, pos.step);
+  progress.set_unit("tok");
+  progress.set_plain_lines(4 * ((o.steps + o.eval_interval - 1) / o.eval_interval));
+  int64_t tokens = 0;
+  do {
+    train_step(run);
+    tokens += o.batch_size * o.block_size;
+    progress.update(
+        pos.step, [&] { return run.loss_sum.read() / static_cast<double>(pos.loss_steps); }, tokens);
+    if (pos.step < o.steps && run.should_stop(pos.step)) {
+      progress.finish();
+      return false;
+    }
+  } while (pos.step % o.eval_interval != 0 && pos.step < o.steps);
+  progress.finish();
+  return true;
+}
+
+TrainingResult result_of(Run& run, RunStatus status) {
+  return {.status = status, .history = run.pos.history, .model = run.model, .tokenizer = run.data.tokenizer,
+          .step = run.pos.step};
+}
+
+// Stops the run at its position, writing the checkpoint (with --save).
+TrainingResult interrupted(Run& run) {
+  run.save();
+  *run.out << "interrupted at step " << run.pos.step << "/" << run.o.steps;
+  if (!run.o.save.empty()) {
+    *run.out << "; checkpoint saved to " << run.o.save << " (continue with --resume " << run.o.save << ")";
+  }
+  *run.out << "\n" << std::flush;
+  return result_of(run, RunStatus::Interrupted);
+}
+
+TrainingResult finished(Run& run) {
+  const EvalRecord& last = run.pos.history.back();
+  *run.out << "trained " << run.o.steps << " steps in " << format_duration(last.elapsed_seconds)
+           << ": validation loss " << last.val_loss;
+  if (!run.o.save.empty()) *run.out << "; sample with kiln-gpt sample --checkpoint " << run.o.save;
+  *run.out << "\n" << std::flush;
+  return result_of(run, RunStatus::Finished);
+}
+
+}  // namespace
+
+TrainingResult run_training(const TrainOptions& o, const TrainerHooks& hooks) {
+  Run run(o, hooks);
+  open_data(run);
+  build_model(run);
+  set_up_training(run);
+  print_header(run);
+  for (;;) {
+    if (evaluation_due(run)) record_evaluation(run);
+    if (run.pos.step == o.steps) return finished(run);
+    if (!train_until_evaluation(run)) return interrupted(run);
+  }
+}
+
+CheckpointModel read_checkpoint_model(const std::string& path) {
+  std::map<std::string, std::string> metadata;
+  TensorDict tensors = load_safetensors(path, &metadata);
+  const std::map<std::string, std::string> extra = extra_strings(metadata);
+  const CheckpointFields f(extra, path, "kiln-gpt", "--checkpoint");
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  CheckpointModel m;
+  m.config = {.vocab_size = f.integer("vocab_size", 1, kMax), .block_size = f.integer("block_size", 1, kMax),
+              .n_layer = f.integer("n_layer", 1, kMax), .n_head = f.integer("n_head", 1, kMax),
+              .n_embd = f.integer("n_embd", 1, kMax), .dropout = 0.0, .bias = f.integer("bias", 0, 1) == 1};
+  m.tokenizer = tokenizer_from_text(f.text("tokenizer"), "--checkpoint '" + path + "'");
+  KILN_CHECK(m.tokenizer->vocab_size() == m.config.vocab_size, "--checkpoint '", path, "': its tokenizer has ",
+             m.tokenizer->vocab_size(), " tokens but its model ", m.config.vocab_size);
+  const std::string prefix = "model.";
+  for (const auto& [name, tensor] : tensors) {
+    if (name.starts_with(prefix)) m.weights.insert(name.substr(prefix.size()), tensor);
+  }
+  return m;
+}
+
+}  // namespace kiln::apps::gpt

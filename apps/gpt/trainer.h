@@ -1,0 +1,77 @@
+// `kiln-gpt train` as a library call, so that tests drive it in-process:
+//
+//   TrainOptions o;
+//   o.data = "book.txt"; o.steps = 200; o.save = "run.ckpt";
+//   TrainingResult r = run_training(o);
+//   // r.history: one EvalRecord per evaluation; r.model: the trained GPT
+//
+// Note [Exact resume of kiln-gpt]
+// A run stopped after any step and resumed from its checkpoint ends with the
+// same parameters, bit for bit on the CPU, as a run that never stopped.
+// Every source of randomness is a function of the seed and the step: the
+// initial weights come from manual_seed(seed); training batch i is
+// RandomWindowBatches::batch(i), a pure function of (seed, i) (Note [Token
+// windows]); dropout draws from the default generator, whose state the
+// checkpoint saves (optim/training_checkpoint.h); the lr is
+// learning_rate(step). Evaluations draw nothing (fixed windows, eval mode),
+// so their placement does not change the trajectory. The checkpoint holds
+// the model, AdamW's state, the step and the generator, and in its extra
+// strings the recipe (every flag that shapes the trajectory; a checkpoint
+// made with another is refused, naming both), the tokenizer's file (so a
+// resumed run and `kiln-gpt sample` encode exactly as the run did; a BPE is
+// not learned again), the text's hash and size, the history of evaluations
+// and the running loss shown on the progress line.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <ostream>
+#include <vector>
+
+#include "apps/common/interrupt.h"
+#include "apps/gpt/history.h"
+#include "apps/gpt/options.h"
+#include "data/tokenizer.h"
+#include "nn/models/gpt.h"
+
+namespace kiln::apps::gpt {
+
+struct TrainerHooks {
+  std::ostream* out = &std::cout;
+  std::ostream* err = &std::cerr;  // warnings: more threads than cores, a chart that could not be written
+  bool interactive = false;        // rewrite the progress line in place ("\r"); else print plain lines
+  // Asked after every step but the last, with the steps done; true stops
+  // the run there: with --save the checkpoint is written and the run
+  // returns Interrupted. Empty: interrupt_requested().
+  std::function<bool(int64_t step)> should_stop = {};
+};
+
+enum class RunStatus { Finished, Interrupted };
+
+struct TrainingResult {
+  RunStatus status = RunStatus::Finished;
+  std::vector<EvalRecord> history;  // every evaluation, resumed ones included
+  std::shared_ptr<nn::GPT> model;
+  std::shared_ptr<data::Tokenizer> tokenizer;
+  int64_t step = 0;  // optimizer steps taken in the whole run
+};
+
+// Trains as the options say, printing the progress and a line per
+// evaluation to hooks.out. Throws kiln::Error for invalid options,
+// unreadable text or checkpoints, or a checkpoint that does not fit.
+TrainingResult run_training(const TrainOptions& options, const TrainerHooks& hooks = {});
+
+// The model a kiln-gpt checkpoint holds: its config (dropout 0), its
+// tokenizer and its weights (the state dict, "model." taken off). Throws
+// kiln::Error naming the file ("--checkpoint '<path>'") when it is not a
+// kiln-gpt checkpoint.
+struct CheckpointModel {
+  nn::GPTConfig config;
+  std::shared_ptr<data::Tokenizer> tokenizer;
+  TensorDict weights;
+};
+CheckpointModel read_checkpoint_model(const std::string& path);
+
+}  // namespace kiln::apps::gpt
