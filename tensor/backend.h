@@ -44,6 +44,8 @@ enum class UnaryOp : uint8_t {
 enum class BinaryOp : uint8_t {
   Add, Sub, Mul, Div, Pow, Maximum, Minimum,
   ReluBackward,                          // a where b > 0, else 0 (a: gradient, b: relu's output)
+  GeluBackward,                          // a * gelu'(b), exact (a: gradient, b: gelu's input)
+  GeluTanhBackward,                      // a * gelu'(b), tanh approximation
   Eq, Ne, Lt, Le, Gt, Ge,                // output Bool
   LogicalAnd, LogicalOr, LogicalXor,     // output Bool
 };
@@ -98,8 +100,7 @@ struct PoolGeometry {
 
 // The scalars of one fused attention call (Note [Fused attention] in
 // tensor/attention.h): softmax(scale * Q K^T + mask) V, with the causal
-// mask (query i sees keys j <= i + Tk - Tq, torch's top-left alignment when
-// Tq == Tk) and dropout on the probabilities drawn from Philox keyed by
+// mask (query i sees keys j <= i, torch's top-left alignment) and dropout on the probabilities drawn from Philox keyed by
 // `seed` from counter `offset` (Note [Random streams] in tensor/random.h).
 struct AttentionParams {
   double scale = 1.0;
@@ -307,17 +308,20 @@ class Backend {
                            uint64_t seed, uint64_t offset) = 0;
 
   // ---- fused attention (tensor/cpu/attention.cpp; Note [Fused attention]) ----
-  // q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv), contiguous and of
-  // one floating dtype; `mask` undefined, or Bool (true = attend) or of q's
+  // q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv) of one floating
+  // dtype, each with its last dim contiguous and any strides elsewhere (the
+  // heads of a (B, T, H, D) projection, transposed, are taken as they are); `mask` undefined, or Bool (true = attend) or of q's
   // dtype (added to the scores), with shape (B, H, Tq, Tk) where a dim may
-  // have stride 0 (broadcast). Writes out (B, H, Tq, Dv) and `logsumexp`
+  // have stride 0 (broadcast). Writes out (B, H, Tq, Dv), last dim
+  // contiguous and any strides elsewhere, and `logsumexp` (contiguous)
   // (B, H, Tq), Float32 (Float64 for Float64 inputs): the log of each row's
   // softmax denominator, all the backward needs to rebuild the probabilities
   // block by block. A row that attends to nothing gives zeros (torch: NaN).
   virtual void attention(const Tensor& out, const Tensor& logsumexp, const Tensor& q, const Tensor& k,
                          const Tensor& v, const Tensor& mask, const AttentionParams& params) = 0;
   // The gradients of attention() for grad_out (B, H, Tq, Dv), from the
-  // saved inputs, out and logsumexp; grad_q/k/v have q/k/v's shapes.
+  // saved inputs, out and logsumexp; grad_q/k/v have q/k/v's shapes, and
+  // like them and grad_out need only their last dim contiguous.
   virtual void attention_backward(const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
                                   const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& out, const Tensor& logsumexp, const Tensor& mask,
