@@ -3,7 +3,9 @@
 // (Note [Device dispatch]); and the dropout mask of Note [Fused attention].
 #include "tensor/attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "tensor/factory.h"
 
@@ -24,9 +26,28 @@ std::pair<int64_t, int64_t> batch_and_heads(const Shape& lead) {
   return {b, lead.back()};
 }
 
-// t (..., T, X) as a contiguous (B, H, T, X) tensor.
+// t (..., T, X) as the (B, H, T, X) tensor the kernels take: a view when
+// its last dim is contiguous and the leading dims merge into B by strides,
+// else a contiguous copy (Note [Attention layouts]).
 Tensor as_4d(const Tensor& t, int64_t b, int64_t h) {
-  return t.contiguous().view({b, h, t.size(-2), t.size(-1)});
+  const bool rows_contiguous = t.size(-1) <= 1 || t.stride(-1) == 1;
+  return (rows_contiguous ? t : t.contiguous()).reshape({b, h, t.size(-2), t.size(-1)});
+}
+
+// An uninitialised (B, H, T, X) tensor whose memory orders (B, H, T) as
+// `like`'s strides do, largest first (ties keep their order), with X
+// innermost: for heads transposed out of a (B, T, H, D) projection that is
+// (B, T, H, X) memory, which transposed back is contiguous. Contiguous when
+// `like` is.
+Tensor empty_ordered_like(int64_t b, int64_t h, int64_t t, int64_t x, const Tensor& like, TensorOptions options) {
+  int64_t order[3] = {0, 1, 2};  // the (B, H, T) dims, outermost first
+  std::stable_sort(order, order + 3, [&](int64_t i, int64_t j) { return like.stride(i) > like.stride(j); });
+  const int64_t sizes[3] = {b, h, t};
+  Tensor dense = Tensor::empty({sizes[order[0]], sizes[order[1]], sizes[order[2]], x}, options);
+  Shape back(4);  // the inverse permutation
+  for (int64_t i = 0; i < 3; ++i) back[order[i]] = i;
+  back[3] = 3;
+  return dense.permute(back);
 }
 
 // The mask as the kernels take it: (B, H, Tq, Tk), broadcast dims stride 0,
@@ -105,17 +126,21 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, con
   check_attention_inputs("attention", q, k, v, mask, params.dropout_p);
   const Shape lead = leading_dims(q);
   const auto [b, h] = batch_and_heads(lead);
+  const int64_t tq = q.size(-2), dv = v.size(-1);
   Shape scores = lead, out_shape = lead, lse_shape = lead;
-  scores.insert(scores.end(), {q.size(-2), k.size(-2)});
-  out_shape.insert(out_shape.end(), {q.size(-2), v.size(-1)});
-  lse_shape.push_back(q.size(-2));
+  scores.insert(scores.end(), {tq, k.size(-2)});
+  out_shape.insert(out_shape.end(), {tq, dv});
+  lse_shape.push_back(tq);
   const DType lse_dtype = q.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
-  AttentionResult r{Tensor::empty(out_shape, {q.dtype(), q.device()}),
-                    Tensor::empty(lse_shape, {lse_dtype, q.device()})};
+  const Tensor q4 = as_4d(q, b, h);
+  // The output in q's memory order: splitting B back into the leading dims
+  // is always a view.
+  const Tensor out4 = empty_ordered_like(b, h, tq, dv, q4, {q.dtype(), q.device()});
+  AttentionResult r{out4.view(out_shape), Tensor::empty(lse_shape, {lse_dtype, q.device()})};
   if (r.out.numel() == 0) return r;
   backend_for(q.device())
-      .attention(r.out.view({b, h, q.size(-2), v.size(-1)}), r.logsumexp.view({b, h, q.size(-2)}), as_4d(q, b, h),
-                 as_4d(k, b, h), as_4d(v, b, h), mask_4d(mask, q, scores, b, h), params);
+      .attention(out4, r.logsumexp.view({b, h, tq}), q4, as_4d(k, b, h), as_4d(v, b, h),
+                 mask_4d(mask, q, scores, b, h), params);
   return r;
 }
 
@@ -131,13 +156,17 @@ AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q, const
   const auto [b, h] = batch_and_heads(lead);
   Shape scores = lead;
   scores.insert(scores.end(), {q.size(-2), k.size(-2)});
-  AttentionGrads g{Tensor::empty(q.shape(), {q.dtype(), q.device()}), Tensor::empty(k.shape(), {k.dtype(), k.device()}),
-                   Tensor::empty(v.shape(), {v.dtype(), v.device()})};
-  if (q.numel() + k.numel() + v.numel() == 0) return g;
   const int64_t tq = q.size(-2), tk = k.size(-2), d = q.size(-1), dv = v.size(-1);
+  const Tensor q4 = as_4d(q, b, h), k4 = as_4d(k, b, h), v4 = as_4d(v, b, h);
+  // Each gradient in its input's memory order.
+  const TensorOptions options{q.dtype(), q.device()};
+  const Tensor grad_q4 = empty_ordered_like(b, h, tq, d, q4, options),
+               grad_k4 = empty_ordered_like(b, h, tk, d, k4, options),
+               grad_v4 = empty_ordered_like(b, h, tk, dv, v4, options);
+  AttentionGrads g{grad_q4.view(q.shape()), grad_k4.view(k.shape()), grad_v4.view(v.shape())};
+  if (q.numel() + k.numel() + v.numel() == 0) return g;
   backend_for(q.device())
-      .attention_backward(g.grad_q.view({b, h, tq, d}), g.grad_k.view({b, h, tk, d}), g.grad_v.view({b, h, tk, dv}),
-                          as_4d(grad_out.to(q.dtype()), b, h), as_4d(q, b, h), as_4d(k, b, h), as_4d(v, b, h),
+      .attention_backward(grad_q4, grad_k4, grad_v4, as_4d(grad_out.to(q.dtype()), b, h), q4, k4, v4,
                           as_4d(forward.out, b, h), forward.logsumexp.contiguous().view({b, h, tq}),
                           mask_4d(mask, q, scores, b, h), params);
   return g;

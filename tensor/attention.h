@@ -45,6 +45,27 @@
 //   accumulate in float32; the softmax sums too) and float64 in float64.
 //   The logsumexp is float32 for 16-bit and float32 inputs, float64 for
 //   float64.
+//
+// Note [Attention layouts]
+// A GPT's attention takes its heads from one projection: c_attn's (B, T, 3E)
+// output split into q, k and v, each viewed as (B, T, H, D) and transposed
+// to (B, H, T, D); its output goes back the same way, (B, H, T, Dv) to
+// (B, T, H * Dv), into c_proj. Were the kernels to want contiguous
+// (B, H, T, D) tensors, each of those steps would copy, forward and
+// backward. Instead:
+// - The kernels read q, k, v, out and grad_out and write out, grad_q,
+//   grad_k and grad_v through their (B, H, T) strides; only the last dim
+//   must be contiguous (a row of a head is one run of memory, what the block
+//   products and the warps' loads want). The front-end below copies only an
+//   input whose last dim is not, and views the leading dims as (B, H)
+//   without copying whenever their strides allow (a KV cache's
+//   (B, H, block_size, D) buffer narrowed to its first Tk keys qualifies).
+// - Outputs are allocated in their input's memory order: out in q's, each
+//   gradient in its input's, (B, H, T) ordered by the input's strides with
+//   the last dim innermost. For transposed heads that is (B, T, H, D)
+//   memory, so that `out.transpose(1, 2).reshape({B, T, H * Dv})` is a view
+//   and the gradients, transposed back, are contiguous (B, T, H, D) tensors;
+//   for contiguous inputs everything stays contiguous, as before.
 #pragma once
 
 #include <cstdint>
@@ -98,12 +119,13 @@ void check_attention_inputs(std::string_view op, const Tensor& q, const Tensor& 
                             const Tensor& mask, double dropout_p);
 
 struct AttentionResult {
-  Tensor out;        // (..., Tq, Dv), q's dtype
-  Tensor logsumexp;  // (..., Tq): float64 for float64 inputs, else float32
+  Tensor out;        // (..., Tq, Dv), q's dtype, laid out in q's memory order (Note [Attention layouts])
+  Tensor logsumexp;  // (..., Tq), contiguous: float64 for float64 inputs, else float32
 };
 
 // The fused forward (Note [Fused attention]) on q's device: inputs as
-// check_attention_inputs; a floating mask is converted to q's dtype. The
+// check_attention_inputs, any strides (an input whose last dim is not
+// contiguous is copied; Note [Attention layouts]); a floating mask is converted to q's dtype. The
 // dropout mask, when params.dropout_p > 0, is keyed by params.seed and
 // params.offset (the caller reserves attention_dropout_blocks counter blocks).
 //   AttentionResult r = ops::attention(q, k, v, Tensor(), {.scale = 0.125, .causal = true});
@@ -111,7 +133,7 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, con
                           const AttentionParams& params);
 
 struct AttentionGrads {
-  Tensor grad_q, grad_k, grad_v;  // q's, k's and v's shapes, contiguous
+  Tensor grad_q, grad_k, grad_v;  // q's, k's and v's shapes, each in its input's memory order
 };
 
 // The gradients of attention() for grad_out (..., Tq, Dv), given the

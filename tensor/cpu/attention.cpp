@@ -4,6 +4,12 @@
 // are chosen at run time), the exponentials through the SIMD exp of the
 // softmax kernels. Float32 computes in float32 and float64 in float64.
 //
+// Layout: q, k, v, out, grad_out and the gradients need only their last dim
+// contiguous (tensor/backend.h); a Heads view addresses row (bh, i) of each
+// through its (B, H, T) strides, and the block products take those row
+// strides as they are (the GEMM packs its blocks anyway), so the heads of a
+// (B, T, 3E) projection are read in place.
+//
 // Threads: the forward splits (batch * head, query block) pairs, which are
 // independent. The backward gives each thread whole (batch * head) slices:
 // every query block adds into every key block's dK and dV, so a slice owned
@@ -11,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "tensor/attention.h"
@@ -57,6 +64,18 @@ void exp_inplace(float* x, int64_t n) {
 void exp_inplace(double* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i]);
 }
+
+// A (B, H, T, X) tensor of T with its last dim contiguous: row i of
+// batch-head bh starts at row(bh, i), and rows are `rs` apart.
+template <class T>
+struct Heads {
+  T* data;
+  int64_t h, sb, sh, rs;
+
+  explicit Heads(const Tensor& t)
+      : data(t.data<std::remove_const_t<T>>()), h(t.size(1)), sb(t.stride(0)), sh(t.stride(1)), rs(t.stride(2)) {}
+  T* row(int64_t bh, int64_t i) const { return data + (bh / h) * sb + (bh % h) * sh + i * rs; }
+};
 
 // The mask as (B, H, Tq, Tk) strides over one of its dtypes; `data` is null
 // when there is none.
@@ -150,22 +169,23 @@ struct Problem {
 // One query block [i0, i0 + rows) of batch-head bh: out rows and their
 // logsumexp. s: (kBlockQ, kBlockK) scratch; m, l: (kBlockQ) scratch.
 template <class T, class L>
-void forward_block(const Problem<T>& pb, int64_t bh, int64_t i0, int64_t rows, const T* q, const T* k, const T* v,
-                   T* out, L* lse, T* s, T* m, T* l, T* f) {
+void forward_block(const Problem<T>& pb, int64_t bh, int64_t i0, int64_t rows, const Heads<const T>& q,
+                   const Heads<const T>& k, const Heads<const T>& v, const Heads<T>& out, L* lse, T* s, T* m, T* l,
+                   T* f) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const int64_t d = pb.d, dv = pb.dv;
-  const T* qb = q + (bh * pb.tq + i0) * d;  // (rows, D)
-  const T* kh = k + bh * pb.tk * d;          // (Tk, D)
-  const T* vh = v + bh * pb.tk * dv;         // (Tk, Dv)
-  T* ob = out + (bh * pb.tq + i0) * dv;      // (rows, Dv): the unnormalised output o until the end
-  std::fill(ob, ob + rows * dv, T(0));
+  const T* qb = q.row(bh, i0);  // (rows, D), row stride q.rs
+  const T* kh = k.row(bh, 0);   // (Tk, D), row stride k.rs
+  const T* vh = v.row(bh, 0);   // (Tk, Dv), row stride v.rs
+  T* ob = out.row(bh, i0);      // (rows, Dv), row stride out.rs: the unnormalised output o until the end
+  for (int64_t r = 0; r < rows; ++r) std::fill(ob + r * out.rs, ob + r * out.rs + dv, T(0));
   std::fill(m, m + rows, kNegInf);
   std::fill(l, l + rows, T(0));
   const int64_t j_end = pb.key_end(i0 + rows);
   for (int64_t j0 = 0; j0 < j_end; j0 += kBlockK) {
     const int64_t cols = std::min(kBlockK, j_end - j0);
     // s = scale * q k^T: (rows, cols), row stride kBlockK.
-    gemm(rows, cols, d, pb.scale, qb, d, 1, kh + j0 * d, 1, d, T(0), s, kBlockK);
+    gemm(rows, cols, d, pb.scale, qb, q.rs, 1, kh + j0 * k.rs, 1, k.rs, T(0), s, kBlockK);
     for (int64_t r = 0; r < rows; ++r) {
       T* sr = s + r * kBlockK;
       pb.mask_row(sr, bh, i0 + r, j0, cols);
@@ -185,7 +205,7 @@ void forward_block(const Problem<T>& pb, int64_t bh, int64_t i0, int64_t rows, c
       l[r] = l[r] * rescale + sum;
       m[r] = new_max;
       if (rescale != T(1)) {
-        T* orow = ob + r * dv;
+        T* orow = ob + r * out.rs;
         for (int64_t x = 0; x < dv; ++x) orow[x] *= rescale;
       }
       if (pb.threshold > 0) {  // the sum counts every probability; the output only the kept ones
@@ -194,10 +214,10 @@ void forward_block(const Problem<T>& pb, int64_t bh, int64_t i0, int64_t rows, c
       }
     }
     // o += p v_blk: (rows, Dv).
-    gemm(rows, dv, cols, T(1), s, kBlockK, 1, vh + j0 * dv, dv, 1, T(1), ob, dv);
+    gemm(rows, dv, cols, T(1), s, kBlockK, 1, vh + j0 * v.rs, v.rs, 1, T(1), ob, out.rs);
   }
   for (int64_t r = 0; r < rows; ++r) {
-    T* orow = ob + r * dv;
+    T* orow = ob + r * out.rs;
     if (l[r] == T(0)) {  // attends to nothing: zeros (Note [Fused attention])
       std::fill(orow, orow + dv, T(0));
       lse[(bh * pb.tq + i0 + r)] = -std::numeric_limits<L>::infinity();
@@ -215,8 +235,8 @@ void attention_forward(const Tensor& out, const Tensor& logsumexp, const Tensor&
   using L = T;  // the logsumexp's type: float32 for float32, float64 for float64
   const Problem<T> pb(q, k, v, mask, params);
   const int64_t qblocks = (pb.tq + kBlockQ - 1) / kBlockQ;
-  const T *qp = q.data<T>(), *kp = k.data<T>(), *vp = v.data<T>();
-  T* op = out.data<T>();
+  const Heads<const T> qh(q), kh(k), vh(v);
+  const Heads<T> oh(out);
   L* lp = logsumexp.data<L>();
   // One task is a query block against all its keys: ~4 * rows * Tk * D flops.
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(1, 4 * kBlockQ * pb.tk * (pb.d + pb.dv)));
@@ -225,29 +245,41 @@ void attention_forward(const Tensor& out, const Tensor& logsumexp, const Tensor&
     T *s = scratch.data(), *f = s + kBlockQ * kBlockK, *m = f + kBlockQ * kBlockK, *l = m + kBlockQ;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / qblocks, i0 = (task % qblocks) * kBlockQ;
-      forward_block(pb, bh, i0, std::min(kBlockQ, pb.tq - i0), qp, kp, vp, op, lp, s, m, l, f);
+      forward_block(pb, bh, i0, std::min(kBlockQ, pb.tq - i0), qh, kh, vh, oh, lp, s, m, l, f);
     }
   });
 }
 
 // The gradients of one batch-head slice bh. The slices of grad_q, grad_k
 // and grad_v are this call's alone.
+// Each tensor's rows are Heads::rs apart (its own row stride).
 template <class T>
-void backward_slice(const Problem<T>& pb, int64_t bh, const T* dout, const T* q, const T* k, const T* v,
-                    const T* out, const T* lse, T* dq, T* dk, T* dv_out, T* p, T* pd, T* dp, T* f, T* delta) {
+struct BackwardArgs {
+  Heads<const T> dout, q, k, v, out;
+  const T* lse;  // (B * H, Tq), contiguous
+  Heads<T> dq, dk, dv;
+};
+
+template <class T>
+void backward_slice(const Problem<T>& pb, int64_t bh, const BackwardArgs<T>& a, T* p, T* pd, T* dp, T* f,
+                    T* delta) {
   const int64_t d = pb.d, dv = pb.dv, tq = pb.tq, tk = pb.tk;
-  const T* qh = q + bh * tq * d;      // (Tq, D)
-  const T* kh = k + bh * tk * d;      // (Tk, D)
-  const T* vh = v + bh * tk * dv;     // (Tk, Dv)
-  const T* oh = out + bh * tq * dv;   // (Tq, Dv)
-  const T* doh = dout + bh * tq * dv; // (Tq, Dv)
-  const T* lh = lse + bh * tq;        // (Tq)
-  T* dqh = dq + bh * tq * d;
-  T* dkh = dk + bh * tk * d;
-  T* dvh = dv_out + bh * tk * dv;
-  std::fill(dqh, dqh + tq * d, T(0));
-  std::fill(dkh, dkh + tk * d, T(0));
-  std::fill(dvh, dvh + tk * dv, T(0));
+  const T* qh = a.q.row(bh, 0);        // (Tq, D)
+  const T* kh = a.k.row(bh, 0);        // (Tk, D)
+  const T* vh = a.v.row(bh, 0);        // (Tk, Dv)
+  const T* oh = a.out.row(bh, 0);      // (Tq, Dv)
+  const T* doh = a.dout.row(bh, 0);    // (Tq, Dv)
+  const T* lh = a.lse + bh * tq;       // (Tq)
+  T* dqh = a.dq.row(bh, 0);            // (Tq, D)
+  T* dkh = a.dk.row(bh, 0);            // (Tk, D)
+  T* dvh = a.dv.row(bh, 0);            // (Tk, Dv)
+  const int64_t rq = a.q.rs, rk = a.k.rs, rv = a.v.rs, ro = a.out.rs, rdo = a.dout.rs;
+  const int64_t rdq = a.dq.rs, rdk = a.dk.rs, rdv = a.dv.rs;
+  for (int64_t i = 0; i < tq; ++i) std::fill(dqh + i * rdq, dqh + i * rdq + d, T(0));
+  for (int64_t j = 0; j < tk; ++j) {
+    std::fill(dkh + j * rdk, dkh + j * rdk + d, T(0));
+    std::fill(dvh + j * rdv, dvh + j * rdv + dv, T(0));
+  }
   const bool dropout = pb.threshold > 0;
   T* pv = dropout ? pd : p;  // the probabilities as the output used them
   for (int64_t i0 = 0; i0 < tq; i0 += kBlockQ) {
@@ -255,14 +287,15 @@ void backward_slice(const Problem<T>& pb, int64_t bh, const T* dout, const T* q,
     // delta_i = rowsum(dO * O) = sum_j P_ij dP_ij.
     for (int64_t r = 0; r < rows; ++r) {
       T acc = 0;
-      for (int64_t x = 0; x < dv; ++x) acc += doh[(i0 + r) * dv + x] * oh[(i0 + r) * dv + x];
+      const T *dor = doh + (i0 + r) * rdo, *orow = oh + (i0 + r) * ro;
+      for (int64_t x = 0; x < dv; ++x) acc += dor[x] * orow[x];
       delta[r] = acc;
     }
     const int64_t j_end = pb.key_end(i0 + rows);
     for (int64_t j0 = 0; j0 < j_end; j0 += kBlockK) {
       const int64_t cols = std::min(kBlockK, j_end - j0);
       // p = exp(scale * q k^T + mask - lse): (rows, cols), row stride kBlockK.
-      gemm(rows, cols, d, pb.scale, qh + i0 * d, d, 1, kh + j0 * d, 1, d, T(0), p, kBlockK);
+      gemm(rows, cols, d, pb.scale, qh + i0 * rq, rq, 1, kh + j0 * rk, 1, rk, T(0), p, kBlockK);
       for (int64_t r = 0; r < rows; ++r) {
         T* pr = p + r * kBlockK;
         const T row_lse = lh[i0 + r];
@@ -279,9 +312,9 @@ void backward_slice(const Problem<T>& pb, int64_t bh, const T* dout, const T* q,
         }
       }
       // dV_blk += pv^T dO_blk: (cols, Dv).
-      gemm(cols, dv, rows, T(1), pv, 1, kBlockK, doh + i0 * dv, dv, 1, T(1), dvh + j0 * dv, dv);
+      gemm(cols, dv, rows, T(1), pv, 1, kBlockK, doh + i0 * rdo, rdo, 1, T(1), dvh + j0 * rdv, rdv);
       // dp = dO_blk V_blk^T: (rows, cols), the gradient of the kept probabilities.
-      gemm(rows, cols, dv, T(1), doh + i0 * dv, dv, 1, vh + j0 * dv, 1, dv, T(0), dp, kBlockK);
+      gemm(rows, cols, dv, T(1), doh + i0 * rdo, rdo, 1, vh + j0 * rv, 1, rv, T(0), dp, kBlockK);
       // ds = p * (dp * factor - delta), in place of dp.
       for (int64_t r = 0; r < rows; ++r) {
         T* dsr = dp + r * kBlockK;
@@ -294,8 +327,8 @@ void backward_slice(const Problem<T>& pb, int64_t bh, const T* dout, const T* q,
         }
       }
       // dQ_blk += scale * ds K_blk: (rows, D); dK_blk += scale * ds^T Q_blk: (cols, D).
-      gemm(rows, d, cols, pb.scale, dp, kBlockK, 1, kh + j0 * d, d, 1, T(1), dqh + i0 * d, d);
-      gemm(cols, d, rows, pb.scale, dp, 1, kBlockK, qh + i0 * d, d, 1, T(1), dkh + j0 * d, d);
+      gemm(rows, d, cols, pb.scale, dp, kBlockK, 1, kh + j0 * rk, rk, 1, T(1), dqh + i0 * rdq, rdq);
+      gemm(cols, d, rows, pb.scale, dp, 1, kBlockK, qh + i0 * rq, rq, 1, T(1), dkh + j0 * rdk, rdk);
     }
   }
 }
@@ -306,27 +339,32 @@ void attention_backward_impl(const Tensor& grad_q, const Tensor& grad_k, const T
                              const Tensor& out, const Tensor& logsumexp, const Tensor& mask,
                              const AttentionParams& params) {
   const Problem<T> pb(q, k, v, mask, params);
-  const T *qp = q.data<T>(), *kp = k.data<T>(), *vp = v.data<T>(), *op = out.data<T>(), *gp = grad_out.data<T>();
-  const T* lp = logsumexp.data<T>();
-  T *dq = grad_q.data<T>(), *dk = grad_k.data<T>(), *dv = grad_v.data<T>();
+  const BackwardArgs<T> args{Heads<const T>(grad_out), Heads<const T>(q), Heads<const T>(k), Heads<const T>(v),
+                             Heads<const T>(out), logsumexp.data<T>(), Heads<T>(grad_q), Heads<T>(grad_k),
+                             Heads<T>(grad_v)};
   parallel_for(0, pb.b * pb.h, 1, [&](int64_t begin, int64_t end) {
     std::vector<T> scratch(kBlockQ * kBlockK * 4 + kBlockQ);
     T *p = scratch.data(), *pd = p + kBlockQ * kBlockK, *dp = pd + kBlockQ * kBlockK, *f = dp + kBlockQ * kBlockK;
     T* delta = f + kBlockQ * kBlockK;
-    for (int64_t bh = begin; bh < end; ++bh) backward_slice(pb, bh, gp, qp, kp, vp, op, lp, dq, dk, dv, p, pd, dp, f, delta);
+    for (int64_t bh = begin; bh < end; ++bh) backward_slice(pb, bh, args, p, pd, dp, f, delta);
   });
 }
 
-void check_supported(const Tensor& q, const char* op) {
+void check_supported(const char* op, const Tensor& q, std::initializer_list<const Tensor*> heads) {
   KILN_CHECK(q.dtype() == DType::Float32 || q.dtype() == DType::Float64, op,
              ": the CPU kernel takes float32 or float64, got ", q.dtype());
+  for (const Tensor* t : heads) {
+    KILN_CHECK(t->dim() == 4 && (t->size(3) <= 1 || t->stride(3) == 1), op,
+               ": expected (B, H, T, X) tensors with their last dim contiguous, got shape ", t->shape(),
+               " and strides ", t->strides());
+  }
 }
 
 }  // namespace
 
 void CpuBackend::attention(const Tensor& out, const Tensor& logsumexp, const Tensor& q, const Tensor& k,
                            const Tensor& v, const Tensor& mask, const AttentionParams& params) {
-  check_supported(q, "attention");
+  check_supported("attention", q, {&out, &q, &k, &v});
   if (q.dtype() == DType::Float32) return attention_forward<float>(out, logsumexp, q, k, v, mask, params);
   attention_forward<double>(out, logsumexp, q, k, v, mask, params);
 }
@@ -335,7 +373,7 @@ void CpuBackend::attention_backward(const Tensor& grad_q, const Tensor& grad_k, 
                                     const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& out, const Tensor& logsumexp, const Tensor& mask,
                                     const AttentionParams& params) {
-  check_supported(q, "attention_backward");
+  check_supported("attention_backward", q, {&grad_q, &grad_k, &grad_v, &grad_out, &q, &k, &v, &out});
   if (q.dtype() == DType::Float32) {
     return attention_backward_impl<float>(grad_q, grad_k, grad_v, grad_out, q, k, v, out, logsumexp, mask, params);
   }

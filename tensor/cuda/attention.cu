@@ -15,6 +15,9 @@
 //   lanes scoring 32 queries at a time. Each recomputes
 //   P_ij = exp(s_ij - lse_i) from the saved logsumexp; dS is computed twice
 //   (once per kernel), which costs less than atomics or a (Tq, Tk) buffer.
+// Every (B, H, T, X) tensor is read and written through its (B, H, T)
+// strides with its last dim contiguous (Note [Attention layouts]), so a
+// lane's loads along a row stay coalesced whatever the layout around it.
 // Sums are taken in the compute type (float for float32 and 16-bit, double
 // for float64). Head dims up to kCudaAttentionMaxHeadDim: a lane holds up to
 // 8 columns of its row's accumulators in registers.
@@ -50,6 +53,15 @@ __device__ inline C warp_max(C v) {
   }
   return v;
 }
+
+// A (B, H, T, X) tensor with its last dim contiguous: row i of batch-head
+// bh starts at row(bh, i), and rows are `rs` apart.
+template <class T>
+struct Rows {
+  T* data;
+  int64_t h, sb, sh, rs;
+  __device__ T* row(int64_t bh, int64_t i) const { return data + (bh / h) * sb + (bh % h) * sh + i * rs; }
+};
 
 // Sizes, scalars and the mask of one call, passed by value to every kernel.
 template <class T, class C>
@@ -103,9 +115,10 @@ __device__ inline void load_row(C* shared_row, const T* row, int64_t n, int lane
 }
 
 // ---- forward: a warp per query row; kCols accumulator columns per lane ----
-// q (BH, Tq, D), k (BH, Tk, D), v (BH, Tk, Dv), out (BH, Tq, Dv), lse (BH, Tq).
+// q (BH, Tq, D), k (BH, Tk, D), v (BH, Tk, Dv), out (BH, Tq, Dv), lse (BH, Tq), contiguous.
 template <class T, class C, class L, int kCols>
-__global__ void attention_forward_kernel(T* out, L* lse, const T* q, const T* k, const T* v, Problem<T, C> pb) {
+__global__ void attention_forward_kernel(Rows<T> out, L* lse, Rows<const T> q, Rows<const T> k, Rows<const T> v,
+                                         Problem<T, C> pb) {
   extern __shared__ unsigned char shared_bytes[];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   C* q_row = reinterpret_cast<C*>(shared_bytes) + warp * pb.d;  // (D)
@@ -113,16 +126,16 @@ __global__ void attention_forward_kernel(T* out, L* lse, const T* q, const T* k,
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp; row < rows;
        row += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
     const int64_t bh = row / pb.tq, i = row % pb.tq;
-    const T* kh = k + bh * pb.tk * pb.d;
-    const T* vh = v + bh * pb.tk * pb.dv;
+    const T* kh = k.row(bh, 0);  // (Tk, D), rows k.rs apart
+    const T* vh = v.row(bh, 0);  // (Tk, Dv), rows v.rs apart
     __syncwarp();
-    load_row(q_row, q + row * pb.d, pb.d, lane);
+    load_row(q_row, q.row(bh, i), pb.d, lane);
     C m = negative_infinity<C>(), l = 0, o[kCols] = {};
     const int64_t j_end = pb.key_end(i);
     for (int64_t j0 = 0; j0 < j_end; j0 += kWarp) {
       const int64_t j = j0 + lane;
       C s = negative_infinity<C>();
-      if (j < j_end) s = pb.masked(pb.scale * dot_row(q_row, kh + j * pb.d, pb.d), bh, i, j);
+      if (j < j_end) s = pb.masked(pb.scale * dot_row(q_row, kh + j * k.rs, pb.d), bh, i, j);
       const C new_max = max_of(m, warp_max(s));
       if (new_max == negative_infinity<C>()) continue;  // nothing attended yet (the same on every lane)
       C p = j < j_end ? exp_of(s - new_max) : C(0);
@@ -135,7 +148,7 @@ __global__ void attention_forward_kernel(T* out, L* lse, const T* q, const T* k,
       const int64_t count = j_end - j0 < kWarp ? j_end - j0 : kWarp;
       for (int t = 0; t < count; ++t) {
         const C pt = __shfl_sync(kFullMask, p, t);
-        const T* vrow = vh + (j0 + t) * pb.dv;
+        const T* vrow = vh + (j0 + t) * v.rs;
 #pragma unroll
         for (int u = 0; u < kCols; ++u) {
           const int64_t x = lane + u * kWarp;
@@ -144,10 +157,11 @@ __global__ void attention_forward_kernel(T* out, L* lse, const T* q, const T* k,
       }
     }
     const C inv = l > C(0) ? C(1) / l : C(0);  // attends to nothing: zeros
+    T* orow = out.row(bh, i);
 #pragma unroll
     for (int u = 0; u < kCols; ++u) {
       const int64_t x = lane + u * kWarp;
-      if (x < pb.dv) out[row * pb.dv + x] = from_compute<T>(o[u] * inv);
+      if (x < pb.dv) orow[x] = from_compute<T>(o[u] * inv);
     }
     if (lane == 0) lse[row] = l > C(0) ? static_cast<L>(m + log_of(l)) : static_cast<L>(negative_infinity<C>());
   }
@@ -157,12 +171,14 @@ __global__ void attention_forward_kernel(T* out, L* lse, const T* q, const T* k,
 
 // delta (BH * Tq) = rowsum(dO * O), a warp per row.
 template <class T, class C>
-__global__ void attention_delta_kernel(C* delta, const T* dout, const T* out, int64_t rows, int64_t dv) {
+__global__ void attention_delta_kernel(C* delta, Rows<const T> dout, Rows<const T> out, int64_t tq, int64_t rows,
+                                       int64_t dv) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp; row < rows;
        row += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
+    const T *dorow = dout.row(row / tq, row % tq), *orow = out.row(row / tq, row % tq);
     C acc = 0;
-    for (int64_t x = lane; x < dv; x += kWarp) acc += to_compute(dout[row * dv + x]) * to_compute(out[row * dv + x]);
+    for (int64_t x = lane; x < dv; x += kWarp) acc += to_compute(dorow[x]) * to_compute(orow[x]);
     acc = warp_sum(acc);
     if (lane == 0) delta[row] = acc;
   }
@@ -188,8 +204,8 @@ __device__ inline ScoreGrad<T, C> score_grad(const Problem<T, C>& pb, int64_t bh
 
 // dQ: a warp per query row.
 template <class T, class C, class L, int kCols>
-__global__ void attention_grad_q_kernel(T* grad_q, const T* dout, const T* q, const T* k, const T* v, const L* lse,
-                                        const C* delta, Problem<T, C> pb) {
+__global__ void attention_grad_q_kernel(Rows<T> grad_q, Rows<const T> dout, Rows<const T> q, Rows<const T> k,
+                                        Rows<const T> v, const L* lse, const C* delta, Problem<T, C> pb) {
   extern __shared__ unsigned char shared_bytes[];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   C* q_row = reinterpret_cast<C*>(shared_bytes) + warp * (pb.d + pb.dv);  // (D)
@@ -198,21 +214,21 @@ __global__ void attention_grad_q_kernel(T* grad_q, const T* dout, const T* q, co
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp; row < rows;
        row += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
     const int64_t bh = row / pb.tq, i = row % pb.tq;
-    const T* kh = k + bh * pb.tk * pb.d;
-    const T* vh = v + bh * pb.tk * pb.dv;
+    const T* kh = k.row(bh, 0);  // (Tk, D), rows k.rs apart
+    const T* vh = v.row(bh, 0);  // (Tk, Dv), rows v.rs apart
     __syncwarp();
-    load_row(q_row, q + row * pb.d, pb.d, lane);
-    load_row(do_row, dout + row * pb.dv, pb.dv, lane);
+    load_row(q_row, q.row(bh, i), pb.d, lane);
+    load_row(do_row, dout.row(bh, i), pb.dv, lane);
     C acc[kCols] = {};
     const int64_t j_end = pb.key_end(i);
     for (int64_t j0 = 0; j0 < j_end; j0 += kWarp) {
       const int64_t j = j0 + lane;
       C ds = 0;
-      if (j < j_end) ds = score_grad(pb, bh, i, j, q_row, do_row, kh + j * pb.d, vh + j * pb.dv, lse[row], delta[row]).ds;
+      if (j < j_end) ds = score_grad(pb, bh, i, j, q_row, do_row, kh + j * k.rs, vh + j * v.rs, lse[row], delta[row]).ds;
       const int64_t count = j_end - j0 < kWarp ? j_end - j0 : kWarp;
       for (int t = 0; t < count; ++t) {
         const C dst = __shfl_sync(kFullMask, ds, t);
-        const T* krow = kh + (j0 + t) * pb.d;
+        const T* krow = kh + (j0 + t) * k.rs;
 #pragma unroll
         for (int u = 0; u < kCols; ++u) {
           const int64_t x = lane + u * kWarp;
@@ -220,18 +236,20 @@ __global__ void attention_grad_q_kernel(T* grad_q, const T* dout, const T* q, co
         }
       }
     }
+    T* dqrow = grad_q.row(bh, i);
 #pragma unroll
     for (int u = 0; u < kCols; ++u) {
       const int64_t x = lane + u * kWarp;
-      if (x < pb.d) grad_q[row * pb.d + x] = from_compute<T>(acc[u] * pb.scale);
+      if (x < pb.d) dqrow[x] = from_compute<T>(acc[u] * pb.scale);
     }
   }
 }
 
 // dK and dV: a warp per key row, lanes taking 32 queries at a time.
 template <class T, class C, class L, int kCols>
-__global__ void attention_grad_kv_kernel(T* grad_k, T* grad_v, const T* dout, const T* q, const T* k, const T* v,
-                                         const L* lse, const C* delta, Problem<T, C> pb) {
+__global__ void attention_grad_kv_kernel(Rows<T> grad_k, Rows<T> grad_v, Rows<const T> dout, Rows<const T> q,
+                                         Rows<const T> k, Rows<const T> v, const L* lse, const C* delta,
+                                         Problem<T, C> pb) {
   extern __shared__ unsigned char shared_bytes[];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   // This warp's scratch: the query row and gradient row of each lane's
@@ -240,13 +258,13 @@ __global__ void attention_grad_kv_kernel(T* grad_k, T* grad_v, const T* dout, co
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp; row < rows;
        row += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
     const int64_t bh = row / pb.tk, j = row % pb.tk;
-    const T* qh = q + bh * pb.tq * pb.d;
-    const T* doh = dout + bh * pb.tq * pb.dv;
+    const T* qh = q.row(bh, 0);      // (Tq, D), rows q.rs apart
+    const T* doh = dout.row(bh, 0);  // (Tq, Dv), rows dout.rs apart
     C* k_row = reinterpret_cast<C*>(shared_bytes) + warp * (pb.d + pb.dv);  // (D)
     C* v_row = k_row + pb.d;                                                // (Dv)
     __syncwarp();
-    load_row(k_row, k + row * pb.d, pb.d, lane);
-    load_row(v_row, v + row * pb.dv, pb.dv, lane);
+    load_row(k_row, k.row(bh, j), pb.d, lane);
+    load_row(v_row, v.row(bh, j), pb.dv, lane);
     C dk[kCols] = {}, dv[kCols] = {};
     const int64_t i_begin = pb.causal ? j : 0;  // queries i >= j see key j
     for (int64_t i0 = i_begin; i0 < pb.tq; i0 += kWarp) {
@@ -257,18 +275,18 @@ __global__ void attention_grad_kv_kernel(T* grad_k, T* grad_v, const T* dout, co
         // score_grad with the roles of the shared and global rows swapped:
         // here the key and value rows are shared, the query's are global.
         if (lse[qrow] != static_cast<L>(negative_infinity<C>())) {
-          const C s = pb.masked(pb.scale * dot_row(k_row, qh + i * pb.d, pb.d), bh, i, j);
+          const C s = pb.masked(pb.scale * dot_row(k_row, qh + i * q.rs, pb.d), bh, i, j);
           const C p = exp_of(s - static_cast<C>(lse[qrow]));
           const C f = pb.dropout_factor(bh, i, j);
-          const C dp = dot_row(v_row, doh + i * pb.dv, pb.dv) * f;
+          const C dp = dot_row(v_row, doh + i * dout.rs, pb.dv) * f;
           g = {p * (dp - delta[qrow]), p * f};
         }
       }
       const int64_t count = pb.tq - i0 < kWarp ? pb.tq - i0 : kWarp;
       for (int t = 0; t < count; ++t) {
         const C dst = __shfl_sync(kFullMask, g.ds, t), kept = __shfl_sync(kFullMask, g.kept, t);
-        const T* qrow = qh + (i0 + t) * pb.d;
-        const T* dorow = doh + (i0 + t) * pb.dv;
+        const T* qrow = qh + (i0 + t) * q.rs;
+        const T* dorow = doh + (i0 + t) * dout.rs;
 #pragma unroll
         for (int u = 0; u < kCols; ++u) {
           const int64_t x = lane + u * kWarp;
@@ -277,11 +295,12 @@ __global__ void attention_grad_kv_kernel(T* grad_k, T* grad_v, const T* dout, co
         }
       }
     }
+    T *dkrow = grad_k.row(bh, j), *dvrow = grad_v.row(bh, j);
 #pragma unroll
     for (int u = 0; u < kCols; ++u) {
       const int64_t x = lane + u * kWarp;
-      if (x < pb.d) grad_k[row * pb.d + x] = from_compute<T>(dk[u] * pb.scale);
-      if (x < pb.dv) grad_v[row * pb.dv + x] = from_compute<T>(dv[u]);
+      if (x < pb.d) dkrow[x] = from_compute<T>(dk[u] * pb.scale);
+      if (x < pb.dv) dvrow[x] = from_compute<T>(dv[u]);
     }
   }
 }
@@ -324,6 +343,15 @@ Problem<DeviceType<T>, C> problem_of(const Tensor& q, const Tensor& k, const Ten
   return pb;
 }
 
+// t (B, H, T, X) as the kernels address it; its last dim must be contiguous.
+template <class T>
+Rows<T> rows_of(const Tensor& t, const char* op) {
+  KILN_CHECK(t.dim() == 4 && (t.size(3) <= 1 || t.stride(3) == 1), op,
+             ": expected (B, H, T, X) tensors with their last dim contiguous, got shape ", t.shape(), " and strides ",
+             t.strides());
+  return {static_cast<T*>(t.data_ptr()), t.size(1), t.stride(0), t.stride(1), t.stride(2)};
+}
+
 // Accumulator columns per lane for head dims up to `dim`: 1, 2, 4 or 8.
 int columns_per_lane(int64_t dim) {
   KILN_CHECK(dim <= ops::kCudaAttentionMaxHeadDim, "attention: the CUDA kernel takes head dims up to ",
@@ -360,8 +388,8 @@ void forward_typed(const Tensor& out, const Tensor& logsumexp, const Tensor& q, 
   const size_t shared = sizeof(C) * kWarpsPerBlock * static_cast<size_t>(pb.d);
   with_columns(columns_per_lane(pb.dv), [&]<int kCols>() {
     attention_forward_kernel<D, C, L, kCols><<<blocks_for_rows(rows), kWarpsPerBlock * kWarp, shared, stream>>>(
-        static_cast<D*>(out.data_ptr()), static_cast<L*>(logsumexp.data_ptr()), static_cast<const D*>(q.data_ptr()),
-        static_cast<const D*>(k.data_ptr()), static_cast<const D*>(v.data_ptr()), pb);
+        rows_of<D>(out, "attention"), static_cast<L*>(logsumexp.data_ptr()), rows_of<const D>(q, "attention"),
+        rows_of<const D>(k, "attention"), rows_of<const D>(v, "attention"), pb);
     KILN_CUDA_CHECK_LAUNCH("attention_forward_kernel");
   });
 }
@@ -376,8 +404,10 @@ void backward_typed(const Tensor& grad_q, const Tensor& grad_k, const Tensor& gr
   const auto pb = problem_of<T>(q, k, v, mask, params);
   const int64_t q_rows = pb.b * pb.h * pb.tq, k_rows = pb.b * pb.h * pb.tk;
   cudaStream_t stream = current_raw_stream(q.device());
-  const D *dop = static_cast<const D*>(grad_out.data_ptr()), *qp = static_cast<const D*>(q.data_ptr()),
-          *kp = static_cast<const D*>(k.data_ptr()), *vp = static_cast<const D*>(v.data_ptr());
+  constexpr const char* kOp = "attention_backward";
+  const Rows<const D> dop = rows_of<const D>(grad_out, kOp), qp = rows_of<const D>(q, kOp),
+                      kp = rows_of<const D>(k, kOp), vp = rows_of<const D>(v, kOp), op = rows_of<const D>(out, kOp);
+  const Rows<D> dqp = rows_of<D>(grad_q, kOp), dkp = rows_of<D>(grad_k, kOp), dvp = rows_of<D>(grad_v, kOp);
   const L* lp = static_cast<const L*>(logsumexp.data_ptr());
   // delta: (BH * Tq) in the compute type.
   Tensor delta = Tensor::empty({std::max<int64_t>(q_rows, 1)}, {dtype_of<C>(), q.device()});
@@ -386,15 +416,15 @@ void backward_typed(const Tensor& grad_q, const Tensor& grad_k, const Tensor& gr
   with_columns(std::max(columns_per_lane(pb.d), columns_per_lane(pb.dv)), [&]<int kCols>() {
     if (q_rows > 0) {
       attention_delta_kernel<D, C><<<blocks_for_rows(q_rows), kWarpsPerBlock * kWarp, 0, stream>>>(
-          deltap, dop, static_cast<const D*>(out.data_ptr()), q_rows, pb.dv);
+          deltap, dop, op, pb.tq, q_rows, pb.dv);
       KILN_CUDA_CHECK_LAUNCH("attention_delta_kernel");
       attention_grad_q_kernel<D, C, L, kCols><<<blocks_for_rows(q_rows), kWarpsPerBlock * kWarp, shared, stream>>>(
-          static_cast<D*>(grad_q.data_ptr()), dop, qp, kp, vp, lp, deltap, pb);
+          dqp, dop, qp, kp, vp, lp, deltap, pb);
       KILN_CUDA_CHECK_LAUNCH("attention_grad_q_kernel");
     }
     if (k_rows > 0) {
       attention_grad_kv_kernel<D, C, L, kCols><<<blocks_for_rows(k_rows), kWarpsPerBlock * kWarp, shared, stream>>>(
-          static_cast<D*>(grad_k.data_ptr()), static_cast<D*>(grad_v.data_ptr()), dop, qp, kp, vp, lp, deltap, pb);
+          dkp, dvp, dop, qp, kp, vp, lp, deltap, pb);
       KILN_CUDA_CHECK_LAUNCH("attention_grad_kv_kernel");
     }
   });

@@ -150,17 +150,12 @@ TensorList forward_backward(const std::function<Tensor(const Tensor&, const Tens
   return {out.detach(), qq.grad(), kk.grad(), vv.grad()};
 }
 
-// Expects the fused op to match the reference in float64, forward and backward.
-void expect_fused_matches_reference(const Shape& q_shape, int64_t tk, int64_t dv,
-                                    const F::ScaledDotProductAttentionOptions& options, uint64_t seed,
-                                    double tol = 1e-11) {
-  Shape k_shape = q_shape, v_shape = q_shape, out_shape = q_shape;
-  k_shape[k_shape.size() - 2] = tk;
-  v_shape[v_shape.size() - 2] = tk;
-  v_shape.back() = dv;
-  out_shape.back() = dv;
-  Tensor q = uniform64(q_shape, seed, -2, 2), k = uniform64(k_shape, seed + 1, -2, 2), v = uniform64(v_shape, seed + 2);
-  Tensor g = uniform64(out_shape, seed + 3);
+// Expects the fused op to match the reference in float64, forward and
+// backward for gradient g, on q, k and v as they are laid out (any strides);
+// returns the fused {out, grad_q, grad_k, grad_v}.
+TensorList expect_fused_matches_reference_on(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                             const F::ScaledDotProductAttentionOptions& options, uint64_t seed,
+                                             double tol = 1e-11) {
   // Each path draws its dropout mask from a generator in the same state.
   auto run = [&](bool fused) {
     Generator gen(seed + 4);
@@ -175,9 +170,25 @@ void expect_fused_matches_reference(const Shape& q_shape, int64_t tk, int64_t dv
   TensorList fused = run(true), reference = run(false);
   const char* names[] = {"out", "grad_q", "grad_k", "grad_v"};
   for (int t = 0; t < 4; ++t) {
-    SCOPED_TRACE(std::string(names[t]) + " for q " + shape_str(q_shape) + ", Tk " + std::to_string(tk));
+    SCOPED_TRACE(std::string(names[t]) + " for q " + shape_str(q.shape()) + ", k " + shape_str(k.shape()) + ", v " +
+                 shape_str(v.shape()));
+    EXPECT_EQ(fused[t].shape(), reference[t].shape());
     expect_values(fused[t], values(reference[t]), tol);
   }
+  return fused;
+}
+
+// The same on fresh contiguous inputs: q of q_shape, Tk keys, value dim Dv.
+void expect_fused_matches_reference(const Shape& q_shape, int64_t tk, int64_t dv,
+                                    const F::ScaledDotProductAttentionOptions& options, uint64_t seed,
+                                    double tol = 1e-11) {
+  Shape k_shape = q_shape, v_shape = q_shape, out_shape = q_shape;
+  k_shape[k_shape.size() - 2] = tk;
+  v_shape[v_shape.size() - 2] = tk;
+  v_shape.back() = dv;
+  out_shape.back() = dv;
+  Tensor q = uniform64(q_shape, seed, -2, 2), k = uniform64(k_shape, seed + 1, -2, 2), v = uniform64(v_shape, seed + 2);
+  expect_fused_matches_reference_on(q, k, v, uniform64(out_shape, seed + 3), options, seed, tol);
 }
 
 TEST(AttentionFused, MatchesReferenceForOddSizes) {
@@ -215,6 +226,132 @@ TEST(AttentionFused, MatchesReferenceWithMasks) {
   // A mask over a non-contiguous view.
   Tensor transposed = ops::gt(uniform64({70, 67}, 360), -0.5).t();
   expect_fused_matches_reference({1, 2, 67, 9}, 70, 5, {.attn_mask = transposed}, 370);
+}
+
+// ---- strided inputs (Note [Attention layouts]) ----
+
+// q, k, v (B, H, T, D) as a GPT takes them: the thirds of one (B, T, 3HD)
+// projection, each viewed as (B, T, H, D) and transposed.
+TensorList projection_heads(const Tensor& qkv, int64_t heads) {
+  const int64_t b = qkv.size(0), t = qkv.size(1), e = qkv.size(2) / 3;
+  TensorList out;
+  for (int64_t i = 0; i < 3; ++i) out.push_back(qkv.narrow(2, i * e, e).view({b, t, heads, e / heads}).transpose(1, 2));
+  return out;
+}
+
+// Whether t (B, H, T, X) is laid out as a contiguous (B, T, H, X) tensor.
+bool in_projection_order(const Tensor& t) { return t.transpose(1, 2).is_contiguous(); }
+
+TEST(AttentionFused, MatchesReferenceOnTheHeadsOfOneProjection) {
+  for (bool causal : {false, true}) {
+    TensorList qkv = projection_heads(uniform64({2, 37, 3 * 3 * 5}, 380, -2, 2), 3);  // 3 x (2, 3, 37, 5)
+    ASSERT_FALSE(qkv[0].is_contiguous());
+    Tensor g = uniform64({2, 37, 3, 5}, 381).transpose(1, 2);  // as c_proj's gradient arrives, viewed as heads
+    TensorList fused = expect_fused_matches_reference_on(qkv[0], qkv[1], qkv[2], g, {.is_causal = causal}, 382);
+    // The output comes back in the projection's order: merging the heads is a view.
+    EXPECT_TRUE(in_projection_order(fused[0]));
+  }
+}
+
+TEST(AttentionFused, MatchesReferenceOnSlicedInputs) {
+  // q: rows 3..35 of a longer sequence; k: 9 of every 13 columns (row
+  // stride 13, offset 2); v: transposed heads; the gradient strided too.
+  Tensor q = uniform64({2, 3, 40, 9}, 390, -2, 2).narrow(2, 3, 33);
+  Tensor k = uniform64({2, 3, 50, 13}, 391, -2, 2).narrow(3, 2, 9);
+  Tensor v = uniform64({2, 50, 3, 7}, 392).transpose(1, 2);
+  Tensor g = uniform64({2, 3, 33, 10}, 393).narrow(3, 1, 7);
+  expect_fused_matches_reference_on(q, k, v, g, {}, 394);
+  expect_fused_matches_reference_on(q, k, v, g, {.is_causal = true}, 395);
+  // A last dim that is not contiguous is copied first.
+  Tensor q_columns = uniform64({2, 3, 9, 33}, 396, -2, 2).transpose(2, 3);
+  Tensor keep = ops::gt(uniform64({2, 1, 33, 50}, 397), -0.5);
+  expect_fused_matches_reference_on(q_columns, k, v, g, {.attn_mask = keep, .dropout_p = 0.2}, 398);
+}
+
+TEST(AttentionFused, MatchesReferenceOnACacheLikeSliceOfALargerBuffer) {
+  // A KV cache: (B, H, block_size, D) buffers holding the first 21 keys.
+  Tensor keys = uniform64({2, 3, 64, 8}, 410, -2, 2), values_buffer = uniform64({2, 3, 64, 6}, 411);
+  Tensor k = keys.narrow(2, 0, 21), v = values_buffer.narrow(2, 0, 21);
+  // A prefill: the 21 tokens' own queries, causal.
+  Tensor q = uniform64({2, 21, 3, 8}, 412, -2, 2).transpose(1, 2);
+  Tensor g = uniform64({2, 21, 3, 6}, 413).transpose(1, 2);
+  expect_fused_matches_reference_on(q, k, v, g, {.is_causal = true}, 414);
+  // One new token attending everything cached.
+  Tensor q1 = uniform64({2, 1, 3, 8}, 415, -2, 2).transpose(1, 2);
+  TensorList fused = expect_fused_matches_reference_on(q1, k, v, uniform64({2, 3, 1, 6}, 416), {}, 417);
+  EXPECT_TRUE(in_projection_order(fused[0]));
+}
+
+TEST(AttentionFused, MatchesReferenceWithLeadingDimsThatMergeAndThatDoNot) {
+  // (2, 3, H, T, D) heads transposed out of (2, 3, T, H, D): the first two
+  // dims merge into the kernels' B without a copy, and the output keeps the
+  // (2, 3, T, H, D) order.
+  Tensor q = uniform64({2, 3, 11, 4, 5}, 420, -2, 2).transpose(2, 3);
+  Tensor k = uniform64({2, 3, 13, 4, 5}, 421, -2, 2).transpose(2, 3);
+  Tensor v = uniform64({2, 3, 13, 4, 6}, 422).transpose(2, 3);
+  TensorList fused = expect_fused_matches_reference_on(q, k, v, uniform64({2, 3, 4, 11, 6}, 423), {.is_causal = true}, 424);
+  EXPECT_TRUE(fused[0].transpose(2, 3).is_contiguous());
+  // (2, 3, H, T, D) out of (2, T, 3, H, D): the batch dims do not merge by
+  // strides, so the inputs are copied; the results are the same.
+  Tensor q2 = uniform64({2, 11, 3, 4, 5}, 425, -2, 2).permute({0, 2, 3, 1, 4});
+  Tensor k2 = uniform64({2, 13, 3, 4, 5}, 426, -2, 2).permute({0, 2, 3, 1, 4});
+  expect_fused_matches_reference_on(q2, k2, v, uniform64({2, 3, 4, 11, 6}, 427), {}, 428);
+}
+
+TEST(AttentionFused, ResultsFollowTheirInputsMemoryOrder) {
+  // (Leaf gradients are made contiguous when accumulated, so the layouts are
+  // checked on the front-end's results.)
+  const AttentionParams params{.scale = 0.5, .causal = true};
+  auto run = [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+    ops::AttentionResult r = ops::attention(q, k, v, Tensor(), params);
+    ops::AttentionGrads g = ops::attention_backward(uniform64(r.out.shape(), 435), q, k, v, Tensor(), r, params);
+    return TensorList{r.out, g.grad_q, g.grad_k, g.grad_v};
+  };
+  // The heads of one projection: everything in (B, T, H, X) order, so that
+  // merging the heads forward and joining their gradients backward copy nothing.
+  TensorList heads = projection_heads(uniform64({2, 9, 3 * 3 * 4}, 436), 3);
+  for (const Tensor& t : run(heads[0], heads[1], heads[2])) EXPECT_TRUE(in_projection_order(t)) << shape_str(t.strides());
+  // Contiguous inputs: contiguous results.
+  Tensor q = uniform64({2, 3, 9, 4}, 437), k = uniform64({2, 3, 10, 4}, 438), v = uniform64({2, 3, 10, 5}, 439);
+  for (const Tensor& t : run(q, k, v)) EXPECT_TRUE(t.is_contiguous()) << shape_str(t.strides());
+  // Mixed: each gradient follows its own input, the output follows q.
+  TensorList mixed = run(q, uniform64({2, 10, 3, 4}, 440).transpose(1, 2), v);
+  EXPECT_TRUE(mixed[0].is_contiguous());
+  EXPECT_TRUE(mixed[1].is_contiguous());
+  EXPECT_TRUE(in_projection_order(mixed[2]));
+  EXPECT_TRUE(mixed[3].is_contiguous());
+}
+
+TEST(AttentionFused, TheGptChainMatchesReference) {
+  // c_attn's output (B, T, 3E) -> heads -> attention -> heads side by side
+  // (B, T, E), forward and backward, fused against reference.
+  auto chain = [](const Tensor& qkv, bool fused) {
+    TensorList h = projection_heads(qkv, 4);  // autograd views
+    Tensor y = fused ? F::scaled_dot_product_attention(h[0], h[1], h[2], {.is_causal = true})
+                     : F::scaled_dot_product_attention_reference(h[0], h[1], h[2], {.is_causal = true});
+    return y.transpose(1, 2).reshape({qkv.size(0), qkv.size(1), qkv.size(2) / 3});
+  };
+  Tensor base = uniform64({3, 70, 3 * 4 * 6}, 440, -2, 2), w = uniform64({3, 70, 4 * 6}, 441);
+  Tensor a = base.detach().requires_grad_(), b = base.detach().requires_grad_();
+  Tensor fused = chain(a, true), reference = chain(b, false);
+  expect_values(fused, values(reference), 1e-11);
+  kiln::sum(kiln::mul(fused, w)).backward();
+  kiln::sum(kiln::mul(reference, w)).backward();
+  expect_values(a.grad(), values(b.grad()), 1e-11);
+}
+
+TEST(AttentionFused, KernelsRequireContiguousRows) {
+  Tensor q = uniform64({1, 1, 3, 4}, 450).transpose(2, 3), k = uniform64({1, 1, 5, 3}, 451), v = uniform64({1, 1, 5, 2}, 452);
+  Tensor out = empty({1, 1, 4, 2}, DType::Float64), lse = empty({1, 1, 4}, DType::Float64);
+  expect_error([&] { backend_for(kCPU).attention(out, lse, q, k, v, Tensor(), {.scale = 1.0}); },
+               "attention: expected (B, H, T, X) tensors with their last dim contiguous, got shape [1, 1, 4, 3] and "
+               "strides [12, 12, 1, 4]");
+  Tensor grads[3] = {empty({1, 1, 4, 3}, DType::Float64), empty({1, 1, 5, 3}, DType::Float64),
+                     empty({1, 1, 5, 2}, DType::Float64)};
+  Tensor strided_grad = empty({1, 1, 2, 4}, DType::Float64).transpose(2, 3);
+  Tensor q_rows = uniform64({1, 1, 4, 3}, 453);
+  expect_error([&] { backend_for(kCPU).attention_backward(grads[0], grads[1], grads[2], strided_grad, q_rows, k, v, out, lse, Tensor(), {}); },
+               "attention_backward: expected (B, H, T, X) tensors with their last dim contiguous, got shape [1, 1, 4, 2]");
 }
 
 TEST(AttentionFused, FullyMaskedRowsGiveZeros) {
