@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd/function.h"
 #include "autograd/grad_mode.h"
 #include "nn/functional.h"
 #include "nn/init.h"
@@ -40,6 +41,54 @@ namespace gpt {
 
 // ---- CausalSelfAttention ----
 
+namespace {
+
+// The heads move between c_attn, the fused attention and c_proj without
+// copies (Note [Attention layouts] in tensor/attention.h): q, k and v are
+// strided views of c_attn's output, and the attention's output, laid out as
+// (B, T, H, D), is c_proj's input as it is. Each direction is one autograd
+// node rather than a chain of views: a view's backward other than a plain
+// reshape scatters the gradient into zeros of its base's shape, which for
+// split -> reshape -> transpose would zero-fill and copy every head's
+// gradient twice more on its way back.
+
+// qkv (B, T, 3E) -> q, k, v, each (B, H, T, D), views of qkv. The backward
+// joins the three gradients into (B, T, 3E) with one copy (split's backward
+// would too); the fused attention gives them in (B, T, H, D) memory, where
+// the transpose back is contiguous and the reshape a view.
+std::vector<Tensor> split_heads(const Tensor& qkv, int64_t n_head) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), E = qkv.size(2) / 3, D = E / n_head;
+  std::vector<Tensor> heads = autograd::untracked([&] {
+    std::vector<Tensor> pieces = split(qkv, E, 2);                          // 3 x (B, T, E)
+    for (Tensor& t : pieces) t = t.view({B, T, n_head, D}).transpose(1, 2);  // (B, H, T, D)
+    return pieces;
+  });
+  if (autograd::needs_grad({qkv})) {
+    autograd::record("split_heads", {qkv}, heads, [B, T, E](const TensorList& g) -> TensorList {
+      std::vector<Tensor> pieces;
+      for (const Tensor& gi : g) pieces.push_back(gi.transpose(1, 2).reshape({B, T, E}));
+      return {cat(pieces, 2)};  // (B, T, 3E)
+    });
+  }
+  return heads;
+}
+
+// y (B, H, T, D) -> (B, T, H * D), the heads side by side: a view when y is
+// laid out as (B, T, H, D), as the fused attention's output is (a copy
+// otherwise). The backward views the gradient back, with no copy.
+Tensor merge_heads_of(const Tensor& y) {
+  const int64_t B = y.size(0), H = y.size(1), T = y.size(2), D = y.size(3);
+  Tensor merged = autograd::untracked([&] { return y.transpose(1, 2).reshape({B, T, H * D}); });
+  if (autograd::needs_grad({y})) {
+    autograd::record("merge_heads", {y}, {merged}, [B, H, T, D](const TensorList& g) -> TensorList {
+      return {g[0].reshape({B, T, H, D}).transpose(1, 2)};
+    });
+  }
+  return merged;
+}
+
+}  // namespace
+
 CausalSelfAttention::CausalSelfAttention(const GPTConfig& config)
     : n_head(config.n_head), n_embd(config.n_embd), block_size(config.block_size), dropout(config.dropout) {
   c_attn = register_module("c_attn", std::make_shared<Linear>(n_embd, 3 * n_embd, config.bias));
@@ -50,16 +99,11 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& config)
 std::vector<Tensor> CausalSelfAttention::heads(const Tensor& x) {
   KILN_CHECK(x.dim() == 3 && x.size(2) == n_embd, "CausalSelfAttention: expected x of shape (B, T, ", n_embd,
              "), got ", x.shape());
-  const int64_t B = x.size(0), T = x.size(1), D = n_embd / n_head;
-  std::vector<Tensor> qkv = split((*c_attn)(x), n_embd, 2);  // 3 x (B, T, E)
-  for (Tensor& t : qkv) t = t.reshape({B, T, n_head, D}).transpose(1, 2);  // (B, H, T, D)
-  return qkv;
+  return split_heads((*c_attn)(x), n_head);  // 3 x (B, H, T, D), views of c_attn's (B, T, 3E)
 }
 
 Tensor CausalSelfAttention::merge_heads(const Tensor& y) {
-  const int64_t B = y.size(0), T = y.size(2);
-  Tensor merged = y.transpose(1, 2).reshape({B, T, n_embd});  // (B, T, E), the heads side by side
-  return (*resid_dropout)((*c_proj)(merged));
+  return (*resid_dropout)((*c_proj)(merge_heads_of(y)));  // (B, T, E)
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
