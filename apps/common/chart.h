@@ -40,7 +40,7 @@ struct Chart {
   // The left end of the x axis (1 for epochs, 0 for steps counted from the
   // initial model); the right end is the last point's x rounded up to a tick.
   double x_start = 0;
-  std::vector<ChartPanel> panels;
+  std::vector<ChartPanel> panels = {};
 };
 
 // The SVG document of `chart`; series may be empty (then the axes and the

@@ -49,8 +49,7 @@ nn::GPTConfig model_config(const TrainOptions& o, int64_t vocab_size) {
 struct Position {
   int64_t step = 0;  // optimizer steps taken
   std::vector<EvalRecord> history = {};
-  double loss_sum = 0;     // of the training losses since the last evaluation
-  int64_t loss_steps = 0;  // and their number
+  int64_t loss_steps = 0;  // training steps since the last evaluation (their loss sum: Run::loss_sum)
 };
 
 // A checkpoint's metadata holds the extra strings under this prefix (optim/training_checkpoint.h).
@@ -88,7 +87,7 @@ struct Run {
   std::unique_ptr<optim::AdamW> optimizer;
 
   Position pos;
-  RunningLossSum loss_sum;
+  RunningLossSum loss_sum;  // of the training losses since the last evaluation
   double elapsed_before = 0;  // the wall time of the run a resume continues
   // Training since the last evaluation, for its tokens per second.
   int64_t stretch_tokens = 0;
@@ -185,8 +184,7 @@ void set_up_training(Run& run) {
   run.pos.step = loaded.step;
   run.pos.history = f.parsed("history", history_from_json);
   run.pos.loss_steps = f.integer("loss_steps", 0, loaded.step);
-  run.pos.loss_sum = f.number("loss_sum");
-  run.loss_sum = RunningLossSum(run.pos.loss_sum);
+  run.loss_sum = RunningLossSum(f.number("loss_sum"));
   run.elapsed_before = f.number("elapsed_seconds");
   KILN_CHECK(!run.pos.history.empty(), "--resume '", o.resume, "': checkpoint field 'history' holds no evaluation");
   *run.out << "resuming " << o.resume << " at step " << run.pos.step << "/" << o.steps << "\n";
@@ -240,7 +238,7 @@ void record_evaluation(Run& run) {
   r.elapsed_seconds = run.elapsed();
   run.stretch_tokens = 0, run.stretch_seconds = 0;
   pos.history.push_back(r);
-  pos.loss_sum = 0, pos.loss_steps = 0;
+  pos.loss_steps = 0;
   run.loss_sum = RunningLossSum();
   char line[256];
   std::snprintf(line, sizeof line, "step %lld/%lld  train loss %.4f  val loss %.4f  lr %.3g  %.0f tok/s  elapsed %s",
