@@ -201,6 +201,14 @@ Tensor relu_backward(const Tensor& grad, const Tensor& output) {
   return binary(BinaryOp::ReluBackward, "relu_backward", grad, output, compute, compute);
 }
 
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, bool tanh_approximation) {
+  DType compute = result_type(grad, x);
+  KILN_CHECK(is_floating(compute), "gelu_backward: expected floating tensors, got ", grad.dtype(), " and ",
+             x.dtype());
+  BinaryOp op = tanh_approximation ? BinaryOp::GeluTanhBackward : BinaryOp::GeluBackward;
+  return binary(op, "gelu_backward", grad, x, compute, compute);
+}
+
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }

@@ -61,6 +61,11 @@ Tensor minimum(const Tensor& a, const Tensor& b);
 // relu's gradient from its output: grad where output > 0, else 0 (also where
 // grad is inf or NaN, as torch's threshold_backward); one pass, no mask tensor.
 Tensor relu_backward(const Tensor& grad, const Tensor& output);
+// gelu's gradient from its input in one pass: grad * gelu'(x), where
+// gelu'(x) = Phi(x) + x phi(x) (exact), or the derivative of torch's
+// approximate='tanh' form. Floating tensors, broadcast together; not
+// differentiable itself (autograd records the formula for double backward).
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, bool tanh_approximation = false);
 
 Tensor eq(const Tensor& a, const Tensor& b);
 Tensor eq(const Tensor& a, Scalar b);

@@ -1,6 +1,7 @@
 // CPU binary elementwise kernels: a scalar reference loop per op and dtype,
 // with fast paths for contiguous and broadcast-scalar operands and the
 // vectorised float32 kernels (elementwise_simd.h).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -118,6 +119,62 @@ C minimum(C a, C b) {
   return b < a ? b : a;
 }
 
+// gelu's derivatives, the reference for the vector kernels
+// (tensor/cpu/elementwise_vec.h) and for the CUDA functors, in double, or in
+// long double (F) for the tail below. Both are NaN at +-inf, as torch's
+// formulas, where x phi(x) is inf * 0.
+//
+// Exact: gelu'(x) = Phi(x) + x phi(x), with Phi through erfc (no 1 + erf to
+// cancel for negative x). a = |x| is capped where e^(-a^2/2) is 0 in F, so
+// that a^2 stays finite; a^2 is split exactly (FMA) as in vec::gelu, because
+// e^(-a^2/2) multiplies the rounding of a^2 by a^2/2.
+template <class F>
+F gelu_derivative(F x) {
+  if (!std::isfinite(x)) return std::numeric_limits<F>::quiet_NaN();
+  constexpr F cap = std::is_same_v<F, double> ? 40 : 160;
+  F a = std::min(std::fabs(x), cap);
+  F hi = a * a;
+  F lo = std::fma(a, a, -hi);
+  F e = std::exp(F(-0.5) * hi);
+  e -= F(0.5) * lo * e;
+  return F(0.5) * std::erfc(-x * F(0.707106781186547524400844362104849039L)) +
+         x * F(0.398942280401432677939946059934381868L) * e;
+}
+
+// torch's approximate='tanh' derivative,
+//   0.5 (1 + tanh u) + 0.5 x (1 - tanh(u)^2) k (1 + 3c x^2), u = k (x + c x^3),
+// written as sig (1 + x (1 - sig) du) with sig = sigmoid(2u) and du the
+// derivative of 2u (see vec::gelu_tanh_backward), sig and 1 - sig each
+// from e^-|2u|. Beyond the cap the result is 1 or 0 in F, and x^3 stays
+// finite.
+template <class F>
+F gelu_tanh_derivative(F x) {
+  if (!std::isfinite(x)) return std::numeric_limits<F>::quiet_NaN();
+  constexpr F k = 0.797884560802865355879892119868763737L, c = 0.044715L;
+  constexpr F cap = std::is_same_v<F, double> ? 30 : 60;
+  F xc = std::clamp(x, -cap, cap);
+  F two_u = 2 * k * (xc + c * xc * xc * xc);
+  F du = 2 * k * (1 + 3 * c * xc * xc);
+  F e = std::exp(-std::fabs(two_u));
+  F sig = (two_u < 0 ? e : F(1)) / (1 + e);
+  F one_minus_sig = (two_u < 0 ? F(1) : e) / (1 + e);
+  return sig * (1 + xc * one_minus_sig * du);
+}
+
+// g * gelu'(x), rounded once to double. Where gelu' is below 2^-900 (x under
+// about -36, or -20 for the tanh form) it is subnormal in double, or its
+// product with g may be normal while gelu' was not: long double's exponent
+// range keeps its digits there until the one rounding of the product.
+template <bool kTanh>
+double gelu_backward_value(double g, double x) {
+  double d = kTanh ? gelu_tanh_derivative(x) : gelu_derivative(x);
+  if (std::fabs(d) < 0x1p-900) {
+    long double dl = kTanh ? gelu_tanh_derivative<long double>(x) : gelu_derivative<long double>(x);
+    return static_cast<double>(g * dl);
+  }
+  return g * d;
+}
+
 // out[i] = f(a[i], b[i]) over any strides. Runs where every operand is
 // contiguous or a broadcast scalar (stride 0) take the fast loops, and for
 // float32 the vector kernel `simd` (may be null) first.
@@ -209,6 +266,18 @@ void binary_typed(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor&
     case BinaryOp::Minimum: return binary_loop<T, T>(out, a, b, op, simd, [](C x, C y) { return minimum(x, y); });
     case BinaryOp::ReluBackward:
       return binary_loop<T, T>(out, a, b, op, simd, [](C g, C y) { return y > C(0) ? g : C(0); });
+    case BinaryOp::GeluBackward:
+    case BinaryOp::GeluTanhBackward:
+      if constexpr (!std::is_floating_point_v<C>) {
+        KILN_FAIL("gelu_backward: expected a floating dtype, got ", dtype_of<T>());
+      } else {
+        // 16-bit floats and float32 strided runs go through double too, and
+        // round g * gelu' once more, to their dtype.
+        auto value = op == BinaryOp::GeluBackward ? gelu_backward_value<false> : gelu_backward_value<true>;
+        return binary_loop<T, T>(out, a, b, op, simd, [value](C g, C x) {
+          return static_cast<C>(value(static_cast<double>(g), static_cast<double>(x)));
+        });
+      }
     case BinaryOp::Eq: return binary_loop<T, bool>(out, a, b, op, nullptr, [](C x, C y) { return x == y; });
     case BinaryOp::Ne: return binary_loop<T, bool>(out, a, b, op, nullptr, [](C x, C y) { return x != y; });
     case BinaryOp::Lt: return binary_loop<T, bool>(out, a, b, op, nullptr, [](C x, C y) { return x < y; });

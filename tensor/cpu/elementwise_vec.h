@@ -143,20 +143,14 @@ typename V::Reg log(typename V::Reg x) {
   return V::select(V::is_nan(x), x, r);
 }
 
-// torch's default (exact) gelu, x * Phi(x), through the upper tail
-// Q(a) = 1 - Phi(a) of a = |x|: Phi(x) is 1 - Q for x >= 0 and Q for x < 0,
-// so tiny results for negative x keep their relative precision. Q is
-// written as e^(-a^2/2) * t * P(t) with t = 2 / (2 + a): t*P(t) is smooth
-// on a in [0, 15] (it is the Mills ratio over sqrt(2 pi)), and P is a
-// degree-10 least-squares fit in relative error (4.9e-8, under half an
-// ulp; tests/tensor/elementwise_simd_test.cpp measures the whole op).
-// a^2 is split exactly into hi + lo (FMA) because e^(-a^2/2) would
-// otherwise multiply the rounding of a^2 by a^2/2.
+// t P(t) with t = 2 / (2 + a) for a in [0, 15]: the upper tail of the
+// standard normal scaled by its density, Q(a) = 1 - Phi(a) = e^(-a^2/2) t P(t).
+// t P(t) is smooth there (it is the Mills ratio over sqrt(2 pi)), and P is a
+// degree-10 least-squares fit in relative error (4.9e-8, under half an ulp;
+// tests/tensor/elementwise_simd_test.cpp measures gelu and its derivative).
 template <class V>
-typename V::Reg gelu(typename V::Reg x) {
+typename V::Reg normal_tail_ratio(typename V::Reg a) {
   using Reg = typename V::Reg;
-  // Beyond 15, Q(a) < 1e-50 rounds to 0 in float anyway.
-  Reg a = V::min_raw(V::set1(15.0f), V::abs(x));
   Reg t = V::div(V::set1(2.0f), V::add(V::set1(2.0f), a));
   Reg p = V::set1(-0.03887827694416046f);
   p = V::fmadd(p, t, V::set1(0.18686731159687042f));
@@ -169,6 +163,20 @@ typename V::Reg gelu(typename V::Reg x) {
   p = V::fmadd(p, t, V::set1(0.1533125340938568f));
   p = V::fmadd(p, t, V::set1(0.1991914063692093f));
   p = V::fmadd(p, t, V::set1(0.19947998225688934f));
+  return V::mul(t, p);
+}
+
+// torch's default (exact) gelu, x * Phi(x), through the upper tail
+// Q(a) = 1 - Phi(a) of a = |x|: Phi(x) is 1 - Q for x >= 0 and Q for x < 0,
+// so tiny results for negative x keep their relative precision. Q is
+// e^(-a^2/2) * normal_tail_ratio(a). a^2 is split exactly into hi + lo (FMA)
+// because e^(-a^2/2) would otherwise multiply the rounding of a^2 by a^2/2.
+template <class V>
+typename V::Reg gelu(typename V::Reg x) {
+  using Reg = typename V::Reg;
+  // Beyond 15, Q(a) < 1e-50 rounds to 0 in float anyway.
+  Reg a = V::min_raw(V::set1(15.0f), V::abs(x));
+  Reg m = normal_tail_ratio<V>(a);
   Reg hi = V::mul(a, a);
   Reg lo = V::fmadd(a, a, V::neg(hi));  // a*a - hi, exactly
   Reg e = exp<V>(V::mul(V::set1(-0.5f), hi));
@@ -177,7 +185,6 @@ typename V::Reg gelu(typename V::Reg x) {
   // float where Q(a) alone would already be subnormal (a near 13). x < 0
   // gives x Q(a) (NaN at -inf, as torch's 0.5x(1 + erf) does); x >= 0 gives
   // x - a Q(a), with the capped a so that +inf stays inf.
-  Reg m = V::mul(t, p);
   Reg negative = V::mul(V::mul(x, e), m);
   Reg positive = V::sub(x, V::mul(V::mul(a, e), m));
   return V::select(V::less(x, V::set1(0.0f)), negative, positive);
@@ -194,6 +201,92 @@ typename V::Reg gelu_tanh(typename V::Reg x) {
   Reg two_u = V::mul(x, V::fmadd(V::set1(static_cast<float>(2 * 0.7978845608028654 * 0.044715)), V::mul(x, x),
                                  V::set1(static_cast<float>(2 * 0.7978845608028654))));
   return scaled_sigmoid<V>(two_u, x);
+}
+
+// e^y for y in [-172, 0] as a normal float `big` and a factor `unscale`
+// with e^y = big * unscale. Below y = -80, e^y is under 2^-115: the
+// derivatives below multiply it by their other factors and by the
+// gradient, and subnormal products would lose digits at every step; there
+// big is e^y * 2^100 and unscale is 2^-100 (elsewhere 1), for the caller to
+// apply after its last multiplication, rounding a subnormal result once.
+// (Products with big stay finite: big < 2^-15 where scaled.)
+template <class V>
+typename V::Reg exp_nonpositive_scaled(typename V::Reg y, typename V::Reg& unscale) {
+  typename V::Reg n;
+  typename V::Reg r = reduce_ln2<V>(y, n);
+  auto tiny = V::less(y, V::set1(-80.0f));
+  n = V::add(n, V::select(tiny, V::set1(100.0f), V::set1(0.0f)));  // n + 100 >= -148 where tiny
+  unscale = V::select(tiny, V::set1(0x1p-100f), V::set1(1.0f));
+  return V::scale2(V::add(expm1_reduced<V>(r), V::set1(1.0f)), n);
+}
+
+// NaN where x is NaN or infinite, `d` elsewhere: gelu's derivative at +-inf
+// is inf * 0 in torch's formula (x phi(x)), so NaN, as torch's gelu_backward.
+template <class V>
+typename V::Reg nan_unless_finite(typename V::Reg x, typename V::Reg d) {
+  return V::select(V::less(V::abs(x), V::set1(std::numeric_limits<float>::infinity())), d,
+                   V::set1(std::numeric_limits<float>::quiet_NaN()));
+}
+
+// g * gelu'(x) for the exact gelu, gelu'(x) = Phi(x) + x phi(x), from the
+// pieces of vec::gelu. With a = |x|, phi = e^(-a^2/2) k (k = 1/sqrt(2 pi))
+// and Q(a) = e^(-a^2/2) m (m = normal_tail_ratio), and s = a k - m:
+//   x >= 0: 1 - Q(a) + a phi(a) = 1 + e^(-a^2/2) s
+//   x <  0: Q(a) - a phi(a)     =   - e^(-a^2/2) s
+// so the negative side, down to subnormal results near x = -14 (and below
+// for large gradients), is a product with no 1 + erf to cancel. s cancels
+// only near a = 0.75, the derivative's root, where the absolute error stays
+// within ulps of Phi.
+template <class V>
+typename V::Reg gelu_backward(typename V::Reg g, typename V::Reg x) {
+  using Reg = typename V::Reg;
+  // Beyond a = 18 the derivative is 1 or under 3e-70, which gives the float
+  // result g or 0 for any |g| < 1e24.
+  Reg a = V::min_raw(V::set1(18.0f), V::abs(x));
+  Reg m = normal_tail_ratio<V>(a);
+  Reg hi = V::mul(a, a);
+  Reg lo = V::fmadd(a, a, V::neg(hi));  // a*a - hi, exactly (see vec::gelu)
+  Reg unscale;
+  Reg e = exp_nonpositive_scaled<V>(V::mul(V::set1(-0.5f), hi), unscale);
+  e = V::fnmadd(V::mul(V::set1(0.5f), lo), e, e);
+  Reg es = V::mul(e, V::fmadd(a, V::set1(0.398942280401432678f), V::neg(m)));  // e^(-a^2/2) s / unscale
+  Reg negative = V::mul(V::mul(g, V::neg(es)), unscale);
+  negative = V::select(V::less(V::set1(18.0f), V::abs(x)), V::mul(g, V::set1(-0.0f)), negative);
+  Reg positive = V::mul(g, V::fmadd(es, unscale, V::set1(1.0f)));
+  return nan_unless_finite<V>(x, V::select(V::less(x, V::set1(0.0f)), negative, positive));
+}
+
+// g * gelu'(x) for torch's tanh approximation. With 2u = 2k (x + c x^3) as
+// in vec::gelu_tanh and sig = sigmoid(2u): 0.5 (1 + tanh u) = sig and
+// 1 - tanh(u)^2 = 4 sig (1 - sig), so torch's derivative
+//   0.5 (1 + tanh u) + 0.5 x (1 - tanh(u)^2) k (1 + 3c x^2)
+// is sig (1 + x (1 - sig) du) with du = 2k (1 + 3c x^2), the derivative
+// of 2u. sig and 1 - sig are both taken from e = e^-|2u| (one is e / (1 + e),
+// the other 1 / (1 + e)), so neither 1 + tanh nor 1 - tanh^2 cancels.
+template <class V>
+typename V::Reg gelu_tanh_backward(typename V::Reg g, typename V::Reg x) {
+  using Reg = typename V::Reg;
+  constexpr double k = 0.7978845608028654, c = 0.044715;
+  // Beyond |x| = 12.5, |2u| > 159 and the derivative is 1 or under 4e-67,
+  // which gives the float result g or 0 for any |g| < 1e21; the cap keeps
+  // -|2u| within exp_nonpositive_scaled's range.
+  Reg xc = V::min_raw(V::set1(12.5f), V::max_raw(V::set1(-12.5f), x));
+  Reg x2 = V::mul(xc, xc);
+  Reg two_u = V::mul(xc, V::fmadd(V::set1(static_cast<float>(2 * k * c)), x2, V::set1(static_cast<float>(2 * k))));
+  Reg du = V::fmadd(V::set1(static_cast<float>(6 * k * c)), x2, V::set1(static_cast<float>(2 * k)));
+  Reg unscale;
+  Reg e = exp_nonpositive_scaled<V>(V::minus_abs(two_u), unscale);
+  Reg e_small = V::mul(e, unscale);
+  Reg d = V::add(V::set1(1.0f), e_small);
+  // sig d and (1 - sig) d are e and 1 for x < 0, 1 and e for x >= 0, and
+  // sig (1 + x (1 - sig) du) = (sig d) (d + x ((1 - sig) d) du) / d^2.
+  auto negative_x = V::less(two_u, V::set1(0.0f));
+  Reg rest = V::fmadd(V::mul(xc, V::select(negative_x, V::set1(1.0f), e_small)), du, d);
+  Reg q = V::div(rest, V::mul(d, d));
+  Reg negative = V::mul(V::mul(g, V::mul(e, q)), unscale);  // e q is normal: g rounds in once
+  negative = V::select(V::less(x, V::set1(-12.5f)), V::mul(g, V::set1(-0.0f)), negative);
+  Reg positive = V::mul(g, q);
+  return nan_unless_finite<V>(x, V::select(negative_x, negative, positive));
 }
 
 // maximum/minimum propagate a NaN from either side, as torch.
@@ -275,6 +368,12 @@ bool binary_f32(BinaryOp op, float* out, const float* a, int64_t a_step, const f
       // less(0, y) is false for NaN: a NaN output passes no gradient.
       binary_loop<V>(out, a, a_step, b, b_step, n,
                      [](Reg g, Reg y) { return V::select(V::less(V::set1(0.0f), y), g, V::set1(0.0f)); });
+      return true;
+    case BinaryOp::GeluBackward:
+      binary_loop<V>(out, a, a_step, b, b_step, n, [](Reg g, Reg x) { return gelu_backward<V>(g, x); });
+      return true;
+    case BinaryOp::GeluTanhBackward:
+      binary_loop<V>(out, a, a_step, b, b_step, n, [](Reg g, Reg x) { return gelu_tanh_backward<V>(g, x); });
       return true;
     default: return false;
   }

@@ -276,6 +276,49 @@ struct ReluBackwardOp {
   }
 };
 
+// gelu's derivatives in double, as the CPU reference (gelu_derivative and
+// gelu_tanh_derivative in tensor/cpu/binary.cpp say why each step is there).
+// The CPU takes derivatives below 2^-900 to long double, which devices lack:
+// there float64 results, subnormal or products with them, keep fewer digits.
+__device__ inline double quiet_nan() { return __longlong_as_double(0x7ff8000000000000LL); }
+
+__device__ inline double gelu_derivative(double x) {
+  if (!isfinite(x)) return quiet_nan();
+  double a = fmin(fabs(x), 40.0);
+  double hi = a * a;
+  double lo = fma(a, a, -hi);
+  double e = exp(-0.5 * hi);
+  e -= 0.5 * lo * e;
+  return 0.5 * erfc(-x * 0.70710678118654752440) + x * 0.39894228040143267794 * e;
+}
+
+__device__ inline double gelu_tanh_derivative(double x) {
+  if (!isfinite(x)) return quiet_nan();
+  constexpr double k = 0.79788456080286535588, c = 0.044715;
+  double xc = fmin(fmax(x, -30.0), 30.0);
+  double two_u = 2 * k * (xc + c * xc * xc * xc);
+  double du = 2 * k * (1 + 3 * c * xc * xc);
+  double e = exp(-fabs(two_u));
+  double sig = (two_u < 0 ? e : 1.0) / (1 + e);
+  double one_minus_sig = (two_u < 0 ? 1.0 : e) / (1 + e);
+  return sig * (1 + xc * one_minus_sig * du);
+}
+
+// a: gradient, b: gelu's input; the product rounds once, to C.
+struct GeluBackwardOp {
+  template <class C>
+  __device__ C operator()(C g, C x) const {
+    return static_cast<C>(static_cast<double>(g) * gelu_derivative(static_cast<double>(x)));
+  }
+};
+
+struct GeluTanhBackwardOp {
+  template <class C>
+  __device__ C operator()(C g, C x) const {
+    return static_cast<C>(static_cast<double>(g) * gelu_tanh_derivative(static_cast<double>(x)));
+  }
+};
+
 // The Bool-output ops share one kernel per dtype: the op is a kernel
 // argument, the same for every thread, so the switch costs nothing in a
 // memory-bound kernel and saves eight instantiations per dtype.
@@ -420,6 +463,15 @@ void binary_typed(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor&
       return run("minimum", MinimumOp{});
     case BinaryOp::ReluBackward:
       return run("threshold_backward", ReluBackwardOp{});
+    case BinaryOp::GeluBackward:
+    case BinaryOp::GeluTanhBackward:
+      if constexpr (!std::is_floating_point_v<C>) {
+        KILN_FAIL("gelu_backward: expected a floating dtype, got ", dtype_of<T>());
+      } else if (op == BinaryOp::GeluBackward) {
+        return run("gelu_backward", GeluBackwardOp{});
+      } else {
+        return run("gelu_backward", GeluTanhBackwardOp{});
+      }
     case BinaryOp::Eq:
     case BinaryOp::Ne:
     case BinaryOp::Lt:

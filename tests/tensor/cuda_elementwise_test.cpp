@@ -102,6 +102,41 @@ TEST(CudaElementwise, EveryBinaryOpAndDTypeMatchesTheCpu) {
   }
 }
 
+// gelu's derivatives (a: gradient, b: gelu's input) in every floating dtype
+// and layout, over x in [-12, 12) where they go from 0 to 1, with NaN, +-inf
+// and -0 planted. Both devices compute gelu' in double, except the CPU's
+// float32 vector kernels (a few ulps; for the tanh form of negative x, its
+// float 2u as elementwise_simd_test.cpp bounds it); atol covers results
+// near the root at x = -0.75.
+TEST(CudaElementwise, GeluBackwardMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const Layout& layout : layouts()) {
+    for (DType dtype : kFloatDTypes) {
+      for (BinaryOp op : {BinaryOp::GeluBackward, BinaryOp::GeluTanhBackward}) {
+        auto [g, x] = binary_inputs(layout, dtype, false);
+        x = ops::mul(x.to(DType::Float64), 4.0).to(dtype);
+        if (x.numel() > 23) set_flat(x, 23, -0.0);
+        Tensor a = layout.view_a(g).expand(layout.shape), b = layout.view_b(x).expand(layout.shape);
+        Tensor expected = Tensor::empty(layout.shape, dtype), got = Tensor::empty(layout.shape, {dtype, gpu()});
+        cpu_backend().binary(op, expected, a, b);
+        cuda_backend().binary(op, got, layout.view_a(g.to(gpu())).expand(layout.shape),
+                              layout.view_b(x.to(gpu())).expand(layout.shape));
+        expect_matches(expected, got,
+                       std::string(op == BinaryOp::GeluBackward ? "gelu" : "gelu_tanh") + " backward on " +
+                           std::string(dtype_name(dtype)) + ", " + layout.name,
+                       dtype == DType::Float32 ? 3e-5 : tolerance_for(dtype), 0.05 * tolerance_for(dtype));
+      }
+    }
+  }
+}
+
+TEST(CudaElementwise, GeluBackwardRejectsIntegersNamingTheOp) {
+  SKIP_WITHOUT_GPU();
+  Tensor t = Tensor::empty({3}, {DType::Int32, gpu()});
+  expect_error([&] { cuda_backend().binary(BinaryOp::GeluBackward, t, t, t); },
+               "gelu_backward: expected a floating dtype, got int32");
+}
+
 TEST(CudaElementwise, BinaryIntoATransposedOutput) {
   SKIP_WITHOUT_GPU();
   Layout layout{"transposed output", {37, 53}, {53}, identity_view, identity_view, {37, 53}};

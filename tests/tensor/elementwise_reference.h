@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <functional>
@@ -92,6 +93,31 @@ inline void expect_close_ulps(const std::vector<double>& got, const std::vector<
 inline std::vector<double> round_to_float(std::vector<double> v) {
   for (double& x : v) x = static_cast<float>(x);
   return v;
+}
+
+// gelu's derivative in long double (a 64-bit mantissa on x86-64), by
+// formulas other than the kernels': Phi through erfc and x phi(x) as
+// written, or for the tanh form (torch's approximate='tanh')
+// 0.5 (1 + tanh u) = 1 / (1 + e^(-2u)) and 1 - tanh(u)^2 = 1 / cosh(u)^2.
+// NaN at +-inf, as torch's formulas (x phi(x) is inf * 0). `terms`
+// receives the larger magnitude of the two terms summed: where they cancel
+// (near the root x = -0.75) a float evaluation is accurate to ulps of that,
+// not of the result.
+inline long double gelu_derivative_reference(long double x, bool tanh_approximation, long double* terms = nullptr) {
+  const long double pi = 3.141592653589793238462643383279502884L;
+  long double left, right;
+  if (!tanh_approximation) {
+    left = 0.5L * std::erfc(-x / std::sqrt(2.0L));
+    right = x * std::exp(-x * x / 2) / std::sqrt(2 * pi);
+  } else {
+    const long double k = std::sqrt(2 / pi), c = 0.044715L;
+    long double u = k * (x + c * x * x * x);
+    long double cosh_u = std::cosh(u);
+    left = 1 / (1 + std::exp(-2 * u));
+    right = 0.5L * x * k * (1 + 3 * c * x * x) / (cosh_u * cosh_u);
+  }
+  if (terms) *terms = std::max(std::fabs(left), std::fabs(right));
+  return left + right;
 }
 
 }  // namespace kiln::reference

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cfloat>
 #include <cmath>
@@ -14,6 +15,7 @@
 
 #include "tensor/ops.h"
 #include "tensor/cpu/cpu_features.h"
+#include "tests/tensor/elementwise_reference.h"
 #include "tests/tensor/test_util.h"
 
 namespace kiln {
@@ -121,6 +123,80 @@ TEST(ElementwiseSimd, UnaryAccuracyOverDenseSweeps) {
   }
 }
 
+// |got - ref| in float32 ulps of `scale` (>= |ref|): the spacing that a
+// float evaluation of a sum of terms of that size cannot beat.
+double ulp_error_at(float got, double ref, double scale) {
+  if (std::isnan(ref) || std::isinf(static_cast<float>(ref))) return ulp_error(got, ref);
+  return std::fabs(got - ref) / reference::float_ulp(scale);
+}
+
+// g * gelu'(x), both approximations, against the long double formulas over
+// a dense sweep of x and gradients from 1e-30 to 1e20: the scaled products
+// keep subnormal results (x below about -13.3, or -9.5 for tanh) and the
+// products of large gradients with tiny derivatives to a few ulps. The
+// exact form is within 6 ulps of its larger term (4.9 measured), the tanh
+// form within 4 (3.2) plus 3|2u| for negative x: the float rounding of
+// 2u = 2k(x + c x^3), which e^(2u) multiplies by |2u| as in the forward
+// (vec::gelu_tanh); the function's own condition number there is 3|2u|, so
+// that is the error of perturbing x by under an ulp.
+TEST(ElementwiseSimd, GeluBackwardAccuracyOverDenseSweeps) {
+  if (levels().empty()) GTEST_SKIP() << "no vector level on this CPU";
+  std::vector<float> x = sweep(-20, 20, 2000003);
+  for (float v : sweep(-1, 1, 200003)) x.push_back(v);  // around 0 and the root near -0.75
+  for (const Level& level : levels()) {
+    for (bool tanh_form : {false, true}) {
+      BinaryOp op = tanh_form ? BinaryOp::GeluTanhBackward : BinaryOp::GeluBackward;
+      for (float g : {1.0f, -2.5f, 1e20f, -1e-30f}) {
+        std::vector<float> out(x.size());
+        ASSERT_TRUE(level.binary(op, out.data(), &g, 0, x.data(), 1, static_cast<int64_t>(x.size())));
+        double worst = 0;
+        float worst_x = 0;
+        for (size_t i = 0; i < x.size(); ++i) {
+          long double terms = 0;
+          long double d = reference::gelu_derivative_reference(x[i], tanh_form, &terms);
+          double ref = static_cast<double>(g * d);
+          double allowed = tanh_form ? 4 : 6;
+          if (tanh_form && x[i] < 0) {
+            double xv = x[i];
+            allowed += 3 * 2 * 0.798 * std::fabs(xv + 0.044715 * xv * xv * xv);
+          }
+          double err = ulp_error_at(out[i], ref, std::max<double>(std::fabs(ref), std::fabs(g * terms)));
+          EXPECT_LE(err, allowed) << level.name << (tanh_form ? " gelu_tanh" : " gelu") << " g=" << g
+                                  << " x=" << x[i] << " got " << out[i] << " reference " << ref;
+          if (err > allowed) break;
+          if (err / allowed > worst) {
+            worst = err / allowed;
+            worst_x = x[i];
+          }
+        }
+        std::cout << "[ accuracy ] " << level.name << (tanh_form ? " gelu_tanh_backward" : " gelu_backward")
+                  << " g=" << g << ": max error " << worst << " of the bound at x=" << worst_x << "\n";
+      }
+    }
+  }
+}
+
+TEST(ElementwiseSimd, GeluBackwardSpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (const Level& level : levels()) {
+    for (BinaryOp op : {BinaryOp::GeluBackward, BinaryOp::GeluTanhBackward}) {
+      // gelu'(+-0) = 1/2; +-inf and NaN give NaN (torch's inf * 0); far out
+      // the derivative is 1 and (a negative) 0; a NaN gradient stays NaN.
+      float x[9] = {0.0f, -0.0f, inf, -inf, nan, 1e30f, -1e30f, 1e-40f, 3.0f};
+      float g[9] = {2.0f, 2.0f, 1.0f, 1.0f, 1.0f, 3.0f, 3.0f, 2.0f, nan};
+      float out[9];
+      ASSERT_TRUE(level.binary(op, out, g, 1, x, 1, 9));
+      std::string what = std::string(level.name) + (op == BinaryOp::GeluBackward ? " gelu" : " gelu_tanh");
+      EXPECT_EQ(out[0], 1.0f) << what;
+      EXPECT_EQ(out[1], 1.0f) << what;
+      for (int i : {2, 3, 4, 8}) EXPECT_TRUE(std::isnan(out[i])) << what << " at " << i;
+      EXPECT_EQ(out[5], 3.0f) << what;
+      EXPECT_EQ(out[6], 0.0f) << what;
+      EXPECT_EQ(out[7], 1.0f) << what;
+    }
+  }
+}
+
 TEST(ElementwiseSimd, EveryLengthAndTailMatchesTheFullVectorResult) {
   // Lengths 0..40 cover empty runs, runs shorter than one vector, and every
   // tail length; each element must equal the value computed in a long run.
@@ -142,6 +218,25 @@ TEST(ElementwiseSimd, EveryLengthAndTailMatchesTheFullVectorResult) {
               << level.name << " op " << int(op) << " n=" << n;
         }
         EXPECT_EQ(part[n], -12345.0f) << "wrote past the end, n=" << n;
+      }
+    }
+    // The gelu derivatives, for every length and broadcast operand, bit for
+    // bit against one contiguous run over the same (materialised) values.
+    for (BinaryOp op : {BinaryOp::GeluBackward, BinaryOp::GeluTanhBackward}) {
+      for (int64_t n = 0; n <= 40; ++n) {
+        for (int steps = 0; steps < 4; ++steps) {
+          int64_t a_step = steps & 1, b_step = steps >> 1;
+          std::vector<float> a_full(64), b_full(64);
+          for (int64_t i = 0; i < 64; ++i) a_full[i] = b[i * a_step], b_full[i] = x[i * b_step];
+          ASSERT_TRUE(level.binary(op, full.data(), a_full.data(), 1, b_full.data(), 1, 64));
+          std::fill(part.begin(), part.end(), -12345.0f);
+          ASSERT_TRUE(level.binary(op, part.data(), b.data(), a_step, x.data(), b_step, n));
+          for (int64_t i = 0; i < n; ++i) {
+            EXPECT_EQ(std::bit_cast<uint32_t>(part[i]), std::bit_cast<uint32_t>(full[i]))
+                << level.name << " op " << int(op) << " n=" << n << " steps " << steps;
+          }
+          EXPECT_EQ(part[n], -12345.0f) << "wrote past the end, n=" << n;
+        }
       }
     }
     for (BinaryOp op : {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum,
@@ -219,6 +314,23 @@ TEST(ElementwiseSimd, VectorAndScalarPathsOfPublicOpsAgree) {
     std::vector<float> fast = as_vector(op.fn(x)), slow = as_vector(op.fn(strided));
     for (size_t i = 0; i < fast.size(); ++i) {
       EXPECT_LE(ulp_error(fast[i], slow[i]), op.ulps) << op.name << " x=" << v[i];
+    }
+  }
+  // gelu's derivatives: the vector kernels against the scalar loop, which
+  // computes in double and rounds the product once.
+  Tensor g = from_vector<float>(std::vector<float>(v.rbegin(), v.rend()));
+  Tensor g_strided = g.view({2, -1}).t().contiguous().t();
+  for (bool tanh_form : {false, true}) {
+    std::vector<float> fast = as_vector(gelu_backward(g, x, tanh_form));
+    std::vector<float> slow = as_vector(gelu_backward(g_strided, strided, tanh_form));
+    for (size_t i = 0; i < fast.size(); ++i) {
+      double xv = v[i];
+      long double terms = 0;
+      reference::gelu_derivative_reference(xv, tanh_form, &terms);
+      double scale = std::max<double>(std::fabs(slow[i]), std::fabs(static_cast<double>(v[v.size() - 1 - i]) * terms));
+      double conditioning = tanh_form && xv < 0 ? 3 * 2 * 0.798 * std::fabs(xv + 0.044715 * xv * xv * xv) : 0;
+      EXPECT_LE(ulp_error_at(fast[i], slow[i], scale), (tanh_form ? 4.5 : 6.5) + conditioning)
+          << (tanh_form ? "gelu_tanh" : "gelu") << " backward x=" << xv;
     }
   }
   std::vector<float> fast = as_vector(gelu(x, true)), slow = as_vector(gelu(strided, true));
