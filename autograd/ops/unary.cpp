@@ -158,6 +158,11 @@ Tensor tanh(const Tensor& x) {
   return out;
 }
 
+// gelu's backward: in ordinary training one fused kernel (ops::gelu_backward);
+// when the backward is itself being recorded (create_graph), the same
+// derivative written with differentiable ops, so that second derivatives
+// flow (as the norms do, Note [Backward kernels and double backward] in
+// nn/functional.h).
 Tensor gelu(const Tensor& x, bool tanh_approximation) {
   Tensor out = untracked([&] { return ops::gelu(x, tanh_approximation); });
   if (!autograd::needs_grad({x})) return out;
@@ -165,6 +170,7 @@ Tensor gelu(const Tensor& x, bool tanh_approximation) {
     // d (x Phi(x)) = Phi(x) + x phi(x)
     record("gelu", {x}, {out}, [saved_x = SavedTensor(x)](const TensorList& g) -> TensorList {
       const Tensor& xv = saved_x.get();
+      if (!GradMode::is_enabled()) return {ops::gelu_backward(g[0], xv)};
       return {mul(g[0], add(normal_cdf(xv), mul(xv, normal_density(xv))))};
     });
     return out;
@@ -173,9 +179,10 @@ Tensor gelu(const Tensor& x, bool tanh_approximation) {
   // 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) k (1 + 3 c x^2), as torch's
   // gelu_backward with approximate='tanh'.
   record("gelu", {x}, {out}, [saved_x = SavedTensor(x)](const TensorList& g) -> TensorList {
+    const Tensor& xv = saved_x.get();
+    if (!GradMode::is_enabled()) return {ops::gelu_backward(g[0], xv, /*tanh_approximation=*/true)};
     constexpr double k = 0.79788456080286535588;  // sqrt(2 / pi)
     constexpr double c = 0.044715;
-    const Tensor& xv = saved_x.get();
     Tensor x_sq = mul(xv, xv);
     Tensor t = tanh(mul(add(xv, mul(mul(x_sq, xv), c)), k));
     Tensor left = mul(add(t, 1.0), 0.5);

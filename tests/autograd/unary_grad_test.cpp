@@ -160,6 +160,29 @@ TEST(UnaryGrad, GeluGradientsMatchClosedForms) {
   expect_values(t.grad(), approx, 1e-12);
 }
 
+// Outside create_graph gelu's backward is the fused kernel, bit for bit
+// ops::gelu_backward; under create_graph it is the formula written with
+// differentiable ops, which agrees with the kernel and carries history for
+// the second derivative (Note [Backward kernels and double backward]).
+TEST(UnaryGrad, GeluBackwardIsTheFusedKernelOutsideCreateGraph) {
+  for (bool tanh_form : {false, true}) {
+    SCOPED_TRACE(tanh_form ? "gelu_tanh" : "gelu");
+    for (DType dtype : {DType::Float64, DType::Float32}) {
+      Tensor x = uniform64({67}, 12, -8, 8).to(dtype).requires_grad_();
+      Tensor g = uniform64({67}, 13, -2, 2).to(dtype);
+      gelu(x, tanh_form).backward(g);
+      ASSERT_EQ(x.grad().dtype(), dtype);
+      EXPECT_FALSE(x.grad().requires_grad());
+      expect_same(x.grad(), ops::gelu_backward(g, x.detach(), tanh_form));
+
+      Tensor y = x.detach().requires_grad_();
+      Tensor dy = autograd::grad({gelu(y, tanh_form)}, {y}, {g}, /*retain_graph=*/false, /*create_graph=*/true)[0];
+      EXPECT_TRUE(dy.requires_grad());
+      expect_same(dy, x.grad(), dtype == DType::Float64 ? 1e-14 : 2e-6);
+    }
+  }
+}
+
 TEST(UnaryGrad, Float32GradientsHaveTheInputDtype) {
   Tensor x = ops::mul(kiln::rand({5}), 2.0).requires_grad_();
   sum(gelu(x)).backward();
