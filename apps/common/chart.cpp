@@ -18,9 +18,9 @@ namespace {
 constexpr double kWidth = 720;
 constexpr double kLeft = 70, kRight = 170;  // the legend sits in the right margin
 constexpr double kPanelHeight = 200;
-constexpr double kTop = 40;        // of the first panel
+constexpr double kTop = 40;          // of the first panel
 constexpr double kPanelPitch = 270;  // from one panel's top to the next's
-constexpr double kBottom = 50;     // below the last panel: its x tick labels and axis label
+constexpr double kBottom = 50;       // below the last panel: its x tick labels and axis label
 
 std::string number(double v) {
   char buffer[32];
@@ -79,15 +79,15 @@ void panel(std::ostringstream& svg, const ChartPanel& p, double top, const XAxis
   }
   for (double t : xa.ticks) {
     if (t < xa.lo || t > xa.hi) continue;
-    svg << "<line x1=\"" << number(x(t)) << "\" y1=\"" << top + kPanelHeight << "\" x2=\"" << number(x(t))
-        << "\" y2=\"" << top + kPanelHeight + 5 << "\" stroke=\"black\"/>\n";
+    svg << "<line x1=\"" << number(x(t)) << "\" y1=\"" << top + kPanelHeight << "\" x2=\"" << number(x(t)) << "\" y2=\""
+        << top + kPanelHeight + 5 << "\" stroke=\"black\"/>\n";
     svg << "<text x=\"" << number(x(t)) << "\" y=\"" << top + kPanelHeight + 18 << "\" text-anchor=\"middle\">"
         << number(t) << "</text>\n";
   }
   svg << "<rect x=\"" << kLeft << "\" y=\"" << top << "\" width=\"" << plot_width << "\" height=\"" << kPanelHeight
       << "\" fill=\"none\" stroke=\"black\"/>\n";
-  svg << "<text x=\"" << kLeft + plot_width / 2 << "\" y=\"" << top + kPanelHeight + 34
-      << "\" text-anchor=\"middle\">" << x_label << "</text>\n";
+  svg << "<text x=\"" << kLeft + plot_width / 2 << "\" y=\"" << top + kPanelHeight + 34 << "\" text-anchor=\"middle\">"
+      << x_label << "</text>\n";
   svg << "<text transform=\"translate(" << kLeft - 48 << "," << top + kPanelHeight / 2
       << ") rotate(-90)\" text-anchor=\"middle\">" << p.y_label << "</text>\n";
 
@@ -104,8 +104,8 @@ void panel(std::ostringstream& svg, const ChartPanel& p, double top, const XAxis
     }
     const double legend_y = top + 10 + 20 * static_cast<double>(i);
     const double legend_x = kWidth - kRight + 15;
-    svg << "<line x1=\"" << legend_x << "\" y1=\"" << legend_y << "\" x2=\"" << legend_x + 24 << "\" y2=\""
-        << legend_y << "\" stroke=\"" << s.color << "\" stroke-width=\"2\"/>\n";
+    svg << "<line x1=\"" << legend_x << "\" y1=\"" << legend_y << "\" x2=\"" << legend_x + 24 << "\" y2=\"" << legend_y
+        << "\" stroke=\"" << s.color << "\" stroke-width=\"2\"/>\n";
     svg << "<text x=\"" << legend_x + 30 << "\" y=\"" << legend_y + 4 << "\">" << s.label << "</text>\n";
   }
 }

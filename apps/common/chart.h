@@ -21,8 +21,8 @@ inline constexpr const char* kTestColor = "#ff7f0e";
 inline constexpr const char* kAccuracyColor = "#2ca02c";
 
 struct ChartSeries {
-  std::string label;  // in the legend
-  std::string color;  // an SVG colour
+  std::string label;                                   // in the legend
+  std::string color;                                   // an SVG colour
   std::vector<std::pair<double, double>> points = {};  // (x, y), in increasing x
 };
 

@@ -75,11 +75,11 @@ class ProgressLine {
   int64_t first_step_;
   Clock::time_point start_;
   Clock::time_point last_draw_;
-  size_t last_width_ = 0;      // characters of the last in-place line
+  size_t last_width_ = 0;  // characters of the last in-place line
   int64_t plain_lines_ = 4;
-  int64_t next_plain_step_;    // the next step a plain line is printed at
+  int64_t next_plain_step_;  // the next step a plain line is printed at
   std::string unit_ = "img";
-  std::optional<int> gpu_;     // the CUDA device to report, if any
+  std::optional<int> gpu_;  // the CUDA device to report, if any
 };
 
 }  // namespace kiln::apps

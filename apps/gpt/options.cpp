@@ -31,8 +31,8 @@ void validate(const TrainOptions& o) {
              "characters)");
   KILN_CHECK(o.n_layer >= 1, "--layers must be at least 1, got ", o.n_layer);
   KILN_CHECK(o.n_head >= 1, "--heads must be at least 1, got ", o.n_head);
-  KILN_CHECK(o.n_embd >= 1 && o.n_embd % o.n_head == 0, "--width must be a positive multiple of --heads (",
-             o.n_head, "), got ", o.n_embd);
+  KILN_CHECK(o.n_embd >= 1 && o.n_embd % o.n_head == 0, "--width must be a positive multiple of --heads (", o.n_head,
+             "), got ", o.n_embd);
   KILN_CHECK(o.block_size >= 1, "--block-size must be at least 1, got ", o.block_size);
   KILN_CHECK(o.dropout >= 0 && o.dropout < 1, "--dropout must be in [0, 1), got ", o.dropout);
   KILN_CHECK(o.batch_size >= 1, "--batch-size must be at least 1, got ", o.batch_size);
@@ -40,8 +40,8 @@ void validate(const TrainOptions& o) {
   KILN_CHECK(finite_at_least(o.lr, 0) && o.lr > 0, "--lr must be positive and finite, got ", o.lr);
   KILN_CHECK(finite_at_least(o.min_lr, 0) && o.min_lr <= o.lr, "--min-lr must be in [0, --lr = ", o.lr, "], got ",
              o.min_lr);
-  KILN_CHECK(o.warmup_steps >= 0 && o.warmup_steps <= o.steps, "--warmup-steps must be from 0 to --steps (",
-             o.steps, "), got ", o.warmup_steps);
+  KILN_CHECK(o.warmup_steps >= 0 && o.warmup_steps <= o.steps, "--warmup-steps must be from 0 to --steps (", o.steps,
+             "), got ", o.warmup_steps);
   KILN_CHECK(finite_at_least(o.weight_decay, 0), "--weight-decay must be non-negative and finite, got ",
              o.weight_decay);
   KILN_CHECK(o.beta1 >= 0 && o.beta1 < 1, "--beta1 must be in [0, 1), got ", o.beta1);
@@ -79,11 +79,11 @@ void validate(const SampleOptions& o) {
 namespace {
 
 void add_train_flags(CLI::App& app, TrainOptions& o) {
-  app.add_option("--data", o.data, "a UTF-8 text file to train on (default: the fortunes corpus, "
-                                    "/usr/share/games/fortunes, from the Debian packages fortunes and fortunes-min)");
+  app.add_option("--data", o.data,
+                 "a UTF-8 text file to train on (default: the fortunes corpus, "
+                 "/usr/share/games/fortunes, from the Debian packages fortunes and fortunes-min)");
   app.add_option("--tokenizer", o.tokenizer,
-                 "char (one token per character of the text) or bpe (byte-level BPE learned from the training "
-                 "text)")
+                 "char (one token per character of the text) or bpe (byte-level BPE learned from the text)")
       ->capture_default_str();
   add_integer(app, "--vocab-size", o.vocab_size, "with --tokenizer bpe: 256 bytes + the merges to learn");
   add_integer(app, "--layers", o.n_layer, "transformer blocks");
@@ -96,8 +96,7 @@ void add_train_flags(CLI::App& app, TrainOptions& o) {
   add_integer(app, "--batch-size", o.batch_size, "sequences per step");
   add_integer(app, "--steps", o.steps, "optimizer steps");
   app.add_option("--lr", o.lr, "peak learning rate (AdamW)")->capture_default_str();
-  app.add_option("--min-lr", o.min_lr, "learning rate at the last step, after the cosine decay")
-      ->capture_default_str();
+  app.add_option("--min-lr", o.min_lr, "learning rate at the last step, after the cosine decay")->capture_default_str();
   add_integer(app, "--warmup-steps", o.warmup_steps, "steps of linear warmup to --lr");
   app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled decay of the weight matrices and embeddings")
       ->capture_default_str();
@@ -139,8 +138,9 @@ void add_sample_flags(CLI::App& app, SampleOptions& o) {
 CommandLine parse_command_line(int argc, const char* const* argv) {
   TrainOptions train;
   SampleOptions sample;
-  CLI::App app{"Trains a GPT on text and samples from it, as nanoGPT. `kiln-gpt train` with no flags runs the "
-               "default recipe: a character-level GPT on the fortunes corpus, a few minutes on two CPU cores."};
+  CLI::App app{
+      "Trains a GPT on text and samples from it, as nanoGPT. `kiln-gpt train` with no flags runs the "
+      "default recipe: a character-level GPT on the fortunes corpus, a few minutes on two CPU cores."};
   app.get_formatter()->column_width(34);
   app.require_subcommand(1);
   CLI::App* train_app = app.add_subcommand(

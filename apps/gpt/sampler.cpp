@@ -24,8 +24,7 @@ std::vector<std::string> run_sampling(const SampleOptions& o, std::ostream& out)
     KILN_FAIL("--prompt: ", e.message());
   }
   KILN_CHECK(!prompt.empty(), "--prompt: '", o.prompt, "' encodes to no tokens");
-  const Tensor idx =
-      from_vector<int64_t>(prompt, {1, static_cast<int64_t>(prompt.size())}).to(device);  // (1, T0)
+  const Tensor idx = from_vector<int64_t>(prompt, {1, static_cast<int64_t>(prompt.size())}).to(device);  // (1, T0)
   Generator generator(o.seed);
   nn::GenerateOptions generate{.temperature = o.temperature, .generator = &generator};
   if (o.top_k > 0) generate.top_k = std::min(o.top_k, saved.config.vocab_size);

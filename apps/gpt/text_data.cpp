@@ -94,8 +94,9 @@ TextData open_text_data(const Corpus& corpus, std::shared_ptr<data::Tokenizer> t
   data::TokenSplit split = data::split_tokens(tokens);
   const int64_t val_tokens = split.val.size(0);
   KILN_CHECK(val_tokens >= o.block_size + 1, corpus.description, " holds ", tokens.size(),
-             " tokens; its validation split (the last 10%, ", val_tokens, " tokens) needs at least --block-size + 1 = ",
-             o.block_size + 1, ": give a longer text or a smaller --block-size");
+             " tokens; its validation split (the last 10%, ", val_tokens,
+             " tokens) needs at least --block-size + 1 = ", o.block_size + 1,
+             ": give a longer text or a smaller --block-size");
   d.train = std::make_shared<data::TokenWindowDataset>(split.train, o.block_size, "train");
   d.val = std::make_shared<data::TokenWindowDataset>(split.val, o.block_size, "val");
   d.batches = std::make_unique<data::RandomWindowBatches>(d.train, o.batch_size, o.seed);

@@ -42,9 +42,9 @@ std::unique_ptr<data::Tokenizer> tokenizer_from_text(const std::string& text, co
 
 struct TextData {
   std::shared_ptr<data::Tokenizer> tokenizer;
-  std::shared_ptr<data::TokenWindowDataset> train;  // the first 90% of the tokens
-  std::shared_ptr<data::TokenWindowDataset> val;    // the rest
-  std::unique_ptr<data::RandomWindowBatches> batches;  // training batch i, a function of (seed, i)
+  std::shared_ptr<data::TokenWindowDataset> train;       // the first 90% of the tokens
+  std::shared_ptr<data::TokenWindowDataset> val;         // the rest
+  std::unique_ptr<data::RandomWindowBatches> batches;    // training batch i, a function of (seed, i)
   std::unique_ptr<data::FixedWindowBatches> train_eval;  // the same windows at every evaluation
   std::unique_ptr<data::FixedWindowBatches> val_eval;
 };

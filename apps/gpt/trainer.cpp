@@ -32,17 +32,22 @@ using Clock = std::chrono::steady_clock;
 std::string recipe(const TrainOptions& o) {
   return "tokenizer " + o.tokenizer + (o.tokenizer == "bpe" ? " vocab " + std::to_string(o.vocab_size) : "") + ", " +
          std::to_string(o.n_layer) + " layers, " + std::to_string(o.n_head) + " heads, width " +
-         std::to_string(o.n_embd) + ", block " + std::to_string(o.block_size) + ", dropout " +
-         exact_text(o.dropout) + ", bias " + (o.bias ? "on" : "off") + ", batch " + std::to_string(o.batch_size) +
-         ", steps " + std::to_string(o.steps) + ", AdamW lr " + exact_text(o.lr) + " min lr " + exact_text(o.min_lr) +
-         " warmup " + std::to_string(o.warmup_steps) + " weight decay " + exact_text(o.weight_decay) + " betas " +
+         std::to_string(o.n_embd) + ", block " + std::to_string(o.block_size) + ", dropout " + exact_text(o.dropout) +
+         ", bias " + (o.bias ? "on" : "off") + ", batch " + std::to_string(o.batch_size) + ", steps " +
+         std::to_string(o.steps) + ", AdamW lr " + exact_text(o.lr) + " min lr " + exact_text(o.min_lr) + " warmup " +
+         std::to_string(o.warmup_steps) + " weight decay " + exact_text(o.weight_decay) + " betas " +
          exact_text(o.beta1) + " " + exact_text(o.beta2) + ", grad clip " + exact_text(o.grad_clip) + ", seed " +
          std::to_string(o.seed) + (o.amp ? ", amp" : "");
 }
 
 nn::GPTConfig model_config(const TrainOptions& o, int64_t vocab_size) {
-  return {.vocab_size = vocab_size, .block_size = o.block_size, .n_layer = o.n_layer, .n_head = o.n_head,
-          .n_embd = o.n_embd, .dropout = o.dropout, .bias = o.bias};
+  return {.vocab_size = vocab_size,
+          .block_size = o.block_size,
+          .n_layer = o.n_layer,
+          .n_head = o.n_head,
+          .n_embd = o.n_embd,
+          .dropout = o.dropout,
+          .bias = o.bias};
 }
 
 // Where a run is, beside the tensors of its checkpoint.
@@ -87,15 +92,13 @@ struct Run {
   std::unique_ptr<optim::AdamW> optimizer;
 
   Position pos;
-  RunningLossSum loss_sum;  // of the training losses since the last evaluation
+  RunningLossSum loss_sum;    // of the training losses since the last evaluation
   double elapsed_before = 0;  // the wall time of the run a resume continues
   // Training since the last evaluation, for its tokens per second.
   int64_t stretch_tokens = 0;
   double stretch_seconds = 0;
 
-  double elapsed() const {
-    return elapsed_before + std::chrono::duration<double>(Clock::now() - start).count();
-  }
+  double elapsed() const { return elapsed_before + std::chrono::duration<double>(Clock::now() - start).count(); }
   std::map<std::string, std::string> extra() const {
     const nn::GPTConfig& c = model->config;
     return {{"recipe", recipe(o)},
@@ -233,8 +236,7 @@ void record_evaluation(Run& run) {
     r.val_loss = mean_loss(run, *run.data.val_eval);
     run.model->train();
   }
-  r.tokens_per_second =
-      run.stretch_seconds > 0 ? static_cast<double>(run.stretch_tokens) / run.stretch_seconds : 0.0;
+  r.tokens_per_second = run.stretch_seconds > 0 ? static_cast<double>(run.stretch_tokens) / run.stretch_seconds : 0.0;
   r.elapsed_seconds = run.elapsed();
   run.stretch_tokens = 0, run.stretch_seconds = 0;
   pos.history.push_back(r);
@@ -320,7 +322,10 @@ bool train_until_evaluation(Run& run) {
 }
 
 TrainingResult result_of(Run& run, RunStatus status) {
-  return {.status = status, .history = run.pos.history, .model = run.model, .tokenizer = run.data.tokenizer,
+  return {.status = status,
+          .history = run.pos.history,
+          .model = run.model,
+          .tokenizer = run.data.tokenizer,
           .step = run.pos.step};
 }
 
@@ -337,8 +342,8 @@ TrainingResult interrupted(Run& run) {
 
 TrainingResult finished(Run& run) {
   const EvalRecord& last = run.pos.history.back();
-  *run.out << "trained " << run.o.steps << " steps in " << format_duration(last.elapsed_seconds)
-           << ": validation loss " << last.val_loss;
+  *run.out << "trained " << run.o.steps << " steps in " << format_duration(last.elapsed_seconds) << ": validation loss "
+           << last.val_loss;
   if (!run.o.save.empty()) *run.out << "; sample with kiln-gpt sample --checkpoint " << run.o.save;
   *run.out << "\n" << std::flush;
   return result_of(run, RunStatus::Finished);
@@ -366,9 +371,13 @@ CheckpointModel read_checkpoint_model(const std::string& path) {
   const CheckpointFields f(extra, path, "kiln-gpt", "--checkpoint");
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
   CheckpointModel m;
-  m.config = {.vocab_size = f.integer("vocab_size", 1, kMax), .block_size = f.integer("block_size", 1, kMax),
-              .n_layer = f.integer("n_layer", 1, kMax), .n_head = f.integer("n_head", 1, kMax),
-              .n_embd = f.integer("n_embd", 1, kMax), .dropout = 0.0, .bias = f.integer("bias", 0, 1) == 1};
+  m.config = {.vocab_size = f.integer("vocab_size", 1, kMax),
+              .block_size = f.integer("block_size", 1, kMax),
+              .n_layer = f.integer("n_layer", 1, kMax),
+              .n_head = f.integer("n_head", 1, kMax),
+              .n_embd = f.integer("n_embd", 1, kMax),
+              .dropout = 0.0,
+              .bias = f.integer("bias", 0, 1) == 1};
   m.tokenizer = tokenizer_from_text(f.text("tokenizer"), "--checkpoint '" + path + "'");
   KILN_CHECK(m.tokenizer->vocab_size() == m.config.vocab_size, "--checkpoint '", path, "': its tokenizer has ",
              m.tokenizer->vocab_size(), " tokens but its model ", m.config.vocab_size);

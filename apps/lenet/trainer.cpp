@@ -317,7 +317,8 @@ struct Run {
 
   nn::LeNet& model() { return *result.model; }
   Evaluation evaluate_test_set() {
-    return combine_evaluations(evaluate(model(), *test_loader, device, static_cast<int64_t>(data.class_names.size())), dp);
+    const int64_t classes = static_cast<int64_t>(data.class_names.size());
+    return combine_evaluations(evaluate(model(), *test_loader, device, classes), dp);
   }
   // Under DDP every rank must stop at the same step (Note [kiln-lenet with DDP]).
   bool stop_now(bool at_check_point) {

@@ -31,7 +31,9 @@ TEST(AppProgress, UnitAndPlainLinesAreSettable) {
   line.set_unit("tok");
   EXPECT_EQ(line.format(50, 2.5, 12345.4, 30), "train  step 50/100  loss 2.5000  12345 tok/s  ETA 0:30");
   line.set_plain_lines(10);  // every 10 steps, from the first multiple after step 40
-  for (int64_t step = 41; step <= 60; ++step) line.update(step, [] { return 1.0; }, 100);
+  for (int64_t step = 41; step <= 60; ++step)
+    line.update(
+        step, [] { return 1.0; }, 100);
   EXPECT_EQ(out.str().find("step 49/100"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("step 50/100"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("step 60/100"), std::string::npos) << out.str();
@@ -75,7 +77,8 @@ TEST(AppJsonl, AppendsWholeLinesAndRefusesANewline) {
   start_jsonl(path);
   EXPECT_EQ(apps::testing::read_text(path), "");
   const std::string missing = dir / "no/such/log.jsonl";
-  EXPECT_EQ(error_of([&] { start_jsonl(missing); }), "--log '" + missing + "': cannot create (No such file or directory)");
+  EXPECT_EQ(error_of([&] { start_jsonl(missing); }),
+            "--log '" + missing + "': cannot create (No such file or directory)");
 }
 
 TEST(AppCheckpointFields, FieldsAreCheckedAndNamed) {
@@ -112,7 +115,9 @@ TEST(AppRunSetup, OutputsAndDevicesAreCheckedUpFront) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
   EXPECT_EQ(output_problem("--plot", dir.path().string()), "--plot '" + dir.path().string() + "' is a directory");
   const std::string missing = dir / "no/such/run.svg";
-  EXPECT_EQ(error_of([&] { check_outputs({{"--log", dir / "ok.jsonl"}, {"--plot", missing}}); }),
+  EXPECT_EQ(error_of([&] {
+              check_outputs({{"--log", dir / "ok.jsonl"}, {"--plot", missing}});
+            }),
             "--plot '" + missing + "': cannot create files beside it (No such file or directory)");
   check_device_flag("cpu");
   check_device_flag("cuda:1");

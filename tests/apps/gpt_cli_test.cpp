@@ -36,17 +36,67 @@ TEST(GptOptions, DefaultsAreTheRecipe) {
   EXPECT_TRUE(o.bias);
   EXPECT_EQ(o.batch_size, TrainOptions{}.batch_size);
   EXPECT_EQ(o.steps, TrainOptions{}.steps);
+  EXPECT_EQ(o.lr, 6e-3);
   EXPECT_EQ(o.seed, 1337u);
 }
 
 TEST(GptOptions, TrainAndSampleFlagsAreRead) {
-  CommandLine cl = parse_command_line(std::vector<std::string>{
-      "kiln-gpt", "train", "--data", "t.txt", "--tokenizer", "bpe", "--vocab-size", "1000", "--layers", "6", "--heads",
-      "6", "--width", "384", "--block-size", "256", "--dropout", "0.2", "--no-bias", "--batch-size", "64", "--steps",
-      "5000", "--lr", "1e-3", "--min-lr", "1e-4", "--warmup-steps", "100", "--weight-decay", "0.2", "--beta1", "0.8",
-      "--beta2", "0.95", "--grad-clip", "0", "--eval-interval", "250", "--eval-batches", "200", "--seed", "7",
-      "--threads", "2", "--device", "cuda:1", "--amp", "--save", "a.ckpt", "--resume", "b.ckpt", "--log", "a.jsonl",
-      "--plot", "a.svg"});
+  CommandLine cl = parse_command_line(std::vector<std::string>{"kiln-gpt",
+                                                               "train",
+                                                               "--data",
+                                                               "t.txt",
+                                                               "--tokenizer",
+                                                               "bpe",
+                                                               "--vocab-size",
+                                                               "1000",
+                                                               "--layers",
+                                                               "6",
+                                                               "--heads",
+                                                               "6",
+                                                               "--width",
+                                                               "384",
+                                                               "--block-size",
+                                                               "256",
+                                                               "--dropout",
+                                                               "0.2",
+                                                               "--no-bias",
+                                                               "--batch-size",
+                                                               "64",
+                                                               "--steps",
+                                                               "5000",
+                                                               "--lr",
+                                                               "1e-3",
+                                                               "--min-lr",
+                                                               "1e-4",
+                                                               "--warmup-steps",
+                                                               "100",
+                                                               "--weight-decay",
+                                                               "0.2",
+                                                               "--beta1",
+                                                               "0.8",
+                                                               "--beta2",
+                                                               "0.95",
+                                                               "--grad-clip",
+                                                               "0",
+                                                               "--eval-interval",
+                                                               "250",
+                                                               "--eval-batches",
+                                                               "200",
+                                                               "--seed",
+                                                               "7",
+                                                               "--threads",
+                                                               "2",
+                                                               "--device",
+                                                               "cuda:1",
+                                                               "--amp",
+                                                               "--save",
+                                                               "a.ckpt",
+                                                               "--resume",
+                                                               "b.ckpt",
+                                                               "--log",
+                                                               "a.jsonl",
+                                                               "--plot",
+                                                               "a.svg"});
   ASSERT_TRUE(cl.train.has_value());
   const TrainOptions& o = *cl.train;
   EXPECT_EQ(o.data, "t.txt");
@@ -78,10 +128,10 @@ TEST(GptOptions, TrainAndSampleFlagsAreRead) {
   EXPECT_EQ(o.log, "a.jsonl");
   EXPECT_EQ(o.plot, "a.svg");
 
-  cl = parse_command_line(std::vector<std::string>{"kiln-gpt", "sample", "--checkpoint", "a.ckpt", "--prompt", "Q: ",
-                                                    "--max-new-tokens", "50", "--temperature", "0.5", "--top-k", "10",
-                                                    "--num-samples", "3", "--seed", "9", "--device", "cuda",
-                                                    "--threads", "1"});
+  cl = parse_command_line(std::vector<std::string>{
+      "kiln-gpt",      "sample", "--checkpoint", "a.ckpt", "--prompt",      "Q: ", "--max-new-tokens", "50",
+      "--temperature", "0.5",    "--top-k",      "10",     "--num-samples", "3",   "--seed",           "9",
+      "--device",      "cuda",   "--threads",    "1"});
   ASSERT_TRUE(cl.sample.has_value());
   EXPECT_FALSE(cl.train.has_value());
   const SampleOptions& s = *cl.sample;
@@ -97,7 +147,8 @@ TEST(GptOptions, TrainAndSampleFlagsAreRead) {
 }
 
 TEST(GptOptions, BadValuesNameTheFlag) {
-  EXPECT_EQ(parse_error({"train", "--tokenizer", "word"}), "--tokenizer: unknown tokenizer 'word' (expected char or bpe)");
+  EXPECT_EQ(parse_error({"train", "--tokenizer", "word"}),
+            "--tokenizer: unknown tokenizer 'word' (expected char or bpe)");
   EXPECT_EQ(parse_error({"train", "--tokenizer", "bpe", "--vocab-size", "100"}),
             "--vocab-size must be from 256 (the bytes) to 1048576, got 100");
   EXPECT_NE(parse_error({"train", "--vocab-size", "1000"}).find("--vocab-size only goes with --tokenizer bpe"),
@@ -108,7 +159,7 @@ TEST(GptOptions, BadValuesNameTheFlag) {
   EXPECT_EQ(parse_error({"train", "--steps", "-5"}), "--steps must be from 1 to 1000000000, got -5");
   EXPECT_EQ(parse_error({"train", "--steps", "1e3"}), "--steps: '1e3' is not an integer");
   EXPECT_EQ(parse_error({"train", "--lr", "nan"}), "--lr must be positive and finite, got nan");
-  EXPECT_EQ(parse_error({"train", "--min-lr", "0.1"}), "--min-lr must be in [0, --lr = 0.002], got 0.1");
+  EXPECT_EQ(parse_error({"train", "--min-lr", "0.1"}), "--min-lr must be in [0, --lr = 0.006], got 0.1");
   EXPECT_EQ(parse_error({"train", "--steps", "10", "--warmup-steps", "20"}),
             "--warmup-steps must be from 0 to --steps (10), got 20");
   EXPECT_EQ(parse_error({"train", "--beta2", "1"}), "--beta2 must be in [0, 1), got 1");
@@ -119,8 +170,7 @@ TEST(GptOptions, BadValuesNameTheFlag) {
             "--temperature must be non-negative and finite (0: greedy), got -1");
   EXPECT_EQ(parse_error({"sample", "--checkpoint", "a", "--top-k", "-2"}),
             "--top-k must be non-negative (0: every token), got -2");
-  EXPECT_EQ(parse_error({"sample", "--checkpoint", "a", "--prompt", ""}),
-            "--prompt must hold at least one character");
+  EXPECT_EQ(parse_error({"sample", "--checkpoint", "a", "--prompt", ""}), "--prompt must hold at least one character");
   EXPECT_EQ(parse_error({"sample", "--checkpoint", "a", "--num-samples", "0"}),
             "--num-samples must be at least 1, got 0");
 }
@@ -173,10 +223,33 @@ TEST(GptProgram, SigintSavesCheckpointAndResumeFinishes) {
   TempDir dir("kiln-gpt-sigint");
   const std::string text = testing::write_small_text(dir / "text.txt");
   const std::string ckpt = dir / "run.ckpt";
-  std::vector<std::string> args = {"train", "--data", text, "--layers", "1", "--heads", "2", "--width", "16",
-                                   "--block-size", "16", "--batch-size", "4", "--steps", "400", "--warmup-steps", "2",
-                                   "--eval-interval", "100", "--eval-batches", "2", "--threads", "1", "--save", ckpt,
-                                   "--log", dir / "run.jsonl"};
+  std::vector<std::string> args = {"train",
+                                   "--data",
+                                   text,
+                                   "--layers",
+                                   "1",
+                                   "--heads",
+                                   "2",
+                                   "--width",
+                                   "16",
+                                   "--block-size",
+                                   "16",
+                                   "--batch-size",
+                                   "4",
+                                   "--steps",
+                                   "400",
+                                   "--warmup-steps",
+                                   "2",
+                                   "--eval-interval",
+                                   "100",
+                                   "--eval-batches",
+                                   "2",
+                                   "--threads",
+                                   "1",
+                                   "--save",
+                                   ckpt,
+                                   "--log",
+                                   dir / "run.jsonl"};
   bool sent = false;
   testing::ProcessResult r = testing::run_kiln_gpt(args, dir / "err.txt", [&](const std::string& line, pid_t pid) {
     if (!sent && line.rfind("train  step", 0) == 0) {  // the first progress line

@@ -30,8 +30,8 @@ TEST(GptSchedule, LinearWarmupThenCosineToMinLr) {
   o.lr = 1.0, o.min_lr = 0.1, o.warmup_steps = 4, o.steps = 14;
   EXPECT_DOUBLE_EQ(learning_rate(o, 0), 1.0 / 5);
   EXPECT_DOUBLE_EQ(learning_rate(o, 3), 4.0 / 5);
-  EXPECT_DOUBLE_EQ(learning_rate(o, 4), 1.0);                       // cos(0)
-  EXPECT_DOUBLE_EQ(learning_rate(o, 9), 0.1 + 0.5 * 0.9);           // half way: cos(pi / 2) = 0
+  EXPECT_DOUBLE_EQ(learning_rate(o, 4), 1.0);              // cos(0)
+  EXPECT_DOUBLE_EQ(learning_rate(o, 9), 0.1 + 0.5 * 0.9);  // half way: cos(pi / 2) = 0
   EXPECT_NEAR(learning_rate(o, 6), 0.1 + 0.45 * (1 + std::cos(M_PI * 0.2)), 1e-15);
   EXPECT_DOUBLE_EQ(learning_rate(o, 14), 0.1);
   EXPECT_DOUBLE_EQ(learning_rate(o, 20), 0.1);
