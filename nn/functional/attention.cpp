@@ -138,6 +138,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (!fused_kernel_takes(q, v, mask)) return scaled_dot_product_attention_reference(q, k, v, options);
   if (q.device().type == DeviceType::CPU && is_16bit(q.dtype())) {
     // The CPU kernel computes in float32 (as it would for 16-bit inputs).
+    // Autocast is off for the float32 call, which it would lower again.
+    AutocastGuard float32_inside(DeviceType::CPU, /*enabled=*/false);
     ScaledDotProductAttentionOptions wide = options;
     if (mask.defined() && mask.is_floating_point()) wide.attn_mask = mask.to(DType::Float32);
     return scaled_dot_product_attention(q.to(DType::Float32), k.to(DType::Float32), v.to(DType::Float32), wide)

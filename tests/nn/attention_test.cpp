@@ -5,6 +5,7 @@
 #include <limits>
 #include <optional>
 
+#include "autograd/autocast.h"
 #include "autograd/autograd_test_util.h"
 #include "nn/functional.h"
 #include "tensor/attention.h"
@@ -456,6 +457,21 @@ TEST(AttentionFused, Float32MatchesFloat64Reference) {
   Tensor bf = F::scaled_dot_product_attention(q.to(DType::BFloat16), k.to(DType::BFloat16), v.to(DType::BFloat16));
   EXPECT_EQ(bf.dtype(), DType::BFloat16);
   expect_values(bf, values(F::scaled_dot_product_attention_reference(q, k, v)), 2e-2);
+}
+
+TEST(AttentionFused, CpuAutocastRunsTheFloat32KernelOnce) {
+  // Under bfloat16 autocast the float32 inputs are lowered to bfloat16, which
+  // the CPU kernel widens to float32 again: the widened call must not be
+  // lowered a second time (it recursed until the stack ran out).
+  Tensor q = uniform64({1, 2, 9, 8}, 960), k = uniform64({1, 2, 9, 8}, 961), v = uniform64({1, 2, 9, 8}, 962);
+  Tensor out;
+  {
+    AutocastGuard autocast(DeviceType::CPU, DType::BFloat16);
+    out = F::scaled_dot_product_attention(q.to(DType::Float32), k.to(DType::Float32), v.to(DType::Float32),
+                                          {.is_causal = true});
+  }
+  EXPECT_EQ(out.dtype(), DType::BFloat16);
+  expect_values(out, values(F::scaled_dot_product_attention_reference(q, k, v, {.is_causal = true})), 2e-2);
 }
 
 TEST(AttentionFused, FloatingInputsTakeTheFusedNode) {
