@@ -542,6 +542,26 @@ TEST(AttentionCuda, MatchesCpuInFloat32AndHalf) {
   expect_cuda_matches_cpu(DType::BFloat16, {}, 5e-2);
 }
 
+TEST(AttentionCuda, MatchesCpuOnStridedHeads) {
+  SKIP_WITHOUT_GPU();
+  // The heads of one projection against a KV-cache-like slice of a larger
+  // buffer, with the gradient as transposed heads (Note [Attention layouts]).
+  Tensor qkv = uniform64({2, 37, 3 * 3 * 24}, 1030, -2, 2), cache = uniform64({2, 3, 64, 40}, 1031);
+  Tensor g = uniform64({2, 37, 3, 40}, 1032);
+  auto run = [&](Device device) {
+    TensorList heads = projection_heads(qkv.to(device), 3);  // 3 x (2, 3, 37, 24)
+    Tensor v = cache.to(device).narrow(2, 5, 37);             // (2, 3, 37, 40), rows 40 apart, offset
+    auto fn = [](const Tensor& a, const Tensor& b, const Tensor& c) {
+      return F::scaled_dot_product_attention(a, b, c, {.is_causal = true});
+    };
+    TensorList r = forward_backward(fn, heads[0], heads[1], v, g.to(device).transpose(1, 2));
+    EXPECT_TRUE(in_projection_order(r[0]));
+    return r;
+  };
+  TensorList gpu = run(cuda_device(0)), cpu = run(kCPU);
+  for (int t = 0; t < 4; ++t) expect_values(gpu[t], values(cpu[t]), 1e-11);
+}
+
 TEST(AttentionCuda, GradcheckOnTheGpu) {
   SKIP_WITHOUT_GPU();
   Tensor q = leaf({1, 2, 5, 3}, 1020).detach().to(cuda_device(0)).requires_grad_();
