@@ -30,12 +30,12 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_GL
 cmake --build "$build" -j"$(nproc)"
 
 rm -rf "$kit"
-mkdir -p "$kit/lib" "$kit/tests" "$kit/bench" "$kit/apps/lenet" "$kit/apps/tools"
+mkdir -p "$kit/lib" "$kit/tests" "$kit/bench" "$kit/apps/lenet" "$kit/apps/gpt" "$kit/apps/tools"
 # The name the programs ask for (libkiln's SONAME), as a file: the device
 # tool carries links as links.
 cp -L "$build/libkiln.so.0" "$kit/lib/libkiln.so.0"
 cp "$build"/tests/kiln_*_tests "$kit/tests/"
-for program in lenet op_overhead cuda_ops cuda_conv_host conv gemm; do
+for program in lenet op_overhead cuda_ops cuda_conv_host conv gemm gpt attention; do
   if [[ -x "$build/bench/$program" ]]; then cp "$build/bench/$program" "$kit/bench/"; fi
 done
 # The kernel tracer and the CUPTI it loads (the GPU machine may lack it).
@@ -45,6 +45,7 @@ if [[ -f "$build/bench/libcuda_kernel_trace.so" ]]; then
 fi
 # At the paths bench/cifar_binary.sh and gpu-run.sh look for them under a build.
 cp "$build/apps/lenet/kiln-lenet" "$kit/apps/lenet/"
+cp "$build/apps/gpt/kiln-gpt" "$kit/apps/gpt/"
 cp "$build/apps/tools/kiln-image-folder-to-cifar" "$kit/apps/tools/"
 strip --strip-unneeded "$kit"/lib/libkiln.so.0 "$kit"/tests/* "$kit"/bench/* "$kit"/apps/*/*
 # libkiln's system libraries, for a GPU machine whose image lacks them

@@ -26,6 +26,10 @@
 #    and a kernel trace (bench/cuda_kernel_trace.cpp) of a LeNet epoch at
 #    batch 64 and 512, Kiln's (direct kernels and cuDNN) and PyTorch's, at
 #    batch 64 with the host's time between launches too.
+#    Then the GPT (issue 21): bench/gpt_vs_pytorch.sh --device cuda (the
+#    baby-GPT config, Kiln against PyTorch eager and torch.compile, and
+#    KV-cache generation) and bench/attention --device cuda (the fused
+#    attention kernels against the reference).
 # Everything goes to $OUT/gpu-run.log (what the device tool brings back), the
 # trainer's logs to $OUT/lenet_fp32.jsonl and $OUT/lenet_amp.jsonl; the summary
 # is printed last. KILN_GPU_FILTER narrows the tests (a --gtest_filter
@@ -216,6 +220,10 @@ if [[ "${KILN_GPU_SKIP_BENCH:-0}" != 1 ]]; then
     timeout 120 "$kit/bench/cuda_conv_host"
     echo "==== bench/op_overhead_vs_pytorch.sh --device cuda"
     timeout 90 bash "$root/bench/op_overhead_vs_pytorch.sh" "$kit" --device cuda
+    echo "==== bench/gpt_vs_pytorch.sh --device cuda"
+    KILN_TORCH_PYTHON="$(command -v python3)" timeout 240 bash "$root/bench/gpt_vs_pytorch.sh" "$kit" --device cuda
+    echo "==== bench/attention --device cuda"
+    timeout 60 "$kit/bench/attention" --device cuda
     # Where the GPU time of a LeNet step goes, Kiln's kernels and PyTorch's.
     trace="$kit/bench/libcuda_kernel_trace.so"
     if [[ -f "$trace" && "${KILN_GPU_SKIP_TRACE:-0}" != 1 ]]; then
@@ -234,7 +242,7 @@ if [[ "${KILN_GPU_SKIP_BENCH:-0}" != 1 ]]; then
       done
     fi
   } >>"$log" 2>&1
-  results="$(sed -n '/^==== bench\/lenet_vs_pytorch.sh/,$p' "$log" | grep -E '^(====|lenet_train_cuda|cuda_ops|cuda_conv_host|op_overhead|gemm|elementwise)|ratio=')"
+  results="$(sed -n '/^==== bench\/lenet_vs_pytorch.sh/,$p' "$log" | grep -E '^(====|lenet_train_cuda|cuda_ops|cuda_conv_host|op_overhead|gemm|elementwise|gpt_|attention_)|ratio=')"
   say "${results:-benchmarks: no result lines; see the end of gpu-run.log}"
 fi
 echo "---- summary ($summary; full log $log)"
