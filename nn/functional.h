@@ -25,7 +25,9 @@
 // - batch_norm and layer_norm run the kernel in ordinary training and, when
 //   the backward itself is being recorded (grad mode on inside backward,
 //   i.e. create_graph), the same formulas written with differentiable ops
-//   (nn/functional/normalization.cpp).
+//   (nn/functional/normalization.cpp);
+// - gelu (autograd/ops/unary.cpp) runs ops::gelu_backward, one pass, in
+//   ordinary training and its formula in differentiable ops otherwise.
 #pragma once
 
 #include <cstdint>

@@ -100,8 +100,9 @@ struct PoolGeometry {
 
 // The scalars of one fused attention call (Note [Fused attention] in
 // tensor/attention.h): softmax(scale * Q K^T + mask) V, with the causal
-// mask (query i sees keys j <= i, torch's top-left alignment) and dropout on the probabilities drawn from Philox keyed by
-// `seed` from counter `offset` (Note [Random streams] in tensor/random.h).
+// mask (query i sees keys j <= i, torch's top-left alignment) and dropout
+// on the probabilities drawn from Philox keyed by `seed` from counter
+// `offset` (Note [Random streams] in tensor/random.h).
 struct AttentionParams {
   double scale = 1.0;
   bool causal = false;
@@ -310,9 +311,10 @@ class Backend {
   // ---- fused attention (tensor/cpu/attention.cpp; Note [Fused attention]) ----
   // q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv) of one floating
   // dtype, each with its last dim contiguous and any strides elsewhere (the
-  // heads of a (B, T, H, D) projection, transposed, are taken as they are); `mask` undefined, or Bool (true = attend) or of q's
-  // dtype (added to the scores), with shape (B, H, Tq, Tk) where a dim may
-  // have stride 0 (broadcast). Writes out (B, H, Tq, Dv), last dim
+  // heads of a (B, T, H, D) projection, transposed, are taken as they are;
+  // Note [Attention layouts]); `mask` undefined, or Bool (true = attend) or
+  // of q's dtype (added to the scores), with shape (B, H, Tq, Tk) where a
+  // dim may have stride 0 (broadcast). Writes out (B, H, Tq, Dv), last dim
   // contiguous and any strides elsewhere, and `logsumexp` (contiguous)
   // (B, H, Tq), Float32 (Float64 for Float64 inputs): the log of each row's
   // softmax denominator, all the backward needs to rebuild the probabilities

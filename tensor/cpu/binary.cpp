@@ -162,7 +162,7 @@ F gelu_tanh_derivative(F x) {
 }
 
 // g * gelu'(x), rounded once to double. Where gelu' is below 2^-900 (x under
-// about -36, or -20 for the tanh form) it is subnormal in double, or its
+// about -35, or -20 for the tanh form) it is subnormal in double, or its
 // product with g may be normal while gelu' was not: long double's exponent
 // range keeps its digits there until the one rounding of the product.
 template <bool kTanh>
