@@ -8,8 +8,8 @@
 //   forward + backward at T = 1024 (cpu_peak_allocated_bytes):
 //     attention_memory T=1024 shape=B1_H4_T1024_d64 fused_peak_bytes=.. reference_peak_bytes=.. ratio=..
 // --device cuda runs the speed part on the first GPU (each timing ends when
-// the GPU has finished). Threads: Kiln's default (KILN_NUM_THREADS or
-// OMP_NUM_THREADS set it).
+// the GPU has finished). Threads: Kiln's default, all cores (OMP_NUM_THREADS
+// sets it).
 //
 // Usage: build/bench/attention [--device cpu|cuda] [--repeats N]
 #include <algorithm>
