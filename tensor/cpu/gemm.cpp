@@ -79,6 +79,14 @@ Workspace& thread_workspace() {
   return workspace;
 }
 
+// The partial products of a K split (gemm_split_k), held by the calling thread
+// across the parallel region whose threads, the caller among them, pack into
+// their own thread_workspace().
+Workspace& partial_workspace() {
+  thread_local Workspace workspace;
+  return workspace;
+}
+
 int64_t round_up(int64_t x, int64_t multiple) { return (x + multiple - 1) / multiple * multiple; }
 
 // ---- packing -------------------------------------------------------------------
@@ -91,6 +99,10 @@ void pack_a_sliver(int64_t m, int64_t kc, const T* a, int64_t rsa, int64_t csa, 
     for (int64_t p = 0; p < kc; ++p) {
       for (int i = 0; i < MR; ++i) dst[p * MR + i] = a[i * rsa + p];
     }
+    return;
+  }
+  if (m == MR && rsa == 1) {  // A = x.t() (a weight gradient's g.t()): each k is MR contiguous values
+    for (int64_t p = 0; p < kc; ++p) std::memcpy(dst + p * MR, a + p * csa, MR * sizeof(T));
     return;
   }
   if (m == MR) {
@@ -131,6 +143,38 @@ void pack_a(int64_t mr, int64_t m, int64_t kc, const T* a, int64_t rsa, int64_t 
     case 4: return pack_a_sliver<4>(m, kc, a, rsa, csa, dst);
     case 6: return pack_a_sliver<6>(m, kc, a, rsa, csa, dst);
     case 12: return pack_a_sliver<12>(m, kc, a, rsa, csa, dst);
+  }
+  KILN_FAIL("gemm: no A packer for a tile of ", mr, " rows");
+}
+
+// dst: an A block of rows [0, mc) as its slivers one after another, full ones
+// (kc, MR) and the last (kc, mc % MR), as pack_a_sliver lays them out. A
+// transposed A (rsa == 1: a weight gradient's g.t()) holds each k's rows
+// side by side, so it is copied k by k, one contiguous run of mc values at a
+// time, rather than sliver by sliver, which would read MR values from each
+// of kc rows far apart and stall on memory at every one.
+template <int MR, class T>
+void pack_a_block(int64_t mc, int64_t kc, const T* a, int64_t rsa, int64_t csa, T* dst) {
+  if (rsa == 1) {
+    const int64_t full = mc / MR * MR, tail = mc - full;
+    for (int64_t p = 0; p < kc; ++p) {
+      const T* src = a + p * csa;
+      for (int64_t ir = 0; ir < full; ir += MR) std::memcpy(dst + ir * kc + p * MR, src + ir, MR * sizeof(T));
+      for (int64_t i = 0; i < tail; ++i) dst[full * kc + p * tail + i] = src[full + i];
+    }
+    return;
+  }
+  for (int64_t ir = 0; ir < mc; ir += MR) {
+    pack_a_sliver<MR>(std::min<int64_t>(MR, mc - ir), kc, a + ir * rsa, rsa, csa, dst + ir * kc);
+  }
+}
+
+template <class T>
+void pack_a_block(int64_t mr, int64_t mc, int64_t kc, const T* a, int64_t rsa, int64_t csa, T* dst) {
+  switch (mr) {
+    case 4: return pack_a_block<4>(mc, kc, a, rsa, csa, dst);
+    case 6: return pack_a_block<6>(mc, kc, a, rsa, csa, dst);
+    case 12: return pack_a_block<12>(mc, kc, a, rsa, csa, dst);
   }
   KILN_FAIL("gemm: no A packer for a tile of ", mr, " rows");
 }
@@ -239,9 +283,7 @@ void gemm_blocked(const GemmArgs<T>& g, const GemmKernel<T>& kern) {
       for (int64_t ic = 0; ic < g.m; ic += kern.mc) {
         const int64_t mc = std::min(kern.mc, g.m - ic);
         const T* a_block = g.a + ic * g.rsa + pc * g.csa;
-        for (int64_t ir = 0; packed_a && ir < mc; ir += mr) {
-          pack_a(mr, std::min(mr, mc - ir), kc, a_block + ir * g.rsa, g.rsa, g.csa, apanel + ir * kc);
-        }
+        if (packed_a) pack_a_block(mr, mc, kc, a_block, g.rsa, g.csa, apanel);
         for (int64_t s = 0; s < nslivers; ++s) {
           const int64_t n = std::min(nr, nc - s * nr);
           T* c = g.c + ic * g.rsc + (jc + s * nr) * g.csc;
@@ -285,6 +327,65 @@ void gemm_packed(const GemmArgs<T>& g, const GemmKernel<T>& kern, int nthreads) 
   });
 }
 
+// A product at least this many times longer in K than in M and N is split
+// along K (gemm_split_k).
+constexpr int64_t kSplitKRatio = 4;
+
+// Whether threads should split K rather than rows or columns: a long K
+// against a small C, as in a linear layer's weight gradient g.t() @ x
+// (M, N: its features; K: every token of the batch). Splitting rows has every
+// thread pack all of B (K x N), splitting columns all of A (K x M), while
+// partial sums over K ranges pack each operand once and cost only M x N
+// additions per extra thread at the end. Each thread gets at least one full
+// K block.
+template <class T>
+bool split_k_pays(const GemmArgs<T>& g, const GemmKernel<T>& kern, int nthreads) {
+  return nthreads > 1 && g.k >= kSplitKRatio * std::max(g.m, g.n) && g.k >= nthreads * kern.kc;
+}
+
+// Threads take disjoint K ranges: the first accumulates its part into C
+// (with beta), each other one writes its part to a scratch C, and the scratch
+// Cs are added to C at the end in thread order, so the result does not
+// depend on timing.
+template <class T>
+void gemm_split_k(const GemmArgs<T>& g, const GemmKernel<T>& kern, int nthreads) {
+  const int64_t mn = g.m * g.n;
+  // partials: (nthreads - 1, M, N) row-major; partial t - 1 is thread t's sum.
+  T* partials = static_cast<T*>(partial_workspace().get(sizeof(T) * static_cast<size_t>((nthreads - 1) * mn)));
+  int used = 1;  // threads the region really ran (one when nested in another region)
+  parallel_region(nthreads, [&](int tid, int nt) {
+    if (tid == 0) used = nt;
+    // K ranges in whole KC blocks but the last, so no thread runs two partial blocks.
+    const int64_t blocks = (g.k + kern.kc - 1) / kern.kc;
+    const int64_t begin = std::min(g.k, blocks * tid / nt * kern.kc);
+    const int64_t end = std::min(g.k, blocks * (tid + 1) / nt * kern.kc);
+    GemmArgs<T> part = g;
+    part.k = end - begin;
+    part.a += begin * g.csa;
+    part.b += begin * g.rsb;
+    if (tid > 0) {
+      part.c = partials + (tid - 1) * mn;
+      part.rsc = g.n;
+      part.csc = 1;
+      part.beta = T(0);
+      if (part.k == 0) return std::fill(part.c, part.c + mn, T(0));
+    } else if (part.k == 0) {
+      return scale_c(part);
+    }
+    gemm_blocked(part, kern);
+  });
+  // C += partials, rows shared out.
+  parallel_region(used, [&](int tid, int nt) {
+    for (int64_t i = g.m * tid / nt; i < g.m * (tid + 1) / nt; ++i) {
+      T* c = g.c + i * g.rsc;
+      for (int t = 1; t < used; ++t) {
+        const T* p = partials + (t - 1) * mn + i * g.n;
+        for (int64_t j = 0; j < g.n; ++j) c[j * g.csc] += p[j];
+      }
+    }
+  });
+}
+
 // Up to this many tiles of rows, B is read in place rather than packed.
 constexpr int64_t kDirectMaxRowTiles = 3;
 
@@ -302,6 +403,7 @@ void gemm_one(GemmArgs<T> g, const GemmKernel<T>& kern, int nthreads) {
     std::swap(g.rsc, g.csc);
   }
   if (g.csb == 1 && g.m <= kDirectMaxRowTiles * kern.mr) return gemm_direct_b(g, kern, nthreads);
+  if (split_k_pays(g, kern, nthreads)) return gemm_split_k(g, kern, nthreads);
   gemm_packed(g, kern, nthreads);
 }
 

@@ -12,7 +12,10 @@
 // (KC x NR) stays in L1 while A slivers stream from an A block (MC x KC) held
 // in L2, and the B panel (KC x NC) sits in L3. Packing reads through the
 // operands' row and column strides, so a transposed operand costs no copy
-// beyond the packing that happens anyway.
+// beyond the packing that happens anyway. A transposed A (a weight gradient's
+// g.t(), each k's rows side by side) is packed a whole block at a time, k by
+// k, in contiguous runs of MC values: sliver by sliver it would read a few
+// values from each of KC rows far apart, and wait on memory for every one.
 //
 // Edges waste no work on rows: every SIMD file provides a kernel for each row
 // count 1..MR, and the last A sliver of a block is packed with exactly its
@@ -30,8 +33,13 @@
 // products stay on the caller's thread). Threads take disjoint column (or row)
 // ranges of C and run the blocked loops independently, each packing its own
 // panels: no barriers inside a product, so a thread that loses its core on a
-// busy machine delays only the end. A batch of small products runs one
-// product per thread instead.
+// busy machine delays only the end. A product long in K against a small C
+// (K >= 4 max(M, N): a weight gradient, K = the batch's tokens) is split along
+// K instead, since splitting rows or columns would have each thread pack the
+// whole of the other operand: threads sum their K ranges into C and private
+// partial Cs, which are added to C in thread order at the end (so the result
+// does not depend on timing). A batch of small products runs one product per
+// thread instead.
 //
 // beta == 0 means "C is output only": its old contents are never read, so NaN
 // in C does not leak into the result (BLAS semantics).

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tensor/cpu/parallel.h"
 #include "tensor/error.h"
 
 namespace kiln::cpu {
@@ -164,6 +165,36 @@ TEST(Gemm, TwoThreadsSplitRowsOrColumns) {
       check_gemm<float>(1, 30, 700, 300, Layout::ColMajor, lb, Layout::RowMajor, 2.f, 0.f, level, 2);
       check_gemm<double>(1, 6, 2000, 400, Layout::RowMajor, lb, Layout::Strided, 1.0, 0.0, level, 2);
     }
+  }
+}
+
+// K at least 4 times M and N and at least one K block (KC <= 256) per thread
+// (split_k_pays in gemm.cpp): threads split K and sum their partial Cs, as
+// for a linear layer's weight gradient g.t() @ x. M = 50 and 41 stay above
+// the in-place-B route's 3 tiles; 2 * 50 * 37 * 2000 FLOPs start 3 threads,
+// so two partials are added; K = 2000 and 1111 are not whole K blocks.
+TEST(Gemm, TallKSplitsKAcrossThreads) {
+  for (SimdLevel level : runnable_levels()) {
+    for (Layout la : kLayouts) {
+      for (Layout lc : kLayouts) {
+        check_gemm<float>(1, 50, 37, 2000, la, Layout::RowMajor, lc, -1.5f, 0.5f, level, 2);
+        check_gemm<float>(1, 50, 37, 2000, la, Layout::Strided, lc, 1.f, 0.f, level, 3);
+        check_gemm<double>(1, 41, 64, 1111, la, Layout::ColMajor, lc, 0.5, -1.0, level, 2);
+      }
+    }
+  }
+}
+
+// Inside another parallel region the GEMM runs on the calling thread alone,
+// and a tall K product must then cover all of K itself.
+TEST(Gemm, TallKInsideParallelRegion) {
+  for (SimdLevel level : runnable_levels()) {
+    parallel_region(2, [&](int tid, int) {
+      if (tid == 0) {
+        check_gemm<float>(1, 50, 37, 2000, Layout::ColMajor, Layout::RowMajor, Layout::RowMajor, 1.f, 1.f, level,
+                          2);
+      }
+    });
   }
 }
 
