@@ -133,8 +133,16 @@ struct Problem {
   // beyond the diagonal are skipped whole.
   int64_t key_end(int64_t i_end) const { return causal ? std::min(tk, i_end) : tk; }
 
-  // Adds the mask and the causal -inf to scores s[0..cols) of query i
-  // (batch-head bh) against keys j0.. .
+  // How many of keys j0 .. j0 + cols query i can attend: causal masking
+  // leaves a prefix of them (keys j <= i), whose scores alone need the mask,
+  // the max and the exponential; the rest have probability 0. On the
+  // diagonal blocks of a causal mask this is half the exponentials.
+  int64_t live_cols(int64_t i, int64_t j0, int64_t cols) const {
+    return causal ? std::clamp<int64_t>(i + 1 - j0, 0, cols) : cols;
+  }
+
+  // Adds the mask to scores s[0..cols) of query i (batch-head bh) against
+  // keys j0.. ; the causal mask is the callers' (live_cols).
   void mask_row(T* s, int64_t bh, int64_t i, int64_t j0, int64_t cols) const {
     const int64_t at = (bh / h) * mask.sb + (bh % h) * mask.sh + i * mask.si + j0 * mask.sj;
     if (mask.scores) {
@@ -143,9 +151,6 @@ struct Problem {
       for (int64_t c = 0; c < cols; ++c) {
         if (!mask.keep[at + c * mask.sj]) s[c] = -std::numeric_limits<T>::infinity();
       }
-    }
-    if (causal) {
-      for (int64_t c = std::max<int64_t>(0, i + 1 - j0); c < cols; ++c) s[c] = -std::numeric_limits<T>::infinity();
     }
   }
 
@@ -188,18 +193,20 @@ void forward_block(const Problem<T>& pb, int64_t bh, int64_t i0, int64_t rows, c
     gemm(rows, cols, d, pb.scale, qb, q.rs, 1, kh + j0 * k.rs, 1, k.rs, T(0), s, kBlockK);
     for (int64_t r = 0; r < rows; ++r) {
       T* sr = s + r * kBlockK;
-      pb.mask_row(sr, bh, i0 + r, j0, cols);
+      const int64_t live = pb.live_cols(i0 + r, j0, cols);
+      std::fill(sr + live, sr + cols, T(0));  // causally masked: probability 0
+      pb.mask_row(sr, bh, i0 + r, j0, live);
       T block_max = kNegInf;
-      for (int64_t c = 0; c < cols; ++c) block_max = std::max(block_max, sr[c]);
+      for (int64_t c = 0; c < live; ++c) block_max = std::max(block_max, sr[c]);
       const T new_max = std::max(m[r], block_max);
       if (new_max == kNegInf) {  // nothing attended yet: this block adds nothing
-        std::fill(sr, sr + cols, T(0));
+        std::fill(sr, sr + live, T(0));
         continue;
       }
-      for (int64_t c = 0; c < cols; ++c) sr[c] -= new_max;
-      exp_inplace(sr, cols);
+      for (int64_t c = 0; c < live; ++c) sr[c] -= new_max;
+      exp_inplace(sr, live);
       T sum = 0;
-      for (int64_t c = 0; c < cols; ++c) sum += sr[c];
+      for (int64_t c = 0; c < live; ++c) sum += sr[c];
       // The old sum and output were relative to the old max.
       const T rescale = std::exp(m[r] - new_max);
       l[r] = l[r] * rescale + sum;
@@ -302,9 +309,11 @@ void backward_slice(const Problem<T>& pb, int64_t bh, const BackwardArgs<T>& a, 
         if (row_lse == -std::numeric_limits<T>::infinity()) {  // attends to nothing
           std::fill(pr, pr + cols, T(0));
         } else {
-          pb.mask_row(pr, bh, i0 + r, j0, cols);
-          for (int64_t c = 0; c < cols; ++c) pr[c] -= row_lse;
-          exp_inplace(pr, cols);
+          const int64_t live = pb.live_cols(i0 + r, j0, cols);
+          std::fill(pr + live, pr + cols, T(0));  // causally masked: probability 0
+          pb.mask_row(pr, bh, i0 + r, j0, live);
+          for (int64_t c = 0; c < live; ++c) pr[c] -= row_lse;
+          exp_inplace(pr, live);
         }
         if (dropout) {
           pb.dropout_row(f + r * kBlockK, bh, i0 + r, j0, cols);
