@@ -190,6 +190,36 @@ void pack_b(const GemmKernel<T>& kern, int64_t n, int64_t kc, const T* b, int64_
   KILN_FAIL("gemm: no B packer for a tile of ", kern.nr, " columns");
 }
 
+// dst: a B panel of columns [0, nc) as its slivers one after another,
+// (kc, NR) each, the last zero padded (pack_b_sliver's layout). A row-major B
+// (csb == 1: the activations of a weight gradient g.t() @ x) is copied k by k,
+// one contiguous run of nc values at a time, for the reason pack_a_block
+// gives; other layouts go sliver by sliver.
+template <int NR, class T>
+void pack_b_panel_rows(int64_t nc, int64_t kc, const T* b, int64_t rsb, T* dst) {
+  const int64_t full = nc / NR * NR, tail = nc - full;
+  for (int64_t p = 0; p < kc; ++p) {
+    const T* src = b + p * rsb;
+    for (int64_t j = 0; j < full; j += NR) std::memcpy(dst + j * kc + p * NR, src + j, NR * sizeof(T));
+    if (tail == 0) continue;
+    T* edge = dst + full * kc + p * NR;
+    for (int64_t j = 0; j < tail; ++j) edge[j] = src[full + j];
+    for (int64_t j = tail; j < NR; ++j) edge[j] = T(0);
+  }
+}
+
+template <class T>
+void pack_b_panel(const GemmKernel<T>& kern, int64_t nc, int64_t kc, const T* b, int64_t rsb, int64_t csb, T* dst) {
+  if (csb == 1) {
+    switch (kern.nr) {
+      case 8: return pack_b_panel_rows<8>(nc, kc, b, rsb, dst);
+      case 16: return pack_b_panel_rows<16>(nc, kc, b, rsb, dst);
+      case 32: return pack_b_panel_rows<32>(nc, kc, b, rsb, dst);
+    }
+  }
+  for (int64_t j = 0; j < nc; j += kern.nr) pack_b(kern, std::min(kern.nr, nc - j), kc, b + j * csb, rsb, csb, dst + j * kc);
+}
+
 // ---- threading -----------------------------------------------------------------
 
 // Below this many FLOPs per thread (~25 us of work) a second thread costs more
@@ -276,10 +306,7 @@ void gemm_blocked(const GemmArgs<T>& g, const GemmKernel<T>& kern) {
       const int64_t kc = std::min(kern.kc, g.k - pc);
       // Later K blocks add to what the first one wrote.
       const T beta = pc == 0 ? g.beta : T(1);
-      for (int64_t s = 0; s < nslivers; ++s) {
-        pack_b(kern, std::min(nr, nc - s * nr), kc, g.b + pc * g.rsb + (jc + s * nr) * g.csb, g.rsb, g.csb,
-               bpanel + s * nr * kc);
-      }
+      pack_b_panel(kern, nc, kc, g.b + pc * g.rsb + jc * g.csb, g.rsb, g.csb, bpanel);
       for (int64_t ic = 0; ic < g.m; ic += kern.mc) {
         const int64_t mc = std::min(kern.mc, g.m - ic);
         const T* a_block = g.a + ic * g.rsa + pc * g.csa;

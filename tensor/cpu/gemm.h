@@ -14,8 +14,9 @@
 // operands' row and column strides, so a transposed operand costs no copy
 // beyond the packing that happens anyway. A transposed A (a weight gradient's
 // g.t(), each k's rows side by side) is packed a whole block at a time, k by
-// k, in contiguous runs of MC values: sliver by sliver it would read a few
-// values from each of KC rows far apart, and wait on memory for every one.
+// k, in contiguous runs of MC values, and a row-major B (that gradient's x) a
+// whole panel at a time in runs of NC values: sliver by sliver they would read
+// a few values from each of KC rows far apart, and wait on memory for every one.
 //
 // Edges waste no work on rows: every SIMD file provides a kernel for each row
 // count 1..MR, and the last A sliver of a block is packed with exactly its
