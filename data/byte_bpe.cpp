@@ -238,16 +238,33 @@ std::string ByteBpeTokenizer::decode(const std::vector<int64_t>& ids) const {
 
 // ---- the merges file ----------------------------------------------------------------------
 
-void ByteBpeTokenizer::save(const std::string& path) const {
+namespace {
+
+ByteBpeTokenizer read_merges(LineReader& lines);
+
+}  // namespace
+
+std::string ByteBpeTokenizer::to_text() const {
   std::string contents = "kiln-byte-bpe v1 merges " + std::to_string(merges_.size()) + "\n";
   for (const auto& [a, b] : merges_) contents += std::to_string(a) + " " + std::to_string(b) + "\n";
-  write_file_atomically(path, contents, "ByteBpeTokenizer::save");
+  return contents;
 }
 
 ByteBpeTokenizer ByteBpeTokenizer::load(const std::string& path) {
   LineReader lines(path, "ByteBpeTokenizer::load");
+  return read_merges(lines);
+}
+
+ByteBpeTokenizer ByteBpeTokenizer::from_text(std::string text, std::string source) {
+  LineReader lines = LineReader::of_text(std::move(text), std::move(source), "ByteBpeTokenizer::from_text");
+  return read_merges(lines);
+}
+
+namespace {
+
+ByteBpeTokenizer read_merges(LineReader& lines) {
   const int64_t count = read_counted_header(lines, "kiln-byte-bpe", "merges");
-  std::vector<Merge> merges;
+  std::vector<ByteBpeTokenizer::Merge> merges;
   merges.reserve(static_cast<size_t>(count));
   std::unordered_map<uint64_t, int64_t> seen;  // pair -> the line that made it
   std::string_view line;
@@ -272,5 +289,7 @@ ByteBpeTokenizer ByteBpeTokenizer::load(const std::string& path) {
                std::to_string(merges.size()) + " (a truncated file?)");
   return ByteBpeTokenizer(std::move(merges));
 }
+
+}  // namespace
 
 }  // namespace kiln::data

@@ -95,8 +95,24 @@ void write_file_atomically(const std::string& path, std::string_view contents, c
              directory, "' failed: ", errno_text(errno));
 }
 
+std::string quote_name(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + 2);
+  out += '\'';
+  out += text;
+  out += '\'';
+  return out;
+}
+
 LineReader::LineReader(std::string path, const char* op)
-    : path_(std::move(path)), op_(op), contents_(read_file_bytes(path_, op)) {}
+    : source_(quote_name(path)), op_(op), contents_(read_file_bytes(path, op)) {}
+
+LineReader::LineReader(std::string contents, std::string source, const char* op, int)
+    : source_(std::move(source)), op_(op), contents_(std::move(contents)) {}
+
+LineReader LineReader::of_text(std::string contents, std::string source, const char* op) {
+  return LineReader(std::move(contents), std::move(source), op, 0);
+}
 
 bool LineReader::next(std::string_view& line) {
   if (position_ >= contents_.size()) return false;
@@ -109,14 +125,14 @@ bool LineReader::next(std::string_view& line) {
 }
 
 void LineReader::fail(const std::string& message) const {
-  KILN_FAIL(op_, ": '", path_, "' line ", line_number_, ": ", message);
+  KILN_FAIL(op_, ": ", source_, " line ", line_number_, ": ", message);
 }
 
 // ---- numbers and headers ----------------------------------------------------------------
 
 int64_t read_counted_header(LineReader& lines, std::string_view format, std::string_view count_word) {
   std::string_view line;
-  if (!lines.next(line)) KILN_FAIL(lines.op(), ": '", lines.path(), "' is empty; expected the header '", format,
+  if (!lines.next(line)) KILN_FAIL(lines.op(), ": ", lines.source(), " is empty; expected the header '", format,
                                    " v1 ", count_word, " <count>'");
   const std::string expected_prefix = std::string(format) + " v1 " + std::string(count_word) + " ";
   if (line.substr(0, format.size() + 1) == std::string(format) + " " && !line.starts_with(expected_prefix))

@@ -27,25 +27,35 @@ void write_file_atomically(const std::string& path, std::string_view contents, c
 //   while (lines.next(line)) { ... lines.fail("expected ...") ... }
 class LineReader {
  public:
+  // The lines of the file `path`; errors name it as '<path>'.
   LineReader(std::string path, const char* op);
+  // The lines of `contents`, text that did not come from a file of its own
+  // (a tokenizer inside a checkpoint); errors name it as `source`.
+  static LineReader of_text(std::string contents, std::string source, const char* op);
 
   // Moves to the next line; false at the end of the file.
   bool next(std::string_view& line);
   // The number of the line next() returned last (0 before the first).
   int64_t line_number() const { return line_number_; }
-  // Throws kiln::Error "<op>: '<path>' line <n>: <message>".
+  // Throws kiln::Error "<op>: <source> line <n>: <message>".
   [[noreturn]] void fail(const std::string& message) const;
 
-  const std::string& path() const { return path_; }
+  // '<path>' for a file, or the source given to of_text.
+  const std::string& source() const { return source_; }
   const char* op() const { return op_; }
 
  private:
-  std::string path_;
+  LineReader(std::string contents, std::string source, const char* op, int);
+
+  std::string source_;
   const char* op_;
   std::string contents_;
   size_t position_ = 0;
   int64_t line_number_ = 0;
 };
+
+// `text` between single quotes, as errors name a file: 'path'.
+std::string quote_name(std::string_view text);
 
 // A decimal number of 1 to 18 digits (no sign, no spaces), or nullopt.
 std::optional<int64_t> parse_decimal(std::string_view text);

@@ -90,18 +90,35 @@ std::string CharTokenizer::decode(const std::vector<int64_t>& ids) const {
   return text;
 }
 
-void CharTokenizer::save(const std::string& path) const {
+std::string CharTokenizer::to_text() const {
   std::string contents = "kiln-char-tokenizer v1 chars " + std::to_string(code_points_.size()) + "\n";
   char line[16];
   for (char32_t c : code_points_) {
     std::snprintf(line, sizeof line, "U+%04X\n", static_cast<unsigned>(c));
     contents += line;
   }
-  write_file_atomically(path, contents, "CharTokenizer::save");
+  return contents;
 }
+
+namespace {
+
+CharTokenizer read_char_tokenizer(LineReader& lines);
+
+}  // namespace
 
 CharTokenizer CharTokenizer::load(const std::string& path) {
   LineReader lines(path, "CharTokenizer::load");
+  return read_char_tokenizer(lines);
+}
+
+CharTokenizer CharTokenizer::from_text(std::string text, std::string source) {
+  LineReader lines = LineReader::of_text(std::move(text), std::move(source), "CharTokenizer::from_text");
+  return read_char_tokenizer(lines);
+}
+
+namespace {
+
+CharTokenizer read_char_tokenizer(LineReader& lines) {
   const int64_t count = read_counted_header(lines, "kiln-char-tokenizer", "chars");
   if (count == 0) lines.fail("the header declares 0 characters; a vocabulary needs at least one");
   std::vector<char32_t> code_points;
@@ -130,17 +147,24 @@ CharTokenizer CharTokenizer::load(const std::string& path) {
   return CharTokenizer(std::move(code_points));
 }
 
+}  // namespace
+
 // ---- either kind ------------------------------------------------------------------------
 
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
-  const std::string bytes = read_file_bytes(path, "load_tokenizer");
-  const std::string_view first_line = std::string_view(bytes).substr(0, bytes.find('\n'));
+void Tokenizer::save(const std::string& path) const { write_file_atomically(path, to_text(), "Tokenizer::save"); }
+
+std::unique_ptr<Tokenizer> tokenizer_from_text(std::string text, std::string source) {
+  const std::string_view first_line = std::string_view(text).substr(0, text.find('\n'));
   if (first_line.starts_with("kiln-byte-bpe "))
-    return std::make_unique<ByteBpeTokenizer>(ByteBpeTokenizer::load(path));
+    return std::make_unique<ByteBpeTokenizer>(ByteBpeTokenizer::from_text(std::move(text), std::move(source)));
   if (first_line.starts_with("kiln-char-tokenizer "))
-    return std::make_unique<CharTokenizer>(CharTokenizer::load(path));
-  KILN_FAIL("load_tokenizer: '", path, "' is not a Kiln tokenizer file: its first line is '",
-            first_line.substr(0, 80), "'; expected 'kiln-byte-bpe v1 ...' or 'kiln-char-tokenizer v1 ...'");
+    return std::make_unique<CharTokenizer>(CharTokenizer::from_text(std::move(text), std::move(source)));
+  KILN_FAIL("load_tokenizer: ", source, " is not a Kiln tokenizer file: its first line is '", first_line.substr(0, 80),
+            "'; expected 'kiln-byte-bpe v1 ...' or 'kiln-char-tokenizer v1 ...'");
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
+  return tokenizer_from_text(read_file_bytes(path, "load_tokenizer"), quote_name(path));
 }
 
 }  // namespace kiln::data

@@ -68,8 +68,12 @@ class Tokenizer {
   virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
   // Ids are 0..vocab_size() - 1.
   virtual int64_t vocab_size() const = 0;
-  // Writes the tokenizer atomically (Note [Tokenizer files]).
-  virtual void save(const std::string& path) const = 0;
+  // The tokenizer file's text (Note [Tokenizer files]), which
+  // tokenizer_from_text() reads back: what save() writes, and what a
+  // checkpoint holds.
+  virtual std::string to_text() const = 0;
+  // Writes to_text() to `path` atomically.
+  void save(const std::string& path) const;
   // "char" or "bpe".
   virtual std::string name() const = 0;
 };
@@ -85,13 +89,15 @@ class CharTokenizer : public Tokenizer {
   static CharTokenizer from_corpus(std::string_view corpus);
   // Reads a kiln-char-tokenizer file; errors name the file and line.
   static CharTokenizer load(const std::string& path);
+  // The same from the file's text; errors name `source` and the line.
+  static CharTokenizer from_text(std::string text, std::string source);
 
   // Throws kiln::Error naming the byte offset of invalid UTF-8, or the
   // character (U+XXXX) and its byte offset when it is not in the vocabulary.
   std::vector<int64_t> encode(std::string_view text) const override;
   std::string decode(const std::vector<int64_t>& ids) const override;
   int64_t vocab_size() const override { return static_cast<int64_t>(code_points_.size()); }
-  void save(const std::string& path) const override;
+  std::string to_text() const override;
   std::string name() const override { return "char"; }
 
   const std::vector<char32_t>& code_points() const { return code_points_; }
@@ -119,11 +125,13 @@ class ByteBpeTokenizer : public Tokenizer {
   static ByteBpeTokenizer train(std::string_view corpus, int64_t vocab_size);
   // Reads a kiln-byte-bpe file; errors name the file and line.
   static ByteBpeTokenizer load(const std::string& path);
+  // The same from the file's text; errors name `source` and the line.
+  static ByteBpeTokenizer from_text(std::string text, std::string source);
 
   std::vector<int64_t> encode(std::string_view text) const override;
   std::string decode(const std::vector<int64_t>& ids) const override;
   int64_t vocab_size() const override { return 256 + static_cast<int64_t>(merges_.size()); }
-  void save(const std::string& path) const override;
+  std::string to_text() const override;
   std::string name() const override { return "bpe"; }
 
   const std::vector<Merge>& merges() const { return merges_; }
@@ -144,5 +152,8 @@ class ByteBpeTokenizer : public Tokenizer {
 // Reads a tokenizer file of either kind (Note [Tokenizer files]); throws
 // kiln::Error naming the file when its first line names no known format.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
+// The same from a tokenizer file's text (Tokenizer::to_text()); errors name
+// `source`, e.g. "checkpoint 'run.ckpt' (its tokenizer)".
+std::unique_ptr<Tokenizer> tokenizer_from_text(std::string text, std::string source);
 
 }  // namespace kiln::data

@@ -1,11 +1,5 @@
 #include "apps/gpt/text_data.h"
 
-#include <unistd.h>
-
-#include <atomic>
-#include <filesystem>
-
-#include "data/text_file.h"
 #include "tensor/error.h"
 
 namespace kiln::apps::gpt {
@@ -17,27 +11,6 @@ uint64_t fnv1a(const std::string& text) {
   for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
   return hash;
 }
-
-// A file of its own in the temporary folder, removed when this goes out of scope.
-class TemporaryFile {
- public:
-  TemporaryFile() {
-    static std::atomic<int> counter{0};
-    path_ = (std::filesystem::temp_directory_path() /
-             ("kiln-gpt-tokenizer-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".txt"))
-                .string();
-  }
-  TemporaryFile(const TemporaryFile&) = delete;
-  TemporaryFile& operator=(const TemporaryFile&) = delete;
-  ~TemporaryFile() {
-    std::error_code ignored;
-    std::filesystem::remove(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 }  // namespace
 
@@ -63,23 +36,6 @@ std::unique_ptr<data::Tokenizer> build_tokenizer(const TrainOptions& o, const st
     return std::make_unique<data::ByteBpeTokenizer>(data::ByteBpeTokenizer::train(text, o.vocab_size));
   }
   return std::make_unique<data::CharTokenizer>(data::CharTokenizer::from_corpus(text));
-}
-
-// The tokenizers write and read files only; a checkpoint holds the file's text.
-std::string tokenizer_to_text(const data::Tokenizer& tokenizer) {
-  TemporaryFile file;
-  tokenizer.save(file.path());
-  return data::read_file_bytes(file.path(), "tokenizer_to_text");
-}
-
-std::unique_ptr<data::Tokenizer> tokenizer_from_text(const std::string& text, const std::string& source) {
-  TemporaryFile file;
-  data::write_file_atomically(file.path(), text, "tokenizer_from_text");
-  try {
-    return data::load_tokenizer(file.path());
-  } catch (const Error& e) {
-    KILN_FAIL(source, ": its tokenizer does not load: ", e.message());
-  }
 }
 
 TextData open_text_data(const Corpus& corpus, std::shared_ptr<data::Tokenizer> tokenizer, const TrainOptions& o) {

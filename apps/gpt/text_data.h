@@ -35,11 +35,6 @@ Corpus read_corpus(const std::string& path);
 // or o.vocab_size - 256 byte-pair merges learned from it (bpe).
 std::unique_ptr<data::Tokenizer> build_tokenizer(const TrainOptions& o, const std::string& text);
 
-// A tokenizer as the text of its file (Note [Tokenizer files]), which a
-// checkpoint stores among its metadata, and back. Errors name `source`.
-std::string tokenizer_to_text(const data::Tokenizer& tokenizer);
-std::unique_ptr<data::Tokenizer> tokenizer_from_text(const std::string& text, const std::string& source);
-
 struct TextData {
   std::shared_ptr<data::Tokenizer> tokenizer;
   std::shared_ptr<data::TokenWindowDataset> train;       // the first 90% of the tokens

@@ -154,9 +154,9 @@ void open_data(Run& run) {
                "': the checkpoint was trained on another text (", f.text("text_bytes"), " bytes, hash ",
                f.text("text_hash"), ") than ", run.corpus.description, " (", run.corpus.text.size(), " bytes, hash ",
                run.corpus.hash, "); resume with the --data of the saved run");
-    tokenizer = tokenizer_from_text(f.text("tokenizer"), "--resume '" + o.resume + "'");
+    tokenizer = data::tokenizer_from_text(f.text("tokenizer"), "the tokenizer in --resume '" + o.resume + "'");
   }
-  run.tokenizer_text = tokenizer_to_text(*tokenizer);
+  run.tokenizer_text = tokenizer->to_text();
   run.data = open_text_data(run.corpus, std::move(tokenizer), o);
 }
 
@@ -378,7 +378,7 @@ CheckpointModel read_checkpoint_model(const std::string& path) {
               .n_embd = f.integer("n_embd", 1, kMax),
               .dropout = 0.0,
               .bias = f.integer("bias", 0, 1) == 1};
-  m.tokenizer = tokenizer_from_text(f.text("tokenizer"), "--checkpoint '" + path + "'");
+  m.tokenizer = data::tokenizer_from_text(f.text("tokenizer"), "the tokenizer in --checkpoint '" + path + "'");
   KILN_CHECK(m.tokenizer->vocab_size() == m.config.vocab_size, "--checkpoint '", path, "': its tokenizer has ",
              m.tokenizer->vocab_size(), " tokens but its model ", m.config.vocab_size);
   const std::string prefix = "model.";

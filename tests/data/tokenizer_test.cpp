@@ -353,13 +353,13 @@ TEST_F(TokenizerFiles, AnInterruptedSaveLeavesTheOldFileIntact) {
   {
     FileSizeLimit limit(16);
     expect_error_parts([&] { new_bpe.save(file); },
-                       {"ByteBpeTokenizer::save: cannot write '" + file + ".tmp.", "at byte 16: File too large"});
+                       {"Tokenizer::save: cannot write '" + file + ".tmp.", "at byte 16: File too large"});
   }
   EXPECT_EQ(ByteBpeTokenizer::load(file).merges(), old_bpe.merges());
 
   fs::create_directories(path("folder"));
   expect_error_parts([&] { new_bpe.save(path("folder")); },
-                     {"ByteBpeTokenizer::save: cannot rename '" + path("folder") + ".tmp.", "' to '" + path("folder")});
+                     {"Tokenizer::save: cannot rename '" + path("folder") + ".tmp.", "' to '" + path("folder")});
   // Failed saves remove their temporary files.
   EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 2);  // merges.txt, folder
 }
@@ -443,6 +443,26 @@ TEST_F(TokenizerFiles, MalformedCharFilesNameFileAndLine) {
     expect_error_parts([&] { CharTokenizer::load(file); },
                        {"CharTokenizer::load: '" + file + "' " + cases[k].second});
   }
+}
+
+// A tokenizer carried as text (a checkpoint's metadata) reads back as its
+// file would, and a broken text is named by the source it was given.
+TEST(TokenizerText, RoundTripsBothKindsAndNamesTheSourceInErrors) {
+  const std::string corpus = "the cat sat on the mat; the cat ate";
+  const ByteBpeTokenizer bpe = ByteBpeTokenizer::train(corpus, 270);
+  const CharTokenizer chars = CharTokenizer::from_corpus(corpus);
+  for (const Tokenizer* t : std::vector<const Tokenizer*>{&bpe, &chars}) {
+    std::unique_ptr<Tokenizer> back = tokenizer_from_text(t->to_text(), "a test string");
+    EXPECT_EQ(back->name(), t->name());
+    EXPECT_EQ(back->encode(corpus), t->encode(corpus));
+    EXPECT_EQ(back->to_text(), t->to_text());
+  }
+  expect_error_parts([] { tokenizer_from_text("kiln-byte-bpe v1 merges 2\n97 98\n", "the tokenizer in x"); },
+                     {"ByteBpeTokenizer::from_text", "the tokenizer in x line", "truncated"});
+  expect_error_parts([] { tokenizer_from_text("kiln-char-tokenizer v1 chars 1\nU+zz\n", "the tokenizer in y"); },
+                     {"CharTokenizer::from_text", "the tokenizer in y line 2", "U+zz"});
+  expect_error_parts([] { tokenizer_from_text("not a tokenizer\n", "the tokenizer in z"); },
+                     {"the tokenizer in z is not a Kiln tokenizer file", "'not a tokenizer'"});
 }
 
 }  // namespace
