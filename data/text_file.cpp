@@ -1,9 +1,6 @@
-// File reads and atomic writes for the text formats of data/ (tokenizer
+// File reads and line reading for the text formats of data/ (tokenizer
 // files, corpora).
 #include "data/text_file.h"
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -13,34 +10,10 @@
 #include <sstream>
 #include <system_error>
 
+#include "tensor/atomic_file.h"
 #include "tensor/error.h"
 
 namespace kiln::data {
-namespace {
-
-std::string errno_text(int error) { return std::generic_category().message(error); }
-
-// Closes a POSIX file descriptor on scope exit.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  int close() {
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
-
- private:
-  int fd_;
-};
-
-}  // namespace
 
 std::string read_file_bytes(const std::string& path, const char* op) {
   std::error_code error;
@@ -53,47 +26,6 @@ std::string read_file_bytes(const std::string& path, const char* op) {
   return std::move(buffer).str();
 }
 
-void write_file_atomically(const std::string& path, std::string_view contents, const char* op) {
-  // The pid keeps two processes saving the same file from sharing a
-  // temporary file; the rename makes the last of them win whole.
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  FileDescriptor fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
-  KILN_CHECK(fd.get() >= 0, op, ": cannot create the temporary file '", temp, "' for '", path, "': ",
-             errno_text(errno));
-  bool committed = false;
-  struct RemoveUnlessCommitted {
-    const std::string& temp;
-    const bool& committed;
-    ~RemoveUnlessCommitted() {
-      if (!committed) ::unlink(temp.c_str());
-    }
-  } cleanup{temp, committed};
-
-  size_t written = 0;
-  while (written < contents.size()) {
-    const ssize_t n = ::write(fd.get(), contents.data() + written, contents.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    // write() returning 0 for a non-empty request means no space was made.
-    const int error = n < 0 ? errno : ENOSPC;
-    KILN_CHECK(n > 0, op, ": cannot write '", temp, "' (temporary file for '", path, "') at byte ", written, ": ",
-               errno_text(error));
-    written += static_cast<size_t>(n);
-  }
-  KILN_CHECK(::fsync(fd.get()) == 0, op, ": cannot flush '", temp, "' to disk: ", errno_text(errno));
-  KILN_CHECK(fd.close() == 0, op, ": cannot close '", temp, "': ", errno_text(errno));
-  KILN_CHECK(::rename(temp.c_str(), path.c_str()) == 0, op, ": cannot rename '", temp, "' to '", path, "': ",
-             errno_text(errno));
-  committed = true;
-  // Flush the directory too, so that the rename itself survives a crash.
-  std::string directory = std::filesystem::path(path).parent_path().string();
-  if (directory.empty()) directory = ".";
-  FileDescriptor dir(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  KILN_CHECK(dir.get() >= 0, op, ": '", path, "' was written but its folder '", directory,
-             "' cannot be opened to flush the rename: ", errno_text(errno));
-  // EINVAL: the filesystem cannot sync directories; there is nothing more to do.
-  KILN_CHECK(::fsync(dir.get()) == 0 || errno == EINVAL, op, ": '", path, "' was written but flushing its folder '",
-             directory, "' failed: ", errno_text(errno));
-}
 
 std::string quote_name(std::string_view text) {
   std::string out;

@@ -1,5 +1,6 @@
-// Whole-file reads, atomic writes and a line reader with line numbers: the
-// file handling the tokenizer files and the text corpora share.
+// Whole-file reads and a line reader with line numbers: the file handling
+// the tokenizer files and the text corpora share (their atomic writes are
+// tensor/atomic_file.h's write_file_atomically).
 // Every error names the operation `op` (e.g. "ByteBpeTokenizer::load") and the file.
 #pragma once
 
@@ -13,11 +14,6 @@ namespace kiln::data {
 
 // The bytes of `path`. Throws kiln::Error naming op, the file and the reason.
 std::string read_file_bytes(const std::string& path, const char* op);
-
-// Writes `contents` to a temporary file beside `path`, flushes it to disk and
-// renames it over `path`: readers see the old file or the new one, never a
-// part, and a write that fails or is interrupted leaves the old file as it was.
-void write_file_atomically(const std::string& path, std::string_view contents, const char* op);
 
 // The lines of a text file, numbered from 1, without their "\n". A last line
 // that does not end with "\n" is an error (a truncated file), reported when

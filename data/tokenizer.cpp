@@ -8,6 +8,7 @@
 
 #include "data/text_file.h"
 #include "data/utf8.h"
+#include "tensor/atomic_file.h"
 #include "tensor/error.h"
 
 namespace kiln::data {

@@ -1,8 +1,8 @@
 // safetensors reader and writer (Note [safetensors layout] in safetensors.h).
 //
 // Files are read and written with POSIX calls rather than iostreams: the
-// writer needs fsync and rename for its atomicity, and both sides want errno
-// in their messages. Nothing read from a file is trusted: every size is
+// writer is an AtomicFile (Note [Atomic file writes] in atomic_file.h), and
+// both sides want errno in their messages. Nothing read from a file is trusted: every size is
 // checked against the file's real length before it is used, and tensor bytes
 // are read with pread at offsets that have already been checked.
 #include "tensor/safetensors.h"
@@ -27,6 +27,8 @@
 #include <set>
 #include <system_error>
 #include <vector>
+
+#include "tensor/atomic_file.h"
 
 namespace kiln {
 
@@ -90,8 +92,6 @@ const char* dtype_code(DType dtype) {
   KILN_FAIL("save_safetensors: dtype ", dtype, " has no safetensors code");
 }
 
-std::string errno_text(int error) { return std::generic_category().message(error); }
-
 // A JSON value for an error message, cut short: a corrupt header may hold a
 // million-element shape.
 std::string brief(const Json& value) {
@@ -100,105 +100,9 @@ std::string brief(const Json& value) {
   return text.size() <= kMax ? text : text.substr(0, kMax) + "...";
 }
 
-// A file descriptor that closes itself.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  // Closes now and reports close()'s error, which on some filesystems is the
-  // first sign that written data did not reach the disk.
-  int close() {
-    int result = ::close(fd_);
-    fd_ = -1;
-    return result;
-  }
-
- private:
-  int fd_;
-};
+}  // namespace
 
 // ---- writing ------------------------------------------------------------------
-
-// The temporary file of an atomic save: created on construction, removed by
-// the destructor unless commit() has renamed it over the target.
-class TemporaryFile {
- public:
-  TemporaryFile(std::string temp_path, std::string target)
-      : temp_path_(std::move(temp_path)),
-        target_(std::move(target)),
-        fd_(::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) {
-    KILN_CHECK(fd_.get() >= 0, "save_safetensors: cannot create the temporary file '", temp_path_, "' for '",
-               target_, "': ", errno_text(errno));
-  }
-  TemporaryFile(const TemporaryFile&) = delete;
-  TemporaryFile& operator=(const TemporaryFile&) = delete;
-  ~TemporaryFile() {
-    if (!committed_) ::unlink(temp_path_.c_str());
-  }
-
-  void write(const void* data, size_t nbytes) {
-    const char* p = static_cast<const char*>(data);
-    while (nbytes > 0) {
-      ssize_t n = ::write(fd_.get(), p, nbytes);
-      if (n < 0 && errno == EINTR) continue;
-      // write() returning 0 for a non-empty request means no space was made.
-      int error = n < 0 ? errno : ENOSPC;
-      KILN_CHECK(n > 0, "save_safetensors: cannot write '", temp_path_, "' (temporary file for '", target_,
-                 "') at byte ", written_, ": ", errno_text(error));
-      p += n;
-      nbytes -= static_cast<size_t>(n);
-      written_ += static_cast<uint64_t>(n);
-    }
-  }
-
-  // Overwrites bytes already written, at `offset`.
-  void write_at(uint64_t offset, const void* data, size_t nbytes) {
-    const char* p = static_cast<const char*>(data);
-    while (nbytes > 0) {
-      ssize_t n = ::pwrite(fd_.get(), p, nbytes, static_cast<off_t>(offset));
-      if (n < 0 && errno == EINTR) continue;
-      int error = n < 0 ? errno : ENOSPC;
-      KILN_CHECK(n > 0, "save_safetensors: cannot write '", temp_path_, "' (temporary file for '", target_,
-                 "') at byte ", offset, ": ", errno_text(error));
-      p += n;
-      nbytes -= static_cast<size_t>(n);
-      offset += static_cast<uint64_t>(n);
-    }
-  }
-
-  // Flushes the data, renames the file over the target, and flushes the
-  // directory so that the rename itself survives a crash.
-  void commit() {
-    KILN_CHECK(::fsync(fd_.get()) == 0, "save_safetensors: cannot flush '", temp_path_, "' to disk: ",
-               errno_text(errno));
-    KILN_CHECK(fd_.close() == 0, "save_safetensors: cannot close '", temp_path_, "': ", errno_text(errno));
-    KILN_CHECK(::rename(temp_path_.c_str(), target_.c_str()) == 0, "save_safetensors: cannot rename '",
-               temp_path_, "' to '", target_, "': ", errno_text(errno));
-    committed_ = true;
-    std::string directory = std::filesystem::path(target_).parent_path().string();
-    if (directory.empty()) directory = ".";
-    FileDescriptor dir(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    KILN_CHECK(dir.get() >= 0, "save_safetensors: '", target_, "' was written but its directory '", directory,
-               "' cannot be opened to flush the rename: ", errno_text(errno));
-    // EINVAL: the filesystem cannot sync directories; there is nothing more to do.
-    KILN_CHECK(::fsync(dir.get()) == 0 || errno == EINVAL, "save_safetensors: '", target_,
-               "' was written but flushing its directory '", directory, "' failed: ", errno_text(errno));
-  }
-
- private:
-  std::string temp_path_;
-  std::string target_;
-  FileDescriptor fd_;
-  uint64_t written_ = 0;
-  bool committed_ = false;
-};
-
-}  // namespace
 
 void save_safetensors(const std::string& path, const TensorDict& tensors,
                       const std::map<std::string, std::string>& metadata) {
@@ -255,7 +159,7 @@ void save_safetensors(const std::string& path, const TensorDict& tensors,
   const std::string first_header = header_text();
   uint64_t header_size = first_header.size();
 
-  TemporaryFile file(safetensors_temp_path(path), path);
+  AtomicFile file(path, "save_safetensors");
   file.write(&header_size, sizeof header_size);
   file.write(first_header.data(), first_header.size());
   for (size_t i : buffer_order) {
@@ -278,7 +182,7 @@ void save_safetensors(const std::string& path, const TensorDict& tensors,
   file.commit();
 }
 
-std::string safetensors_temp_path(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
+std::string safetensors_temp_path(const std::string& path) { return AtomicFile::temp_path_for(path); }
 
 // ---- reading ------------------------------------------------------------------
 
