@@ -22,7 +22,6 @@
 
 #include "tensor/attention.h"
 #include "tensor/cpu/cpu_backend.h"
-#include "tensor/cpu/cpu_features.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/cpu/reduce_simd.h"
@@ -46,21 +45,8 @@ void gemm(int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_
   dgemm(m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, 1);
 }
 
-using FloatExpFn = void (*)(float*, const float*, int64_t);
-FloatExpFn pick_float_exp() {
-  switch (simd_level()) {
-    case SimdLevel::Avx512: return exp_f32_avx512;
-    case SimdLevel::Avx2: return exp_f32_avx2;
-    case SimdLevel::Scalar: break;
-  }
-  return exp_f32_scalar;
-}
-
 // x[0..n) = exp(x[0..n)); exp(-inf) = 0.
-void exp_inplace(float* x, int64_t n) {
-  static const FloatExpFn fn = pick_float_exp();
-  fn(x, x, n);
-}
+void exp_inplace(float* x, int64_t n) { exp_f32(x, x, n); }
 void exp_inplace(double* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i]);
 }

@@ -38,6 +38,8 @@ float min_f32(const float* x, int64_t n);
 void exp_f32_scalar(float* out, const float* in, int64_t n);
 void exp_f32_avx2(float* out, const float* in, int64_t n);
 void exp_f32_avx512(float* out, const float* in, int64_t n);
+// exp_f32_* as chosen for this CPU by simd_level().
+void exp_f32(float* out, const float* in, int64_t n);
 
 // One softmax (log = false) or log-softmax row: out[0..n) from in[0..n),
 // both contiguous, n >= 1; out may equal in.

@@ -71,23 +71,11 @@ void compute_row(C* out, const C* in, int64_t n, bool log) {
   }
 }
 
-using FloatExpFn = void (*)(float*, const float*, int64_t);
-
-FloatExpFn pick_float_exp() {
-  switch (simd_level()) {
-    case SimdLevel::Avx512: return exp_f32_avx512;
-    case SimdLevel::Avx2: return exp_f32_avx2;
-    case SimdLevel::Scalar: break;
-  }
-  return exp_f32_scalar;
-}
-
 // Softmax down `rows` rows of `cols` (<= kColumnChunk) contiguous float32
 // columns, row strides in_stride / out_stride: whole rows at a time, exp over
 // a row of columns with the SIMD kernel, exponentials kept in out.
 void softmax_columns_f32(float* out, const float* in, int64_t rows, int64_t cols, int64_t in_stride,
                          int64_t out_stride, bool log) {
-  static const FloatExpFn exp_row = pick_float_exp();
   float max[kColumnChunk];
   float shifted[kColumnChunk];
   double sum[kColumnChunk];
@@ -102,7 +90,7 @@ void softmax_columns_f32(float* out, const float* in, int64_t rows, int64_t cols
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = in + r * in_stride;
     for (int64_t j = 0; j < cols; ++j) shifted[j] = row[j] - max[j];
-    exp_row(shifted, shifted, cols);
+    exp_f32(shifted, shifted, cols);
     for (int64_t j = 0; j < cols; ++j) sum[j] += shifted[j];
     if (!log) std::copy(shifted, shifted + cols, out + r * out_stride);
   }
@@ -224,6 +212,19 @@ void softmax_row_f32_scalar(float* out, const float* in, int64_t n, bool log) { 
 
 void exp_f32_scalar(float* out, const float* in, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = std::exp(in[i]);
+}
+
+void exp_f32(float* out, const float* in, int64_t n) {
+  using FloatExpFn = void (*)(float*, const float*, int64_t);
+  static const FloatExpFn fn = [] {
+    switch (simd_level()) {
+      case SimdLevel::Avx512: return exp_f32_avx512;
+      case SimdLevel::Avx2: return exp_f32_avx2;
+      case SimdLevel::Scalar: break;
+    }
+    return exp_f32_scalar;
+  }();
+  fn(out, in, n);
 }
 
 void CpuBackend::softmax(const Tensor& out, const Tensor& in, int64_t dim, bool log) {
