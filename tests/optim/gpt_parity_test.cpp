@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "kiln.h"
+#include "optim_test_util.h"
 #include "nn/models/gpt.h"
 #include "optim/adam.h"
 
@@ -54,8 +55,6 @@
 namespace kiln {
 namespace {
 
-bool torch_available() { return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0; }
-
 #define SKIP_WITHOUT_TORCH() \
   if (!torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch; the GPT parity test is skipped"
 
@@ -64,14 +63,6 @@ constexpr int kBatches = 8;
 
 nn::GPTConfig parity_config(bool bias) {
   return nn::GPTConfig{.vocab_size = 65, .block_size = 16, .n_layer = 2, .n_head = 2, .n_embd = 32, .bias = bias};
-}
-
-std::vector<double> read_losses(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<double> out;
-  double v;
-  while (in >> v) out.push_back(v);
-  return out;
 }
 
 // Runs the script into a fresh directory, removed at the end of the test.

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "kiln.h"
+#include "optim_test_util.h"
 #include "nn/functional.h"
 #include "nn/models/lenet.h"
 #include "optim/adam.h"
@@ -36,16 +37,6 @@ using namespace kiln::optim;
 namespace {
 
 namespace F = nn::functional;
-
-bool torch_available() { return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0; }
-
-std::vector<double> read_losses(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<double> out;
-  double v;
-  while (in >> v) out.push_back(v);
-  return out;
-}
 
 void check_parity(const std::string& optimizer, DType dtype, int checked_steps, double tolerance) {
   if (!torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch; the PyTorch parity test is skipped";

@@ -74,6 +74,16 @@ inline bool torch_available() {
   return available;
 }
 
+// The numbers of a text file of whitespace-separated values (the losses an
+// oracle script wrote), in order.
+inline std::vector<double> read_losses(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<double> out;
+  double v;
+  while (in >> v) out.push_back(v);
+  return out;
+}
+
 // Runs `script` with /usr/bin/python3 and returns what it printed; fails the
 // test (and returns nullopt) if the script fails.
 inline std::optional<std::string> run_python(const std::string& script) {
