@@ -115,7 +115,8 @@ __device__ inline void load_row(C* shared_row, const T* row, int64_t n, int lane
 }
 
 // ---- forward: a warp per query row; kCols accumulator columns per lane ----
-// q (BH, Tq, D), k (BH, Tk, D), v (BH, Tk, Dv), out (BH, Tq, Dv), lse (BH, Tq), contiguous.
+// q (BH, Tq, D), k (BH, Tk, D), v (BH, Tk, Dv), out (BH, Tq, Dv) as Rows (last dim contiguous),
+// lse (BH, Tq) contiguous.
 template <class T, class C, class L, int kCols>
 __global__ void attention_forward_kernel(Rows<T> out, L* lse, Rows<const T> q, Rows<const T> k, Rows<const T> v,
                                          Problem<T, C> pb) {
