@@ -1,4 +1,6 @@
-// safetensors reader and writer (Note [safetensors layout] in safetensors.h).
+// safetensors reader and writer (Note [safetensors layout] in safetensors.h);
+// SafetensorsReader (safetensors_reader.h) reads one tensor at a time, and
+// load_safetensors is that reader reading them all.
 //
 // Files are read and written with POSIX calls rather than iostreams: the
 // writer is an AtomicFile (Note [Atomic file writes] in atomic_file.h), and
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "tensor/atomic_file.h"
+#include "tensor/safetensors_reader.h"
 
 namespace kiln {
 
@@ -359,73 +362,88 @@ void check_buffer_coverage(const std::vector<TensorRecord>& records, uint64_t bu
 
 }  // namespace
 
-TensorDict load_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  KILN_CHECK(fd.get() >= 0, "load_safetensors: cannot open '", path, "': ", errno_text(errno));
+SafetensorsReader::SafetensorsReader(std::string path)
+    : path_(std::move(path)), fd_(::open(path_.c_str(), O_RDONLY | O_CLOEXEC)) {
+  const std::string& p = path_;
+  KILN_CHECK(fd_.get() >= 0, "load_safetensors: cannot open '", p, "': ", errno_text(errno));
   struct stat info {};
-  KILN_CHECK(::fstat(fd.get(), &info) == 0, "load_safetensors: cannot stat '", path, "': ", errno_text(errno));
-  KILN_CHECK(S_ISREG(info.st_mode), "load_safetensors: '", path, "' is not a regular file");
-  const uint64_t file_size = static_cast<uint64_t>(info.st_size);
+  KILN_CHECK(::fstat(fd_.get(), &info) == 0, "load_safetensors: cannot stat '", p, "': ", errno_text(errno));
+  KILN_CHECK(S_ISREG(info.st_mode), "load_safetensors: '", p, "' is not a regular file");
+  file_size_ = static_cast<uint64_t>(info.st_size);
 
-  KILN_CHECK(file_size >= 8, "load_safetensors: '", path, "': the file is ", file_size,
+  KILN_CHECK(file_size_ >= 8, "load_safetensors: '", p, "': the file is ", file_size_,
              " bytes, too short to hold the 8-byte header size");
   uint64_t header_size = 0;
-  read_exact(fd.get(), &header_size, sizeof header_size, 0, path);
-  KILN_CHECK(header_size <= kMaxHeaderSize, "load_safetensors: '", path, "': header size ", header_size,
+  read_exact(fd_.get(), &header_size, sizeof header_size, 0, p);
+  KILN_CHECK(header_size <= kMaxHeaderSize, "load_safetensors: '", p, "': header size ", header_size,
              " is over the limit of ", kMaxHeaderSize, " bytes (not a safetensors file?)");
-  KILN_CHECK(header_size <= file_size - 8, "load_safetensors: '", path, "': header size ", header_size,
-             " runs past the end of the file, which has ", file_size - 8, " bytes after the 8-byte size");
+  KILN_CHECK(header_size <= file_size_ - 8, "load_safetensors: '", p, "': header size ", header_size,
+             " runs past the end of the file, which has ", file_size_ - 8, " bytes after the 8-byte size");
   std::string text(header_size, '\0');
-  read_exact(fd.get(), text.data(), text.size(), 8, path);
-  const Json header = parse_header(text, path);
+  read_exact(fd_.get(), text.data(), text.size(), 8, p);
+  const Json header = parse_header(text, p);
 
-  std::map<std::string, std::string> parsed_metadata;
   std::vector<TensorRecord> records;
   for (const auto& [name, entry] : header.items()) {
     if (name == kMetadataKey) {
-      parsed_metadata = parse_metadata(entry, path);
+      metadata_ = parse_metadata(entry, p);
     } else {
-      records.push_back(parse_entry(name, entry, path));
+      records.push_back(parse_entry(name, entry, p));
     }
   }
   const uint64_t buffer_start = 8 + header_size;
-  check_buffer_coverage(records, file_size - buffer_start, path);
-  const std::map<std::string, uint32_t> checksums = take_checksums(parsed_metadata, path);
-  if (!checksums.empty()) {
+  check_buffer_coverage(records, file_size_ - buffer_start, p);
+  checksums_ = take_checksums(metadata_, p);
+  if (!checksums_.empty()) {
     // A file with checksums has one for each tensor and none for a tensor it lacks.
     std::set<std::string> names;
     for (const TensorRecord& r : records) {
       names.insert(r.name);
-      KILN_CHECK(checksums.contains(r.name), "load_safetensors: '", path, "': tensor '", r.name,
+      KILN_CHECK(checksums_.contains(r.name), "load_safetensors: '", p, "': tensor '", r.name,
                  "' has no checksum (metadata field '", kChecksumPrefix, r.name, "') but the file's other tensors do");
     }
-    for (const auto& [name, crc] : checksums) {
-      KILN_CHECK(names.contains(name), "load_safetensors: '", path, "': metadata field '", kChecksumPrefix, name,
+    for (const auto& [name, crc] : checksums_) {
+      KILN_CHECK(names.contains(name), "load_safetensors: '", p, "': metadata field '", kChecksumPrefix, name,
                  "' is the checksum of a tensor the file does not hold");
     }
   }
-
-  TensorDict tensors;
-  for (const TensorRecord& r : records) {
-    Tensor t = Tensor::empty(r.shape, r.dtype);
-    read_exact(fd.get(), t.data_ptr(), t.nbytes(), buffer_start + r.begin, path);
-    if (auto it = checksums.find(r.name); it != checksums.end()) {
-      const uint32_t crc = crc32_of(t.data_ptr(), t.nbytes());
-      KILN_CHECK(crc == it->second, "load_safetensors: '", path, "': tensor '", r.name,
-                 "' is corrupt: the CRC-32 of its ", t.nbytes(), " bytes (at byte ", buffer_start + r.begin,
-                 " of the file) is ", checksum_text(crc), " but metadata field '", kChecksumPrefix, r.name,
-                 "' records ", checksum_text(it->second));
-    }
-    if (r.dtype == DType::Bool) {
-      // Any byte but 0 and 1 in a C++ bool is undefined behaviour.
-      const auto* bytes = static_cast<const uint8_t*>(t.data_ptr());
-      for (int64_t i = 0; i < t.numel(); ++i)
-        KILN_CHECK(bytes[i] <= 1, "load_safetensors: '", path, "': tensor '", r.name, "' (BOOL) holds byte ",
-                   static_cast<int>(bytes[i]), " at element ", i, "; booleans must be 0 or 1");
-    }
-    tensors.insert(r.name, std::move(t));
+  for (TensorRecord& r : records) {
+    index_.emplace(r.name, entries_.size());
+    entries_.push_back({std::move(r.name), r.dtype, std::move(r.shape), buffer_start + r.begin, r.end - r.begin});
   }
-  if (metadata != nullptr) *metadata = std::move(parsed_metadata);
+}
+
+const SafetensorsReader::Entry* SafetensorsReader::find(std::string_view name) const {
+  auto it = index_.find(std::string(name));
+  return it == index_.end() ? nullptr : &entries_[it->second];
+}
+
+Tensor SafetensorsReader::read(std::string_view name) const {
+  const Entry* e = find(name);
+  KILN_CHECK(e != nullptr, "load_safetensors: '", path_, "' holds no tensor '", name, "'");
+  Tensor t = Tensor::empty(e->shape, e->dtype);
+  read_exact(fd_.get(), t.data_ptr(), t.nbytes(), e->file_offset, path_);
+  if (auto it = checksums_.find(e->name); it != checksums_.end()) {
+    const uint32_t crc = crc32_of(t.data_ptr(), t.nbytes());
+    KILN_CHECK(crc == it->second, "load_safetensors: '", path_, "': tensor '", e->name, "' is corrupt: the CRC-32 of its ",
+               t.nbytes(), " bytes (at byte ", e->file_offset, " of the file) is ", checksum_text(crc),
+               " but metadata field '", kChecksumPrefix, e->name, "' records ", checksum_text(it->second));
+  }
+  if (e->dtype == DType::Bool) {
+    // Any byte but 0 and 1 in a C++ bool is undefined behaviour.
+    const auto* bytes = static_cast<const uint8_t*>(t.data_ptr());
+    for (int64_t i = 0; i < t.numel(); ++i)
+      KILN_CHECK(bytes[i] <= 1, "load_safetensors: '", path_, "': tensor '", e->name, "' (BOOL) holds byte ",
+                 static_cast<int>(bytes[i]), " at element ", i, "; booleans must be 0 or 1");
+  }
+  return t;
+}
+
+TensorDict load_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+  SafetensorsReader file(path);
+  TensorDict tensors;
+  for (const auto& entry : file.entries()) tensors.insert(entry.name, file.read(entry.name));
+  if (metadata != nullptr) *metadata = file.metadata();
   return tensors;
 }
 
