@@ -278,16 +278,27 @@ void write_index(const std::string& temp, const Index& index) {
     tensors.push_back({{"name", t.name}, {"dtype", std::string(dtype_name(t.dtype))}, {"shape", t.global_shape},
                        {"pieces", pieces}});
   }
-  Json index_json = {{"format", kFormat},     {"version", kVersion}, {"id", index.id},
-                     {"world_size", index.world_size}, {"metadata", index.metadata}, {"files", files},
-                     {"tensors", tensors}};
+  const Json fields = {{"format", kFormat}, {"version", kVersion}, {"id", index.id}, {"world_size", index.world_size},
+                       {"metadata", index.metadata}, {"files", files}, {"tensors", tensors}};
+  // One field per line, and one line per file and per tensor, so that the
+  // index reads as a table.
   const std::string path = (fs::path(temp) / kIndexFile).string();
-  std::string text;
+  std::string text = "{";
   try {
-    text = index_json.dump(1) + "\n";
+    for (const auto& [key, value] : fields.items()) {
+      text += (text.size() > 1 ? ",\n \"" : "\n \"") + key + "\": ";
+      if (!value.is_array()) {
+        text += value.dump();
+        continue;
+      }
+      text += "[";
+      for (size_t i = 0; i < value.size(); ++i) text += (i ? ",\n  " : "\n  ") + value[i].dump();
+      text += value.empty() ? "]" : "\n ]";
+    }
   } catch (const nlohmann::json::exception& e) {
     KILN_FAIL("save_sharded: '", path, "': a metadata string is not valid UTF-8 (", e.what(), ")");
   }
+  text += "\n}\n";
   write_file_atomically(path, text, "save_sharded");
 }
 
