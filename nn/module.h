@@ -26,9 +26,9 @@
 // each parameter and buffer keeps its TensorImpl (so member handles, an
 // optimizer built earlier, and autograd's AccumulateGrad nodes, which all hold
 // that TensorImpl, see the converted tensor) and only its memory is replaced.
-// TensorImpl::set_storage, which FSDP swaps memory with, keeps the dtype and
-// the device (Note [Swapping a tensor's storage]), so a conversion instead
-// assigns the TensorImpl a new TensorImpl built on the converted storage,
+// A conversion assigns the TensorImpl a new TensorImpl built on the
+// converted storage (FSDP's swaps use TensorImpl::set_storage instead, Note
+// [Swapping a tensor's storage], which keeps no more than this does),
 // carrying over what belongs to the tensor: its autograd metadata
 // (requires_grad, hooks), quantization parameters and version counter (Note
 // [Version counter]). This is torch's `param.data = param.data.to(...)` (set_data).

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include <sys/mman.h>
@@ -46,12 +47,33 @@ constexpr size_t kMaxCachedBytes = size_t{1} << 30;
 size_t round_up(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
 size_t cached_size(size_t n) { return round_up(n, n < (size_t{1} << 20) ? kPage : kLargeGranularity); }
 
+// KILN_CPU_MEMORY_LIMIT in bytes: digits with an optional K, M or G
+// (powers of 1024); unset or empty means no limit.
+size_t limit_from_env() {
+  const char* text = std::getenv("KILN_CPU_MEMORY_LIMIT");
+  if (text == nullptr || *text == '\0') return 0;
+  std::string value(text);
+  size_t digits = 0;
+  while (digits < value.size() && value[digits] >= '0' && value[digits] <= '9') ++digits;
+  std::string suffix = value.substr(digits);
+  size_t scale = suffix.empty() ? 1
+                 : suffix == "K" || suffix == "k" ? size_t{1} << 10
+                 : suffix == "M" || suffix == "m" ? size_t{1} << 20
+                 : suffix == "G" || suffix == "g" ? size_t{1} << 30
+                                                  : 0;
+  KILN_CHECK(digits > 0 && digits <= 15 && scale != 0, "KILN_CPU_MEMORY_LIMIT: expected a number of bytes with an "
+             "optional K, M or G suffix, got '", value, "'");
+  return static_cast<size_t>(std::stoull(value.substr(0, digits))) * scale;
+}
+
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes, Device device) override {
     KILN_CHECK(device.is_cpu(), "CpuAllocator: asked for memory on ", device);
     if (nbytes == 0) return nullptr;
+    read_limit_from_env();
     count_allocated(nbytes);
+    check_limit(nbytes);
     if (nbytes < kLargeBlock) return checked_aligned_alloc(kCpuAlignment, round_up(nbytes, kCpuAlignment), nbytes);
     size_t size = cached_size(nbytes);
     {
@@ -95,6 +117,17 @@ class CpuAllocator final : public Allocator {
   }
 
   size_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
+  void set_limit(size_t bytes) {
+    read_limit_from_env();  // so that a later first read does not overwrite it
+    std::lock_guard<std::mutex> lock(mutex_);
+    limit_error_.clear();
+    has_limit_error_.store(false);
+    limit_bytes_.store(bytes, std::memory_order_relaxed);
+  }
+  size_t limit() {
+    read_limit_from_env();
+    return limit_bytes_.load(std::memory_order_relaxed);
+  }
   size_t peak_allocated_bytes() const { return peak_bytes_.load(std::memory_order_relaxed); }
   void reset_peak() { peak_bytes_.store(allocated_bytes(), std::memory_order_relaxed); }
 
@@ -122,8 +155,49 @@ class CpuAllocator final : public Allocator {
     }
   }
 
+  // Undoes count_allocated and throws when the request went over the limit.
+  // The peak may keep the refused request's bytes: it records what was asked.
+  void check_limit(size_t nbytes) {
+    size_t limit = limit_bytes_.load(std::memory_order_relaxed);
+    if (limit == 0) return;
+    size_t now = allocated_bytes_.load(std::memory_order_relaxed);
+    if (now <= limit) return;
+    allocated_bytes_.fetch_sub(nbytes, std::memory_order_relaxed);
+    KILN_CHECK(false, "CpuAllocator: out of memory: allocating ", nbytes, " bytes with ", now - nbytes,
+               " in use would exceed this process's limit of ", limit,
+               " bytes (KILN_CPU_MEMORY_LIMIT or set_cpu_memory_limit)");
+  }
+
   std::atomic<size_t> allocated_bytes_{0};
   std::atomic<size_t> peak_bytes_{0};
+  // The environment is read at the first allocation, not when the
+  // allocator is made: the CUDA backend registers itself while the library
+  // loads, where an error could only end the process. A malformed value
+  // fails every allocation (and limit()) until set_cpu_memory_limit.
+  void read_limit_from_env() {
+    std::call_once(env_read_, [this] {
+      try {
+        limit_bytes_.store(limit_from_env(), std::memory_order_relaxed);
+      } catch (const Error& e) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        limit_error_ = e.message();
+        has_limit_error_.store(true);
+      }
+    });
+    if (has_limit_error_.load()) {
+      std::string message;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        message = limit_error_;
+      }
+      KILN_CHECK(message.empty(), message);
+    }
+  }
+
+  std::atomic<size_t> limit_bytes_{0};
+  std::once_flag env_read_;
+  std::string limit_error_;  // a malformed KILN_CPU_MEMORY_LIMIT, under mutex_
+  std::atomic<bool> has_limit_error_{false};
   std::mutex mutex_;
   std::unordered_multimap<size_t, void*> cache_;  // rounded size -> free block
   size_t cached_bytes_ = 0;
@@ -168,6 +242,10 @@ size_t cpu_allocated_bytes() { return the_cpu_allocator().allocated_bytes(); }
 size_t cpu_peak_allocated_bytes() { return the_cpu_allocator().peak_allocated_bytes(); }
 
 void cpu_reset_peak_allocated_bytes() { the_cpu_allocator().reset_peak(); }
+
+void set_cpu_memory_limit(size_t bytes) { the_cpu_allocator().set_limit(bytes); }
+
+size_t cpu_memory_limit() { return the_cpu_allocator().limit(); }
 
 Allocator& allocator_for(DeviceType type) {
   Allocator* allocator = allocators()[static_cast<int>(type)];

@@ -68,6 +68,15 @@ size_t cpu_cached_bytes();
 size_t cpu_allocated_bytes();
 size_t cpu_peak_allocated_bytes();
 void cpu_reset_peak_allocated_bytes();
+// A cap on the CPU tensor memory of this process, in bytes (0: none): an
+// allocation that would bring cpu_allocated_bytes() above it throws
+// "CpuAllocator: out of memory: ..." naming the request, the bytes in use
+// and the limit, as a GPU's allocator does when its memory is full. It
+// starts as KILN_CPU_MEMORY_LIMIT (bytes, or with a K, M or G suffix of
+// powers of 1024: "512M"); a malformed value is an error at the first
+// allocation. What FSDP's memory test runs a model that does not fit under.
+void set_cpu_memory_limit(size_t bytes);
+size_t cpu_memory_limit();
 
 // The allocator used for new tensors on `type`; the CUDA backend registers
 // its own at start-up. Throws kiln::Error if none is registered.

@@ -45,9 +45,6 @@ void TensorImpl::set_view(std::shared_ptr<Storage> storage, Shape sizes, Shape s
 // Note [Swapping a tensor's storage].
 void TensorImpl::set_storage(const Tensor& source, Shape sizes) {
   KILN_CHECK(source.defined(), "set_storage: the source tensor is undefined");
-  KILN_CHECK(source.dtype() == dtype_, "set_storage: the tensor is ", dtype_, " but the source is ", source.dtype());
-  KILN_CHECK(source.device() == storage_->device(), "set_storage: the tensor is on ", storage_->device(),
-             " but the source is on ", source.device());
   int64_t numel = shape_numel(sizes, "set_storage");
   KILN_CHECK(numel == source.numel(), "set_storage: sizes ", sizes, " hold ", numel, " elements but the source ",
              source.shape(), " holds ", source.numel());
@@ -57,6 +54,9 @@ void TensorImpl::set_storage(const Tensor& source, Shape sizes) {
                ", which is not contiguous (strides ", source.strides(), ")");
     strides = contiguous_strides(sizes);
   }
+  // source is a valid tensor, so the view below cannot fail once the dtype
+  // is source's.
+  dtype_ = source.dtype();
   set_view(source.storage(), std::move(sizes), std::move(strides), source.storage_offset());
 }
 

@@ -119,11 +119,13 @@ class TensorImpl {
   // offset, together. The sizes must hold exactly source.numel() elements;
   // with source's own sizes, source's strides and offset are taken as they
   // are; with other sizes, source must be contiguous and is read in row-major
-  // order from its offset. What does not change: the dtype and the device,
-  // which must be source's (converting either is Module::to's business, Note
-  // [Module::to keeps parameter identity] in nn/module.h); and what belongs
-  // to the tensor rather than to its memory: the version counter, the
-  // autograd metadata and the quantization parameters.
+  // order from its offset. The dtype and the device become source's: FSDP
+  // computes with a bfloat16 copy gathered from float32 shards (Note [FSDP
+  // mixed precision] in distributed/fsdp/flat_param.h), and on a GPU from
+  // shards kept in host memory (cpu_offload), under the handle the optimizer
+  // steps in float32 on the host. What does not change is what belongs to
+  // the tensor rather than to its memory: the version counter, the autograd
+  // metadata and the quantization parameters.
   // A swap is not a write and does not bump the version (torch's
   // `param.data = x`, not its in-place `set_`). So a parameter saved for
   // backward, swapped to its shard after forward and to a freshly gathered
