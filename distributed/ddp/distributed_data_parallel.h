@@ -98,9 +98,6 @@ class DistributedDataParallel : public nn::Module {
   const Reducer& reducer() const { return *reducer_; }
 
  private:
-  void check_same_parameters_on_every_rank();
-  void broadcast_from_rank0(const std::vector<Tensor>& tensors);
-
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<ProcessGroup> group_;
   DDPOptions options_;
