@@ -1,0 +1,665 @@
+// FullyShardedDataParallel against single-process training: N ranks with a
+// per-rank batch of B / N, each holding 1/N of the model, must take the
+// steps one process takes with batch B, under every sharding strategy. As in
+// ddp_test.cpp the models train in float64, so that the comparison measures
+// the maths; rank 0 also trains the single-process reference and compares
+// the gathered parameters with it.
+#include <gtest/gtest.h>
+
+#ifdef KILN_WITH_GLOO
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/checkpoint.h"
+#include "autograd/grad_mode.h"
+#include "distributed/fsdp/fully_sharded_data_parallel.h"
+#include "multi_process.h"
+#include "nn/activation.h"
+#include "nn/container.h"
+#include "nn/functional.h"
+#include "nn/linear.h"
+#include "nn/models/gpt.h"
+#include "nn/models/lenet.h"
+#include "optim/adam.h"
+#include "optim/clip_grad.h"
+#include "tensor/allocator.h"
+#include "tensor/factory.h"
+#include "tensor/ops.h"
+#include "tensor/parallel.h"
+#include "tensor/random.h"
+#include "training_test_util.h"
+
+namespace kiln::distributed::testing {
+namespace {
+
+namespace F = nn::functional;
+using fsdp::FSDPOptions;
+using fsdp::FullyShardedDataParallel;
+using fsdp::ShardingStrategy;
+using std::chrono::milliseconds;
+
+constexpr milliseconds kTimeout(30000);
+
+RankOptions slow_ranks() {
+  RankOptions options;
+  options.deadline = std::chrono::seconds(180);
+  return options;
+}
+
+// Rows [rank * n / world, (rank + 1) * n / world) of `t`.
+Tensor rows_of(const Tensor& t, int rank, int world) {
+  const int64_t n = t.shape()[0];
+  const int64_t begin = rank * n / world, end = (rank + 1) * n / world;
+  return t.narrow(0, begin, end - begin);
+}
+
+// ---- the models ----------------------------------------------------------
+
+// A wide MLP whose hidden layers are units of their own and whose last
+// layer stays in the root unit.
+class WideMlp : public nn::Module {
+ public:
+  explicit WideMlp(DType dtype = DType::Float64, bool checkpointed = false) : checkpointed_(checkpointed) {
+    fc1 = register_module("fc1", std::make_shared<nn::Linear>(12, 96));
+    fc2 = register_module("fc2", std::make_shared<nn::Linear>(96, 96));
+    fc3 = register_module("fc3", std::make_shared<nn::Linear>(96, 96));
+    head = register_module("head", std::make_shared<nn::Linear>(96, 5));
+    to(dtype);
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = relu((*fc1)(x));
+    if (checkpointed_) {
+      h = autograd::checkpoint([&](const nn::TensorList& in) { return nn::TensorList{relu((*fc2)(in[0]))}; },
+                               {h})[0];
+    } else {
+      h = relu((*fc2)(h));
+    }
+    h = relu((*fc3)(h));
+    return (*head)(h);
+  }
+  std::shared_ptr<nn::Linear> fc1, fc2, fc3, head;
+
+ private:
+  bool checkpointed_;
+};
+
+std::shared_ptr<WideMlp> make_mlp(uint64_t seed, DType dtype = DType::Float64, bool checkpointed = false) {
+  manual_seed(seed);
+  return std::make_shared<WideMlp>(dtype, checkpointed);
+}
+
+// The MLP's units: every Linear of more than 1,000 weights (fc1, fc2, fc3).
+fsdp::WrapPolicy mlp_policy() { return fsdp::wrap_by_numel(1000); }
+
+std::pair<Tensor, Tensor> mlp_batch(int step, int64_t batch, DType dtype = DType::Float64) {
+  Generator gen;
+  gen.manual_seed(500 + static_cast<uint64_t>(step));
+  return {randn({batch, 12}, dtype, &gen), randint(0, 5, {batch}, DType::Int64, &gen)};
+}
+
+nn::GPTConfig tiny_gpt() {
+  nn::GPTConfig c;
+  c.vocab_size = 29;
+  c.block_size = 8;
+  c.n_layer = 3;
+  c.n_head = 2;
+  c.n_embd = 16;
+  return c;
+}
+
+std::shared_ptr<nn::GPT> make_gpt(uint64_t seed) {
+  manual_seed(seed);
+  auto model = std::make_shared<nn::GPT>(tiny_gpt());
+  model->to(DType::Float64);
+  return model;
+}
+
+std::pair<Tensor, Tensor> gpt_batch(int step, int64_t batch) {
+  Generator gen;
+  gen.manual_seed(900 + static_cast<uint64_t>(step));
+  Tensor tokens = randint(0, 29, {batch, 9}, DType::Int64, &gen);
+  return {tokens.narrow(1, 0, 8).contiguous(), tokens.narrow(1, 1, 8).contiguous()};
+}
+
+// One model family: how to make it, its batches and its loss.
+struct Family {
+  std::string name;
+  std::function<std::shared_ptr<nn::Module>(uint64_t seed)> make;
+  std::function<std::pair<Tensor, Tensor>(int step, int64_t batch)> batch;
+  std::function<Tensor(const Tensor& out, const Tensor& y)> loss;
+  fsdp::WrapPolicy policy;
+  int64_t batch_size;
+};
+
+Tensor class_loss(const Tensor& out, const Tensor& y) { return F::cross_entropy(out, y); }
+Tensor token_loss(const Tensor& logits, const Tensor& y) { return nn::GPT::loss_from_logits(logits, y); }
+
+Family mlp_family() {
+  return {"MLP", [](uint64_t s) -> std::shared_ptr<nn::Module> { return make_mlp(s); },
+          [](int step, int64_t b) { return mlp_batch(step, b); }, class_loss, mlp_policy(), 12};
+}
+
+Family lenet_family() {
+  return {"LeNet", [](uint64_t s) { return make_lenet(s); },
+          [](int step, int64_t b) { return batch_for(step, b); }, class_loss, fsdp::wrap_by_numel(2000), 12};
+}
+
+Family gpt_family() {
+  return {"GPT", [](uint64_t s) -> std::shared_ptr<nn::Module> { return make_gpt(s); },
+          [](int step, int64_t b) { return gpt_batch(step, b); }, token_loss,
+          fsdp::wrap_by_class<nn::gpt::Block>(), 12};
+}
+
+FSDPOptions opts(std::shared_ptr<ProcessGroup> group, fsdp::WrapPolicy policy = {}) {
+  FSDPOptions options;
+  options.group = std::move(group);
+  options.wrap_policy = std::move(policy);
+  return options;
+}
+
+optim::AdamOptions adam() {
+  optim::AdamOptions o;
+  o.lr = 1e-3;
+  return o;
+}
+
+// max |a - b| / max(1, max |b|) over the parameters, in float64.
+double relative_difference(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    Tensor x = a[i].to(DType::Float64), y = b[i].to(DType::Float64);
+    double d = ops::max(ops::abs(ops::sub(x, y))).item<double>();
+    double scale = std::max(1.0, ops::max(ops::abs(y)).item<double>());
+    worst = std::max(worst, d / scale);
+  }
+  return worst;
+}
+
+// The wrapped module's parameters gathered, as copies.
+std::vector<Tensor> full_parameters(FullyShardedDataParallel& fsdp) {
+  std::vector<Tensor> out;
+  fsdp.with_full_parameters(
+      [&] {
+        for (const Tensor& p : fsdp.module().parameters()) out.push_back(p.detach().clone());
+      },
+      /*writeback=*/false);
+  return out;
+}
+
+std::vector<Tensor> train_single(const Family& family, int steps) {
+  auto model = family.make(11);
+  optim::Adam opt(model->parameters(), adam());
+  for (int s = 0; s < steps; ++s) {
+    auto [x, y] = family.batch(s, family.batch_size);
+    opt.zero_grad();
+    family.loss(model->forward(x), y).backward();
+    opt.step();
+  }
+  return model->parameters();
+}
+
+void expect_fsdp_matches_single_process(const Family& family, int world, ShardingStrategy strategy, int steps,
+                                        int hybrid_shard_size = 0) {
+  run_on_ranks(
+      world,
+      [=](int rank) {
+        set_num_threads(1);  // up to 4 ranks share 2 cores
+        auto group = make_test_group("gloo", kTimeout);
+        FSDPOptions options;
+        options.group = group;
+        options.strategy = strategy;
+        options.wrap_policy = family.policy;
+        options.hybrid_shard_size = hybrid_shard_size;
+        // Each rank starts from other weights: FSDP must take rank 0's.
+        auto model = family.make(11 + rank);
+        optim::Adam opt(model->parameters(), adam());
+        auto fsdp = std::make_shared<FullyShardedDataParallel>(model, options);
+        ASSERT_GE(fsdp->units().size(), 3u);
+        for (int s = 0; s < steps; ++s) {
+          auto [x, y] = family.batch(s, family.batch_size);
+          opt.zero_grad();
+          family.loss(fsdp->forward(rows_of(x, rank, world)), rows_of(y, rank, world)).backward();
+          opt.step();
+        }
+        std::vector<Tensor> mine = full_parameters(*fsdp);
+        if (rank != 0) return;
+        const double difference = relative_difference(mine, train_single(family, steps));
+        std::printf("%s, %s on %d ranks: max relative |FSDP - single process| after %d Adam steps: %.3g\n",
+                    family.name.c_str(), fsdp::sharding_strategy_name(strategy), world, steps, difference);
+        EXPECT_LE(difference, 1e-10);
+      },
+      slow_ranks());
+}
+
+// ---- equal to single-process training ------------------------------------
+
+TEST(FSDP, FullShardTrainsTheMlpAsOneProcessOn2And3And4Ranks) {
+  for (int world : {2, 3, 4}) expect_fsdp_matches_single_process(mlp_family(), world, ShardingStrategy::FullShard, 100);
+}
+
+TEST(FSDP, ShardGradOpTrainsTheMlpAsOneProcessOn2And3And4Ranks) {
+  for (int world : {2, 3, 4}) {
+    expect_fsdp_matches_single_process(mlp_family(), world, ShardingStrategy::ShardGradOp, 100);
+  }
+}
+
+TEST(FSDP, NoShardTrainsTheMlpAsOneProcessOn2And3And4Ranks) {
+  for (int world : {2, 3, 4}) expect_fsdp_matches_single_process(mlp_family(), world, ShardingStrategy::NoShard, 100);
+}
+
+TEST(FSDP, HybridShardTrainsTheMlpAsOneProcessOn4RanksAsTwoGroupsOfTwo) {
+  expect_fsdp_matches_single_process(mlp_family(), 4, ShardingStrategy::HybridShard, 100, /*hybrid_shard_size=*/2);
+}
+
+TEST(FSDP, EveryStrategyTrainsLeNetAsOneProcess) {
+  for (int world : {2, 3, 4}) expect_fsdp_matches_single_process(lenet_family(), world, ShardingStrategy::FullShard, 100);
+  expect_fsdp_matches_single_process(lenet_family(), 2, ShardingStrategy::ShardGradOp, 100);
+  expect_fsdp_matches_single_process(lenet_family(), 3, ShardingStrategy::NoShard, 100);
+  expect_fsdp_matches_single_process(lenet_family(), 4, ShardingStrategy::HybridShard, 100, 2);
+}
+
+TEST(FSDP, EveryStrategyTrainsTheGptAsOneProcess) {
+  for (int world : {2, 3, 4}) expect_fsdp_matches_single_process(gpt_family(), world, ShardingStrategy::FullShard, 100);
+  expect_fsdp_matches_single_process(gpt_family(), 3, ShardingStrategy::ShardGradOp, 100);
+  expect_fsdp_matches_single_process(gpt_family(), 2, ShardingStrategy::NoShard, 100);
+  expect_fsdp_matches_single_process(gpt_family(), 4, ShardingStrategy::HybridShard, 100, 2);
+}
+
+// ---- what each rank holds -------------------------------------------------
+
+TEST(FSDP, EachRankHoldsItsShardOfEveryParameterAndOptimizerState) {
+  run_on_ranks(3, [](int rank) {
+    auto group = make_test_group("gloo", kTimeout);
+    auto model = make_mlp(3);
+    const int64_t total = [&] {
+      int64_t n = 0;
+      for (const Tensor& p : model->parameters()) n += p.numel();
+      return n;
+    }();
+    FSDPOptions options;
+    options.group = group;
+    options.wrap_policy = mlp_policy();
+    FullyShardedDataParallel fsdp(model, options);
+    // Units: the root (head) first, then fc1, fc2, fc3 in module order.
+    auto units = fsdp.units();
+    ASSERT_EQ(units.size(), 4u);
+    EXPECT_EQ(units[0].name, "");
+    EXPECT_EQ(units[0].parameters, (std::vector<std::string>{"head.weight", "head.bias"}));
+    EXPECT_EQ(units[1].name, "fc1");
+    EXPECT_EQ(units[3].name, "fc3");
+    int64_t held = 0, shard_total = 0;
+    for (const auto& s : fsdp.parameter_shards()) {
+      EXPECT_EQ(s.param.dim(), 1) << s.name;
+      EXPECT_EQ(s.param.numel(), s.local_numel) << s.name;
+      EXPECT_TRUE(s.writer);
+      held += s.local_numel;
+    }
+    for (size_t u = 0; u < units.size(); ++u) {
+      // Note [FSDP unit padding]: each unit's shard size is unique mod the unit count.
+      EXPECT_EQ(units[u].shard_numel % 4, static_cast<int64_t>(u));
+      EXPECT_GE(units[u].shard_numel * 3, units[u].numel);
+      EXPECT_LT(units[u].shard_numel * 3, units[u].numel + 3 * 4);
+      shard_total += units[u].shard_numel;
+    }
+    EXPECT_LE(held, shard_total);
+    // Summed over the ranks, every element is held exactly once.
+    Tensor count = full({1}, static_cast<double>(held), DType::Int64);
+    group->all_reduce(count)->wait();
+    EXPECT_EQ(count.item<int64_t>(), total);
+
+    optim::Adam opt(model->parameters(), adam());
+    auto [x, y] = mlp_batch(0, 6);
+    F::cross_entropy(fsdp.forward(rows_of(x, rank, 3)), rows_of(y, rank, 3)).backward();
+    for (const auto& s : fsdp.parameter_shards()) {
+      ASSERT_TRUE(s.param.grad().defined()) << s.name;
+      EXPECT_EQ(s.param.grad().numel(), s.local_numel) << s.name;
+    }
+    opt.step();
+    for (const auto& s : fsdp.parameter_shards()) {
+      EXPECT_EQ(opt.state(s.param).at("exp_avg").numel(), s.local_numel) << s.name;
+    }
+  });
+}
+
+TEST(FSDP, TheOptimizerMayBeMadeAfterWrappingAndParametersKeepTheirHandles) {
+  run_on_ranks(2, [](int rank) {
+    auto group = make_test_group("gloo", kTimeout);
+    auto model = make_mlp(3);
+    Tensor fc1_weight = model->fc1->weight;
+    FullyShardedDataParallel fsdp(model, opts(group, mlp_policy()));
+    EXPECT_EQ(fsdp.module().get_parameter("fc1.weight").impl(), fc1_weight.impl());
+    bool seen_full = false;
+    fsdp.with_full_parameters([&] { seen_full = fc1_weight.shape() == Shape{96, 12}; }, false);
+    EXPECT_TRUE(seen_full);
+    EXPECT_EQ(fc1_weight.dim(), 1);
+    (void)rank;
+  });
+}
+
+// ---- no_sync, clipping, checkpointing, mixed precision --------------------
+
+TEST(FSDP, NoSyncAccumulatesMicroBatchesAsOneBigBatch) {
+  run_on_ranks(2, [](int rank) {
+    auto group = make_test_group("gloo", kTimeout);
+    auto model = make_mlp(5);
+    optim::Adam opt(model->parameters(), adam());
+    auto fsdp = std::make_shared<FullyShardedDataParallel>(model, opts(group, mlp_policy()));
+    // Three micro-batches of 4 rows per rank, the first two inside no_sync:
+    // gradients summed, so each loss is scaled by 1/3 to average them.
+    for (int step = 0; step < 5; ++step) {
+      auto [x, y] = mlp_batch(step, 24);
+      Tensor xs = rows_of(x, rank, 2), ys = rows_of(y, rank, 2);
+      opt.zero_grad();
+      {
+        auto guard = fsdp->no_sync();
+        for (int m = 0; m < 2; ++m) {
+          (F::cross_entropy(fsdp->forward(xs.narrow(0, 4 * m, 4)), ys.narrow(0, 4 * m, 4)) / 3.0).backward();
+          for (const Tensor& p : model->parameters()) EXPECT_FALSE(p.grad().defined());
+        }
+      }
+      (F::cross_entropy(fsdp->forward(xs.narrow(0, 8, 4)), ys.narrow(0, 8, 4)) / 3.0).backward();
+      opt.step();
+    }
+    std::vector<Tensor> mine = full_parameters(*fsdp);
+    if (rank != 0) return;
+    auto reference = make_mlp(5);
+    optim::Adam ref_opt(reference->parameters(), adam());
+    for (int step = 0; step < 5; ++step) {
+      auto [x, y] = mlp_batch(step, 24);
+      // Rank r's micro-batch m holds rows 12 r + 4 m ...: the whole batch in
+      // another order, whose mean is the same.
+      ref_opt.zero_grad();
+      F::cross_entropy(reference->forward(x), y).backward();
+      ref_opt.step();
+    }
+    EXPECT_LE(relative_difference(mine, reference->parameters()), 1e-10);
+  });
+}
+
+TEST(FSDP, ClipGradNormClipsByTheNormOfTheWholeModel) {
+  run_on_ranks(3, [](int rank) {
+    auto group = make_test_group("gloo", kTimeout);
+    auto model = make_mlp(8);
+    auto fsdp = std::make_shared<FullyShardedDataParallel>(model, opts(group, mlp_policy()));
+    auto [x, y] = mlp_batch(0, 6);
+    F::cross_entropy(fsdp->forward(rows_of(x, rank, 3)), rows_of(y, rank, 3)).backward();
+    const double norm = fsdp->clip_grad_norm_(0.01);
+    const double inf_norm_after = fsdp->clip_grad_norm_(1e9, INFINITY);
+    // The reference: one process, the whole batch, torch's clip_grad_norm_.
+    auto reference = make_mlp(8);
+    F::cross_entropy(reference->forward(x), y).backward();
+    const double expected = optim::clip_grad_norm_(reference->parameters(), 0.01);
+    double expected_inf = 0;
+    for (const Tensor& p : reference->parameters()) {
+      expected_inf = std::max(expected_inf, ops::max(ops::abs(p.grad())).item<double>());
+    }
+    EXPECT_NEAR(norm, expected, 1e-12 * expected);
+    EXPECT_GT(norm, 0.01);  // so clipping happened
+    EXPECT_NEAR(inf_norm_after, expected_inf, 1e-12);
+  });
+}
+
+TEST(FSDP, ActivationCheckpointingInsideAUnitGivesTheSameTraining) {
+  run_on_ranks(2, [](int rank) {
+    auto group = make_test_group("gloo", kTimeout);
+    std::vector<std::vector<Tensor>> results;
+    for (bool checkpointed : {false, true}) {
+      auto model = make_mlp(4, DType::Float64, checkpointed);
+      optim::Adam opt(model->parameters(), adam());
+      auto fsdp = std::make_shared<FullyShardedDataParallel>(model, opts(group, mlp_policy()));
+      for (int s = 0; s < 10; ++s) {
+        auto [x, y] = mlp_batch(s, 8);
+        opt.zero_grad();
+        F::cross_entropy(fsdp->forward(rows_of(x, rank, 2)), rows_of(y, rank, 2)).backward();
+        opt.step();
+      }
+      results.push_back(full_parameters(*fsdp));
+    }
+    EXPECT_EQ(relative_difference(results[1], results[0]), 0.0);
+  });
+}
+
+TEST(FSDP, Float32TrainingStaysWithinTheSingleProcessRunsOwnDrift) {
+  run_on_ranks(2, [](int rank) {
+    auto group = make_test_group("gloo", kTimeout);
+    const int steps = 100;
+    auto model = make_mlp(21, DType::Float32);
+    optim::Adam opt(model->parameters(), adam());
+    auto fsdp = std::make_shared<FullyShardedDataParallel>(model, opts(group, mlp_policy()));
+    for (int s = 0; s < steps; ++s) {
+      auto [x, y] = mlp_batch(s, 12, DType::Float32);
+      opt.zero_grad();
+      F::cross_entropy(fsdp->forward(rows_of(x, rank, 2)), rows_of(y, rank, 2)).backward();
+      opt.step();
+    }
+    std::vector<Tensor> mine = full_parameters(*fsdp);
+    if (rank != 0) return;
+    auto train = [&](bool nudge) {
+      auto m = make_mlp(21, DType::Float32);
+      if (nudge) {
+        // One ulp up on every weight.
+        NoGradGuard no_grad;
+        for (Tensor& p : m->parameters()) {
+          Tensor t = p;
+          ops::mul_(t, 1.0 + std::ldexp(1.0, -23));
+        }
+      }
+      optim::Adam o(m->parameters(), adam());
+      for (int s = 0; s < steps; ++s) {
+        auto [x, y] = mlp_batch(s, 12, DType::Float32);
+        o.zero_grad();
+        F::cross_entropy(m->forward(x), y).backward();
+        o.step();
+      }
+      return m->parameters();
+    };
+    std::vector<Tensor> reference = train(false);
+    const double drift = relative_difference(train(true), reference);
+    const double difference = relative_difference(mine, reference);
+    std::printf("float32: |FSDP - single| %.3g, single process's own drift for one ulp %.3g\n", difference, drift);
+    EXPECT_GT(drift, 0.0);
+    EXPECT_LE(difference, 2 * drift);
+  });
+}
+
+TEST(FSDP, Bfloat16MixedPrecisionTrainsNearFloat32Training) {
+  run_on_ranks(2, [](int rank) {
+    auto group = make_test_group("gloo", kTimeout);
+    const int steps = 30;
+    auto model = make_mlp(31, DType::Float32);
+    optim::Adam opt(model->parameters(), adam());
+    FSDPOptions options = opts(group, mlp_policy());
+    options.mixed_precision.param_dtype = DType::BFloat16;
+    options.mixed_precision.reduce_dtype = DType::Float32;
+    auto fsdp = std::make_shared<FullyShardedDataParallel>(model, options);
+    for (int s = 0; s < steps; ++s) {
+      auto [x, y] = mlp_batch(s, 12, DType::Float32);
+      opt.zero_grad();
+      Tensor logits = fsdp->forward(rows_of(x, rank, 2));
+      EXPECT_EQ(logits.dtype(), DType::BFloat16);
+      F::cross_entropy(logits.to(DType::Float32), rows_of(y, rank, 2)).backward();
+      for (const Tensor& p : model->parameters()) {
+        EXPECT_EQ(p.dtype(), DType::Float32);  // the master shard
+        EXPECT_EQ(p.grad().dtype(), DType::Float32);
+      }
+      opt.step();
+    }
+    std::vector<Tensor> mine = full_parameters(*fsdp);
+    if (rank != 0) return;
+    auto reference = make_mlp(31, DType::Float32);
+    optim::Adam ref_opt(reference->parameters(), adam());
+    for (int s = 0; s < steps; ++s) {
+      auto [x, y] = mlp_batch(s, 12, DType::Float32);
+      ref_opt.zero_grad();
+      F::cross_entropy(reference->forward(x), y).backward();
+      ref_opt.step();
+    }
+    // The stated tolerance. Adam moves a weight by about lr per step
+    // whatever the gradient's size, so two runs can differ by up to
+    // 2 * steps * lr = 0.06 in any weight; bfloat16's 8-bit mantissa flips
+    // the sign of small gradients now and then, which is what the largest
+    // differences are. On average a weight must stay within 0.1 * steps * lr
+    // (0.003) of float32's, and no weight may differ by more than 0.5 *
+    // steps * lr.
+    const auto ref = reference->parameters();
+    double total = 0, count = 0;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      total += ops::sum(ops::abs(ops::sub(mine[i], ref[i]))).item<double>();
+      count += static_cast<double>(ref[i].numel());
+    }
+    const double mean = total / count, worst = relative_difference(mine, ref);
+    std::printf("bfloat16 compute, float32 reduction: weights differ from float32 training by %.3g on average, "
+                "%.3g at most\n", mean, worst);
+    EXPECT_LE(mean, 0.1 * steps * 1e-3);
+    EXPECT_LE(worst, 0.5 * steps * 1e-3);
+    EXPECT_GT(worst, 0.0);
+  });
+}
+
+// ---- prefetching -----------------------------------------------------------
+
+TEST(FSDP, PrefetchIssuesTheNextUnitsGatherBeforeTheCurrentUnitComputes) {
+  run_on_ranks(2, [](int rank) {
+    auto group = make_test_group("gloo", kTimeout);
+    auto model = make_mlp(6);
+    FSDPOptions options = opts(group, mlp_policy());
+    options.record_events = true;
+    options.max_gathers_in_flight = 1;
+    auto fsdp = std::make_shared<FullyShardedDataParallel>(model, options);
+    for (int s = 0; s < 2; ++s) {
+      auto [x, y] = mlp_batch(s, 8);
+      if (s == 1) fsdp->clear_events();
+      F::cross_entropy(fsdp->forward(rows_of(x, rank, 2)), rows_of(y, rank, 2)).backward();
+    }
+    ASSERT_EQ(fsdp->forward_order(), (std::vector<size_t>{1, 2, 3}));
+    // When did each thing happen in the second step, forward then backward.
+    auto when = [&](fsdp::FSDPEvent::Kind kind, size_t unit, bool backward) {
+      for (const auto& e : fsdp->events()) {
+        if (e.kind == kind && e.unit == unit && e.in_backward == backward) return e.seconds;
+      }
+      ADD_FAILURE() << "no " << fsdp::fsdp_event_name(kind) << " of unit " << unit;
+      return -1.0;
+    };
+    using K = fsdp::FSDPEvent::Kind;
+    // Forward: unit 2's gather is in flight while unit 1 computes, unit 3's while unit 2 does.
+    EXPECT_LT(when(K::GatherIssued, 2, false), when(K::ForwardBegin, 1, false));
+    EXPECT_LT(when(K::GatherIssued, 3, false), when(K::ForwardBegin, 2, false));
+    // Backward: unit 2's gather is issued as unit 3's backward begins, before unit 3's reduction.
+    EXPECT_LT(when(K::GatherIssued, 2, true), when(K::ReduceIssued, 3, true));
+    EXPECT_LT(when(K::GatherIssued, 1, true), when(K::ReduceIssued, 2, true));
+    for (const auto& e : fsdp->events()) {
+      std::printf("%-15s unit %zu %s %.6f%s\n", fsdp::fsdp_event_name(e.kind), e.unit,
+                  e.in_backward ? "backward" : "forward ", e.seconds,
+                  e.kind == K::GatherWaited && e.gather_was_complete ? " (had arrived)" : "");
+    }
+  });
+}
+
+// ---- ranks out of step -----------------------------------------------------
+
+// Two units of the same size; `skip` leaves the second out, `swap` runs them
+// in the other order.
+class TwoEqualUnits : public nn::Module {
+ public:
+  TwoEqualUnits() {
+    a = register_module("a", std::make_shared<nn::Linear>(8, 8));
+    b = register_module("b", std::make_shared<nn::Linear>(8, 8));
+    to(DType::Float64);
+  }
+  Tensor forward(const Tensor& x) override {
+    if (skip) return (*a)(x);
+    return swap ? (*a)((*b)(x)) : (*b)((*a)(x));
+  }
+  std::shared_ptr<nn::Linear> a, b;
+  bool skip = false, swap = false;
+};
+
+void expect_out_of_step_rank_is_named(bool swap) {
+  RankOptions ranks;
+  ranks.deadline = std::chrono::seconds(60);
+  run_on_ranks(
+      2,
+      [swap](int rank) {
+        auto group = make_test_group("gloo", kTimeout);
+        auto model = std::make_shared<TwoEqualUnits>();
+        auto fsdp = std::make_shared<FullyShardedDataParallel>(
+            model, opts(group, fsdp::wrap_by_numel(10)));
+        ASSERT_EQ(fsdp->units().size(), 2u);
+        ASSERT_EQ(fsdp->units()[0].numel, fsdp->units()[1].numel);
+        if (rank == 1) (swap ? model->swap : model->skip) = true;
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          Tensor x = ones({2, 8}, DType::Float64);
+          sum(fsdp->forward(x)).backward();
+          ADD_FAILURE() << "rank " << rank << " trained on with a peer out of step";
+        } catch (const Error& e) {
+          std::string message = e.what();
+          std::printf("rank %d: %s\n", rank, message.c_str());
+          EXPECT_NE(message.find("FSDP: the "), std::string::npos) << message;
+          EXPECT_NE(message.find("unit "), std::string::npos) << message;
+          EXPECT_NE(message.find("rank"), std::string::npos) << message;
+        }
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+      },
+      ranks);
+}
+
+TEST(FSDP, ARankThatSkipsAUnitIsToldWhichUnitInsteadOfHanging) { expect_out_of_step_rank_is_named(false); }
+
+TEST(FSDP, RanksThatRunUnitsInAnotherOrderAreToldWhichUnit) { expect_out_of_step_rank_is_named(true); }
+
+// ---- bad input ---------------------------------------------------------------
+
+TEST(FSDP, BadOptionsAreRefusedNamingWhatIsWrong) {
+  EXPECT_EQ(fsdp::parse_sharding_strategy("full-shard"), ShardingStrategy::FullShard);
+  EXPECT_EQ(fsdp::parse_sharding_strategy("HYBRID_SHARD"), ShardingStrategy::HybridShard);
+  try {
+    fsdp::parse_sharding_strategy("zero3");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("FSDP: unknown sharding strategy 'zero3'"), std::string::npos);
+  }
+  auto model = make_mlp(1);
+  EXPECT_THROW(fsdp::wrap_by_names(*model, {"fc1", "fc9"}), Error);
+  EXPECT_THROW(fsdp::wrap_by_numel(0), Error);
+  run_on_ranks(2, [](int) {
+    auto group = make_test_group("gloo", kTimeout);
+    FSDPOptions options = opts(group);
+    options.strategy = ShardingStrategy::HybridShard;
+    options.hybrid_shard_size = 3;
+    try {
+      FullyShardedDataParallel fsdp(make_mlp(1), options);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("HYBRID_SHARD's shard groups of 3 ranks must divide the group's 2 ranks"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+}
+
+TEST(FSDP, RanksWithDifferentModelsAreToldWhichParameterDiffers) {
+  run_on_ranks(2, [](int rank) {
+    auto group = make_test_group("gloo", kTimeout);
+    manual_seed(1);
+    std::shared_ptr<nn::Module> model = rank == 0 ? std::shared_ptr<nn::Module>(std::make_shared<nn::Linear>(4, 3))
+                                                  : std::make_shared<nn::Linear>(4, 5);
+    try {
+      FullyShardedDataParallel fsdp(model, opts(group));
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("FSDP: parameter 0 ('weight')"), std::string::npos) << e.what();
+    }
+  });
+}
+
+}  // namespace
+}  // namespace kiln::distributed::testing
+
+#endif  // KILN_WITH_GLOO
