@@ -3,7 +3,6 @@
 #include "apps/tools/checkpoint_tool.h"
 
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -115,8 +114,8 @@ void inspect_file(const std::string& path, bool verify, std::ostream& out) {
           << table.at("id").get<std::string>() << "\n";
       for (const auto& p : table.at("pieces")) {
         const int64_t offset = p.at("offset");
-        pieces[p.at("key")] = "of '" + p.at("name").get<std::string>() + "' " +
-                              shape_text(p.at("shape").get<Shape>()) + " from element " + std::to_string(offset);
+        pieces[p.at("key")] = "of '" + p.at("name").get<std::string>() + "' " + shape_text(p.at("shape").get<Shape>()) +
+                              " from element " + std::to_string(offset);
       }
     } catch (const nlohmann::json::exception& e) {
       KILN_FAIL("'", path, "': its piece table (metadata '", kPieceTableKey, "') is malformed: ", e.what());
@@ -126,7 +125,8 @@ void inspect_file(const std::string& path, bool verify, std::ostream& out) {
   out << "tensors:\n";
   std::vector<std::vector<std::string>> rows;
   for (const auto& e : file.entries()) {
-    rows.push_back({e.name, std::string(dtype_name(e.dtype)), shape_text(e.shape), std::to_string(e.nbytes) + " bytes"});
+    rows.push_back(
+        {e.name, std::string(dtype_name(e.dtype)), shape_text(e.shape), std::to_string(e.nbytes) + " bytes"});
     if (auto it = pieces.find(e.name); it != pieces.end()) rows.back().push_back(it->second);
   }
   print_table(out, rows);
@@ -154,8 +154,9 @@ void reshard(const std::string& dir, const std::string& out_dir, int world_size,
 }  // namespace
 
 int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
-  CLI::App app{"Inspects, consolidates and reshards Kiln checkpoints: sharded ones (a directory of "
-               "rank-<r>-of-<W>.safetensors files and index.json) and single safetensors files."};
+  CLI::App app{
+      "Inspects, consolidates and reshards Kiln checkpoints: sharded ones (a directory of "
+      "rank-<r>-of-<W>.safetensors files and index.json) and single safetensors files."};
   app.require_subcommand(1);
   std::string path, target;
   bool pieces = false, verify = false;

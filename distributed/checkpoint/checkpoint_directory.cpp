@@ -34,8 +34,7 @@ std::string parent_of(const std::string& dir) {
 }
 
 bool is_id(std::string_view text) {
-  return text.size() == kIdDigits &&
-         text.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+  return text.size() == kIdDigits && text.find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
 
 }  // namespace
@@ -84,27 +83,27 @@ void begin_save(const std::string& dir, const std::string& temp, const char* op)
   }
   fs::create_directories(parent_of(dir), error);
   KILN_CHECK(!error, op, ": cannot create directory '", parent_of(dir), "': ", error.message());
-  KILN_CHECK(fs::create_directory(temp, error) && !error, op, ": cannot create directory '", temp, "': ",
-             error ? error.message() : "it exists already");
+  KILN_CHECK(fs::create_directory(temp, error) && !error, op, ": cannot create directory '", temp,
+             "': ", error ? error.message() : "it exists already");
 }
 
 void commit_save(const std::string& temp, const std::string& dir, const char* op) {
   fsync_directory(temp, op);
   std::error_code error;
   if (!fs::exists(fs::symlink_status(dir, error))) {
-    KILN_CHECK(::rename(temp.c_str(), dir.c_str()) == 0, op, ": cannot rename '", temp, "' to '", dir, "': ",
-               errno_text(errno));
+    KILN_CHECK(::rename(temp.c_str(), dir.c_str()) == 0, op, ": cannot rename '", temp, "' to '", dir,
+               "': ", errno_text(errno));
   } else if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
     fs::remove_all(temp, error);  // the old checkpoint, now under the temporary name
   } else {
     const int exchange_error = errno;
-    KILN_CHECK(exchange_error == EINVAL || exchange_error == ENOSYS || exchange_error == ENOTSUP, op,
-               ": cannot swap '", temp, "' with '", dir, "': ", errno_text(exchange_error));
+    KILN_CHECK(exchange_error == EINVAL || exchange_error == ENOSYS || exchange_error == ENOTSUP, op, ": cannot swap '",
+               temp, "' with '", dir, "': ", errno_text(exchange_error));
     // No RENAME_EXCHANGE on this filesystem: two renames, and a short window
     // in which only "<dir>.old.<id>" holds a checkpoint.
     const std::string old = dir + ".old." + temp.substr(temp.size() - kIdDigits);
-    KILN_CHECK(::rename(dir.c_str(), old.c_str()) == 0, op, ": cannot rename '", dir, "' to '", old, "': ",
-               errno_text(errno));
+    KILN_CHECK(::rename(dir.c_str(), old.c_str()) == 0, op, ": cannot rename '", dir, "' to '", old,
+               "': ", errno_text(errno));
     if (::rename(temp.c_str(), dir.c_str()) != 0) {
       const int rename_error = errno;
       ::rename(old.c_str(), dir.c_str());

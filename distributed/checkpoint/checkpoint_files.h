@@ -66,8 +66,7 @@ void write_rank_file(const std::string& temp, const std::string& id, int rank, i
 // Reads the piece tables of the W files in `temp` (checking that each file
 // is whole and carries `id`), checks the invariants, and returns the index.
 Index index_from_rank_files(const std::string& temp, const std::string& id, int world_size,
-                            const std::map<std::string, std::string>& metadata, const std::string& dir,
-                            const char* op);
+                            const std::map<std::string, std::string>& metadata, const std::string& dir, const char* op);
 
 // Writes `index` as `temp`/index.json.
 void write_index(const std::string& temp, const Index& index);

@@ -209,8 +209,8 @@ void check_tiling(const TensorInfo& tensor, int world_size, const std::string& w
     KILN_CHECK(p.offset >= covered, where, ": tensor '", tensor.name, "': pieces overlap: elements [", previous->offset,
                ", ", previous->offset + previous->numel, ") on rank ", previous->rank, " and [", p.offset, ", ",
                p.offset + p.numel, ") on rank ", p.rank);
-    KILN_CHECK(p.offset == covered, where, ": tensor '", tensor.name, "' (shape ", tensor.global_shape,
-               "): elements [", covered, ", ", p.offset, ") are in no piece (a gap)");
+    KILN_CHECK(p.offset == covered, where, ": tensor '", tensor.name, "' (shape ", tensor.global_shape, "): elements [",
+               covered, ", ", p.offset, ") are in no piece (a gap)");
     covered = p.offset + p.numel;
     previous = &p;
   }
@@ -275,11 +275,12 @@ void write_index(const std::string& temp, const Index& index) {
     Json pieces = Json::array();
     for (const PieceLocation& p : t.pieces)
       pieces.push_back({{"rank", p.rank}, {"key", p.key}, {"offset", p.offset}, {"numel", p.numel}});
-    tensors.push_back({{"name", t.name}, {"dtype", std::string(dtype_name(t.dtype))}, {"shape", t.global_shape},
-                       {"pieces", pieces}});
+    tensors.push_back(
+        {{"name", t.name}, {"dtype", std::string(dtype_name(t.dtype))}, {"shape", t.global_shape}, {"pieces", pieces}});
   }
-  const Json fields = {{"format", kFormat}, {"version", kVersion}, {"id", index.id}, {"world_size", index.world_size},
-                       {"metadata", index.metadata}, {"files", files}, {"tensors", tensors}};
+  const Json fields = {
+      {"format", kFormat},          {"version", kVersion}, {"id", index.id},    {"world_size", index.world_size},
+      {"metadata", index.metadata}, {"files", files},      {"tensors", tensors}};
   // One field per line, and one line per file and per tensor, so that the
   // index reads as a table.
   const std::string path = (fs::path(temp) / kIndexFile).string();
@@ -345,22 +346,21 @@ Index read_index(const std::string& dir) {
   for (int rank = 0; rank < index.world_size; ++rank) {
     const std::string name = string_field(files[rank], "name", where);
     KILN_CHECK(name == rank_file_name(rank, index.world_size), where, ": file ", rank, " is '", name,
-               "', but a checkpoint of world size ", world, " names it '", rank_file_name(rank, index.world_size),
-               "'");
+               "', but a checkpoint of world size ", world, " names it '", rank_file_name(rank, index.world_size), "'");
     const int64_t bytes = int_field(files[rank], "bytes", where);
     index.file_bytes.push_back(static_cast<uint64_t>(bytes));
     const std::string file = index.file_path(rank);
     struct stat info {};
-    KILN_CHECK(::stat(file.c_str(), &info) == 0, "read_index: '", file, "', which the index lists, is missing: ",
-               errno_text(errno));
+    KILN_CHECK(::stat(file.c_str(), &info) == 0, "read_index: '", file,
+               "', which the index lists, is missing: ", errno_text(errno));
     KILN_CHECK(static_cast<uint64_t>(info.st_size) == static_cast<uint64_t>(bytes), "read_index: '", file, "' is ",
                info.st_size, " bytes but the index records ", bytes, " (truncated or replaced?)");
     listed.insert(name);
   }
   for (const auto& entry : fs::directory_iterator(dir, error)) {
     const std::string name = entry.path().filename().string();
-    KILN_CHECK(!(name.starts_with("rank-") && name.ends_with(".safetensors")) || listed.contains(name),
-               "read_index: '", dir, "' holds '", name, "', which its index (world size ", world,
+    KILN_CHECK(!(name.starts_with("rank-") && name.ends_with(".safetensors")) || listed.contains(name), "read_index: '",
+               dir, "' holds '", name, "', which its index (world size ", world,
                ") does not list: files of another checkpoint?");
   }
 

@@ -57,8 +57,8 @@ Tensor read_piece(const OpenFile& file, const PieceRead& read) {
                  stored.global_shape == t.global_shape && stored.dtype == t.dtype,
              "'", file.reader->path(), "': piece '", p.key, "' is elements [", stored.offset, ", ",
              stored.offset + stored.numel, ") of '", stored.name, "' ", stored.global_shape, " ", stored.dtype,
-             " in the file but elements [", p.offset, ", ", p.offset + p.numel, ") of '", t.name, "' ",
-             t.global_shape, " ", t.dtype, " in the index");
+             " in the file but elements [", p.offset, ", ", p.offset + p.numel, ") of '", t.name, "' ", t.global_shape,
+             " ", t.dtype, " in the index");
   return file.reader->read(p.key);
 }
 
@@ -162,10 +162,10 @@ void reshard(const std::string& dir_in, const std::string& dir_out, int new_worl
                ranges.back().size(), " ranges for '", t.name, "', expected one per rank (", new_world_size, ")");
     for (size_t r = 0; r < ranges.back().size(); ++r) {
       const Range& range = ranges.back()[r];
-      KILN_CHECK(range.offset >= 0 && range.numel >= 0 && range.offset <= t.numel() &&
-                     range.numel <= t.numel() - range.offset,
-                 op, ": the splitter gives rank ", r, " elements [", range.offset, ", ", range.offset + range.numel,
-                 ") of '", t.name, "', which has ", t.numel());
+      KILN_CHECK(
+          range.offset >= 0 && range.numel >= 0 && range.offset <= t.numel() && range.numel <= t.numel() - range.offset,
+          op, ": the splitter gives rank ", r, " elements [", range.offset, ", ", range.offset + range.numel, ") of '",
+          t.name, "', which has ", t.numel());
     }
   }
   detail::LocalSave save(dir_out, new_world_size, op);

@@ -47,8 +47,8 @@ std::string piece_key(const ShardPiece& piece) { return piece.name + "@" + std::
 void check_pieces(const std::vector<ShardPiece>& pieces, const std::string& dir, const char* op) {
   std::set<std::string> keys;
   for (const ShardPiece& p : pieces) {
-    const std::string where = std::string(op) + ": '" + dir + "': piece '" + p.name + "' at offset " +
-                              std::to_string(p.offset);
+    const std::string where =
+        std::string(op) + ": '" + dir + "': piece '" + p.name + "' at offset " + std::to_string(p.offset);
     KILN_CHECK(!p.name.empty(), op, ": '", dir, "': a piece has an empty name");
     KILN_CHECK(p.data.defined(), where, ": its data is undefined");
     KILN_CHECK(p.data.dim() == 1, where, ": its data must be 1-d, got shape ", p.data.shape());
@@ -76,8 +76,11 @@ void write_rank_file(const std::string& temp, const std::string& id, int rank, i
 }
 
 LocalSave::LocalSave(const std::string& dir, int world_size, const char* op)
-    : dir_(normalize_dir(dir, op)), id_(new_checkpoint_id()), temp_(temp_dir_for(dir_, id_)),
-      world_size_(world_size), op_(op) {
+    : dir_(normalize_dir(dir, op)),
+      id_(new_checkpoint_id()),
+      temp_(temp_dir_for(dir_, id_)),
+      world_size_(world_size),
+      op_(op) {
   KILN_CHECK(world_size >= 1, op, ": '", dir_, "': the world size must be at least 1, got ", world_size);
   begin_save(dir_, temp_, op_);
 }

@@ -111,7 +111,7 @@ struct Index {
   std::string id;
   int world_size = 0;
   std::map<std::string, std::string> metadata;
-  std::vector<TensorInfo> tensors;  // rank 0's order first
+  std::vector<TensorInfo> tensors;   // rank 0's order first
   std::vector<uint64_t> file_bytes;  // per rank
 
   // "<dir>/rank-<r>-of-<W>.safetensors".

@@ -2,6 +2,8 @@
 // writes: inspect, consolidate and reshard in-process, the program's exit
 // status, and every kind of bad input answered by a message naming the
 // file and status 1.
+#include "apps/tools/checkpoint_tool.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -10,7 +12,6 @@
 #include <sstream>
 
 #include "app_test_support.h"
-#include "apps/tools/checkpoint_tool.h"
 #include "distributed/checkpoint/sharded_checkpoint.h"
 #include "tensor/factory.h"
 #include "tensor/random.h"
@@ -69,10 +70,26 @@ TEST(CheckpointTool, InspectsAShardedCheckpoint) {
   const ToolResult r = tool({"inspect", dir});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(r.err.empty()) << r.err;
-  for (const char* part : {"sharded checkpoint ", "world size 1, id ", "3 tensors, 41 elements, 308 bytes of data in 1 files",
-                           "metadata:", "recipe: tiny", "step: 3", "encoder.weight", "float64", "[7, 5]", "35 elements",
-                           "280 bytes", "2 pieces", "encoder.bias", "float32", "[5]", "step", "int64", "[]",
-                           "rank-0-of-1.safetensors", "5 pieces"})
+  for (const char* part : {"sharded checkpoint ",
+                           "world size 1, id ",
+                           "3 tensors, 41 elements, 308 bytes of data in 1 files",
+                           "metadata:",
+                           "recipe: tiny",
+                           "step: 3",
+                           "encoder.weight",
+                           "float64",
+                           "[7, 5]",
+                           "35 elements",
+                           "280 bytes",
+                           "2 pieces",
+                           "encoder.bias",
+                           "float32",
+                           "[5]",
+                           "step",
+                           "int64",
+                           "[]",
+                           "rank-0-of-1.safetensors",
+                           "5 pieces"})
     EXPECT_TRUE(contains(r.out, part)) << "no '" << part << "' in:\n" << r.out;
   const ToolResult listed = tool({"inspect", dir, "--pieces", "--verify"});
   ASSERT_EQ(listed.status, 0) << listed.err;
@@ -124,7 +141,8 @@ TEST(CheckpointTool, BadInputIsAMessageNamingTheFileAndStatusOne) {
   };
   expect_failure({"inspect", tmp / "missing"}, "kiln-checkpoint: inspect: '" + tmp / "missing" + "' does not exist");
   fs::create_directories(tmp / "empty");
-  expect_failure({"inspect", tmp / "empty"}, "kiln-checkpoint: read_index: '" + tmp / "empty" + "' is not a sharded checkpoint");
+  expect_failure({"inspect", tmp / "empty"},
+                 "kiln-checkpoint: read_index: '" + tmp / "empty" + "' is not a sharded checkpoint");
   std::ofstream(tmp / "text.safetensors") << "not a safetensors file";
   expect_failure({"inspect", tmp / "text.safetensors"}, "'" + tmp / "text.safetensors" + "'");
   expect_failure({"consolidate", dir, tmp / "no/such/dir/out.safetensors"}, tmp / "no/such/dir/out.safetensors");
@@ -153,9 +171,11 @@ TEST(CheckpointTool, TheProgramExitsWithTheStatus) {
   const ProcessResult good = run_program(KILN_CHECKPOINT_EXE, {"inspect", dir}, tmp / "err.txt");
   EXPECT_EQ(good.exit_code, 0) << read_text(tmp / "err.txt");
   EXPECT_TRUE(contains(good.out, "encoder.weight")) << good.out;
-  const ProcessResult bad = run_program(KILN_CHECKPOINT_EXE, {"consolidate", tmp / "missing", tmp / "x"}, tmp / "err.txt");
+  const ProcessResult bad =
+      run_program(KILN_CHECKPOINT_EXE, {"consolidate", tmp / "missing", tmp / "x"}, tmp / "err.txt");
   EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_TRUE(contains(read_text(tmp / "err.txt"), "kiln-checkpoint: read_index: no checkpoint at '" + tmp / "missing" + "'"));
+  EXPECT_TRUE(
+      contains(read_text(tmp / "err.txt"), "kiln-checkpoint: read_index: no checkpoint at '" + tmp / "missing" + "'"));
 }
 
 }  // namespace

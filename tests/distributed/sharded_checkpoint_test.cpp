@@ -2,6 +2,8 @@
 // saved in uneven pieces by N ranks come back bit for bit on M ranks and in
 // one process; every broken file or index is an error naming it; a failed
 // save leaves the old checkpoint as it was.
+#include "distributed/checkpoint/sharded_checkpoint.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint_test_util.h"
-#include "distributed/checkpoint/sharded_checkpoint.h"
 #include "multi_process.h"
 #include "tensor/factory.h"
 #include "tensor/random.h"
@@ -61,7 +62,8 @@ std::vector<ShardPiece> pieces_for(const TensorDict& ref, int rank, int world) {
   for (const auto& [name, t] : ref) {
     const int64_t n = t.numel();
     if (name == "embed.weight") {
-      for (int64_t begin = 4 * rank; begin < n; begin += 4 * world) pieces.push_back(piece_of(name, t, begin, std::min(begin + 4, n)));
+      for (int64_t begin = 4 * rank; begin < n; begin += 4 * world)
+        pieces.push_back(piece_of(name, t, begin, std::min(begin + 4, n)));
       continue;
     }
     std::vector<int64_t> weight(world);
@@ -72,12 +74,6 @@ std::vector<ShardPiece> pieces_for(const TensorDict& ref, int rank, int world) {
     pieces.push_back(piece_of(name, t, n * before / total, n * (before + weight[rank]) / total));
   }
   return pieces;
-}
-
-ShardPiece& piece_named(std::vector<ShardPiece>& pieces, const std::string& name) {
-  for (ShardPiece& p : pieces)
-    if (p.name == name) return p;
-  throw std::runtime_error("no piece named " + name);
 }
 
 // Every piece of every rank, for a single-process save: of the pieces at
@@ -135,10 +131,21 @@ void check_in_one_process(const std::string& dir, int saved_by, const std::vecto
     const std::string out = dir + "-as-" + std::to_string(world);
     checkpoint::reshard(dir, out, world);
     EXPECT_EQ(checkpoint::read_index(out).world_size, world);
-    expect_bit_equal(checkpoint::consolidate(out, &metadata), reference_tensors(), "resharded to " + std::to_string(world));
+    expect_bit_equal(checkpoint::consolidate(out, &metadata), reference_tensors(),
+                     "resharded to " + std::to_string(world));
     EXPECT_EQ(metadata.at("step"), "7");
     for (int r = 0; r < world; ++r) check_loaded_on(r, world, out);
   }
+}
+
+// ---- several ranks ------------------------------------------------------------------
+
+#ifdef KILN_WITH_GLOO
+
+ShardPiece& piece_named(std::vector<ShardPiece>& pieces, const std::string& name) {
+  for (ShardPiece& p : pieces)
+    if (p.name == name) return p;
+  throw std::runtime_error("no piece named " + name);
 }
 
 void save_on_ranks_and_read_back(int saved_by, const std::vector<int>& readers, const std::string& name) {
@@ -155,8 +162,6 @@ void save_on_ranks_and_read_back(int saved_by, const std::vector<int>& readers, 
   if (in_rank_process()) return;
   check_in_one_process(dir, saved_by, readers);
 }
-
-// ---- several ranks ------------------------------------------------------------------
 
 TEST(ShardedCheckpointRanks, SavedOnTwoReadOnThreeAndOne) { save_on_ranks_and_read_back(2, {3}, "sharded-2"); }
 
@@ -185,14 +190,16 @@ TEST(ShardedCheckpointRanks, AFailedRankLeavesTheOldCheckpoint) {
     // 3. Rank 2 cannot write its file: a name that is not UTF-8.
     auto bad_name = pieces_for(new_values, rank, 3);
     if (rank == 2) bad_name.push_back({"\xff", {1}, DType::Float32, 0, zeros({1})});
-    expect_checkpoint_error([&] { checkpoint::save_sharded(dir, bad_name, *group); },
-                            {failed, "rank 2: save_sharded: '", "rank-2-of-3.safetensors': a piece's name is not valid UTF-8"});
+    expect_checkpoint_error(
+        [&] { checkpoint::save_sharded(dir, bad_name, *group); },
+        {failed, "rank 2: save_sharded: '", "rank-2-of-3.safetensors': a piece's name is not valid UTF-8"});
     // 4. Rank 2 gives no pieces: rank 0 finds the gaps when it builds the index.
     auto gap = pieces_for(new_values, rank, 3);
     if (rank == 2) gap.clear();
-    expect_checkpoint_error([&] { checkpoint::save_sharded(dir, gap, *group); },
-                            {failed, "rank 0: save_sharded: '" + dir +
-                                         "': tensor 'embed.weight' (shape [7, 5]): elements [8, 12) are in no piece (a gap)"});
+    expect_checkpoint_error(
+        [&] { checkpoint::save_sharded(dir, gap, *group); },
+        {failed, "rank 0: save_sharded: '" + dir +
+                     "': tensor 'embed.weight' (shape [7, 5]): elements [8, 12) are in no piece (a gap)"});
 
     group->barrier()->wait();
     if (rank == 0) {
@@ -209,6 +216,8 @@ TEST(ShardedCheckpointRanks, AFailedRankLeavesTheOldCheckpoint) {
     EXPECT_TRUE(leftover_temporaries(dir).empty());
   });
 }
+
+#endif  // KILN_WITH_GLOO
 
 // ---- one process ---------------------------------------------------------------------
 
@@ -243,7 +252,8 @@ void write_text(const std::string& path, const std::string& text) { std::ofstrea
 
 TEST_F(ShardedCheckpoint, OneProcessWritesManyPiecesAndReadsThemBack) {
   const std::string dir = path("ckpt");
-  checkpoint::save_sharded(dir + "/", all_pieces(reference_tensors(), 3), {{"step", "7"}});  // a trailing '/' is the same dir
+  checkpoint::save_sharded(dir + "/", all_pieces(reference_tensors(), 3),
+                           {{"step", "7"}});  // a trailing '/' is the same dir
   EXPECT_TRUE(fs::is_regular_file(dir + "/rank-0-of-1.safetensors"));
   EXPECT_TRUE(fs::is_regular_file(dir + "/index.json"));
   const Index index = checkpoint::read_index(dir);
@@ -316,21 +326,25 @@ TEST_F(ShardedCheckpoint, AFailedSaveLeavesTheOldCheckpointAndNoTemporaryDirecto
   // Fails after the file is written: a gap found when the index is built.
   auto gap = all_pieces(other, 2);
   gap.erase(std::find_if(gap.begin(), gap.end(), [](const ShardPiece& p) { return p.name == "fc.bias"; }));
-  expect_checkpoint_error([&] { checkpoint::save_sharded(dir, gap); },
-                          {"save_sharded: '" + dir + "': tensor 'fc.bias' (shape [13]): elements [0, ",
-                           ") are in no piece (a gap)"});
+  expect_checkpoint_error(
+      [&] { checkpoint::save_sharded(dir, gap); },
+      {"save_sharded: '" + dir + "': tensor 'fc.bias' (shape [13]): elements [0, ", ") are in no piece (a gap)"});
   // Fails before: a bad piece.
   auto bad = all_pieces(other, 2);
   bad[0].data = bad[0].data.to(DType::Float32);
   expect_checkpoint_error([&] { checkpoint::save_sharded(dir, bad); },
-                          {"save_sharded: '" + dir + "': piece 'embed.weight' at offset 0: its data is float32 but the "
+                          {"save_sharded: '" + dir +
+                           "': piece 'embed.weight' at offset 0: its data is float32 but the "
                            "piece says float64"});
   // Fails in a splitter.
-  expect_checkpoint_error([&] { checkpoint::reshard(dir, dir, 2, [](const TensorInfo&, int) { return std::vector<Range>(1); }); },
-                          {"reshard: the splitter gives 1 ranges for 'embed.weight', expected one per rank (2)"});
+  expect_checkpoint_error(
+      [&] { checkpoint::reshard(dir, dir, 2, [](const TensorInfo&, int) { return std::vector<Range>(1); }); },
+      {"reshard: the splitter gives 1 ranges for 'embed.weight', expected one per rank (2)"});
   expect_checkpoint_error(
       [&] {
-        checkpoint::reshard(dir, dir, 2, [](const TensorInfo& t, int) { return std::vector<Range>{{0, t.numel()}, {1, 1}}; });
+        checkpoint::reshard(dir, dir, 2, [](const TensorInfo& t, int) {
+          return std::vector<Range>{{0, t.numel()}, {1, 1}};
+        });
       },
       {"reshard: the splitter gives rank 1 elements [1, 2) of 'steps', which has 1"});
   expect_checkpoint_error(
@@ -339,7 +353,8 @@ TEST_F(ShardedCheckpoint, AFailedSaveLeavesTheOldCheckpointAndNoTemporaryDirecto
           return std::vector<Range>{{0, t.numel()}, {0, std::min<int64_t>(1, t.numel())}};
         });
       },
-      {"reshard: '" + dir + "': tensor 'embed.weight': pieces overlap: elements [0, 1) on rank 1 and [0, 35) on rank 0"});
+      {"reshard: '" + dir +
+       "': tensor 'embed.weight': pieces overlap: elements [0, 1) on rank 1 and [0, 35) on rank 0"});
   expect_bit_equal(checkpoint::consolidate(dir), reference_tensors(), "after the failed saves");
   EXPECT_EQ(checkpoint::read_index(dir).world_size, 2);
   EXPECT_TRUE(leftover_temporaries(dir).empty());
@@ -371,7 +386,8 @@ TEST_F(ShardedCheckpoint, ASaveReplacesNothingButACheckpoint) {
   expect_checkpoint_error([&] { checkpoint::save_sharded(path("link"), pieces); }, {"is a symbolic link"});
   for (const std::string& bad : std::vector<std::string>{"", ".", "/", path("x") + "/.."})
     EXPECT_NE(checkpoint_error([&] { checkpoint::save_sharded(bad, pieces); }), "<no error>") << bad;
-  expect_checkpoint_error([&] { checkpoint::save_sharded(".", pieces); }, {"save_sharded: '.' does not name a directory of its own"});
+  expect_checkpoint_error([&] { checkpoint::save_sharded(".", pieces); },
+                          {"save_sharded: '.' does not name a directory of its own"});
   const std::string empty = path("empty");  // an empty directory may be used
   fs::create_directories(empty);
   checkpoint::save_sharded(empty, pieces);
@@ -386,20 +402,31 @@ TEST_F(ShardedCheckpoint, BadPiecesAreRefusedNamingThem) {
     return std::vector<ShardPiece>{{std::move(name), std::move(shape), dtype, offset, std::move(data)}};
   };
   const Tensor four = zeros({4});
-  expect_checkpoint_error([&] { checkpoint::save_sharded(dir, one("", {4}, DType::Float32, 0, four)); }, {at, "a piece has an empty name"});
+  expect_checkpoint_error([&] { checkpoint::save_sharded(dir, one("", {4}, DType::Float32, 0, four)); },
+                          {at, "a piece has an empty name"});
   expect_checkpoint_error([&] { checkpoint::save_sharded(dir, one("w", {4}, DType::Float32, 0, Tensor())); },
                           {at, "piece 'w' at offset 0: its data is undefined"});
-  expect_checkpoint_error([&] { checkpoint::save_sharded(dir, one("w", {4}, DType::Float32, 0, zeros({2, 2}))); },
-                          {at, "piece 'w' at offset 0: its data must be 1-d, got shape [2, 2]"});
+  expect_checkpoint_error(
+      [&] {
+        checkpoint::save_sharded(dir, one("w", {4}, DType::Float32, 0, zeros({2, 2})));
+      },
+      {at, "piece 'w' at offset 0: its data must be 1-d, got shape [2, 2]"});
   expect_checkpoint_error([&] { checkpoint::save_sharded(dir, one("w", {4}, DType::Int64, 0, four)); },
                           {at, "its data is float32 but the piece says int64"});
-  expect_checkpoint_error([&] { checkpoint::save_sharded(dir, one("w", {2, 3}, DType::Float32, 3, four)); },
-                          {at, "piece 'w' at offset 3: elements [3, 7) lie outside a tensor of shape [2, 3] (6 elements)"});
-  expect_checkpoint_error([&] { checkpoint::save_sharded(dir, one("w", {-1, 3}, DType::Float32, 0, four)); },
-                          {at, "global shape [-1, 3] has a negative size"});
+  expect_checkpoint_error(
+      [&] {
+        checkpoint::save_sharded(dir, one("w", {2, 3}, DType::Float32, 3, four));
+      },
+      {at, "piece 'w' at offset 3: elements [3, 7) lie outside a tensor of shape [2, 3] (6 elements)"});
+  expect_checkpoint_error(
+      [&] {
+        checkpoint::save_sharded(dir, one("w", {-1, 3}, DType::Float32, 0, four));
+      },
+      {at, "global shape [-1, 3] has a negative size"});
   auto twice = one("w", {8}, DType::Float32, 0, four);
   twice.push_back(twice[0]);
-  expect_checkpoint_error([&] { checkpoint::save_sharded(dir, twice); }, {at, "piece 'w' at offset 0: this rank gives that piece twice"});
+  expect_checkpoint_error([&] { checkpoint::save_sharded(dir, twice); },
+                          {at, "piece 'w' at offset 0: this rank gives that piece twice"});
   auto overlap = one("w", {8}, DType::Float32, 0, four);
   overlap.push_back({"w", {8}, DType::Float32, 2, zeros({6})});
   expect_checkpoint_error([&] { checkpoint::save_sharded(dir, overlap); },
@@ -408,8 +435,11 @@ TEST_F(ShardedCheckpoint, BadPiecesAreRefusedNamingThem) {
   shapes.push_back({"w", {2, 4}, DType::Float32, 4, zeros({4})});
   expect_checkpoint_error([&] { checkpoint::save_sharded(dir, shapes); },
                           {at, "tensor 'w' is [2, 4] float32 on rank 0 but [8] float32 on rank 0"});
-  expect_checkpoint_error([&] { checkpoint::save_sharded(dir, one("w", {4}, DType::Float32, 0, four), {{"kiln.crc32.w", "0"}}); },
-                          {at, "metadata key 'kiln.crc32.w' uses the prefix"});
+  expect_checkpoint_error(
+      [&] {
+        checkpoint::save_sharded(dir, one("w", {4}, DType::Float32, 0, four), {{"kiln.crc32.w", "0"}});
+      },
+      {at, "metadata key 'kiln.crc32.w' uses the prefix"});
   EXPECT_FALSE(fs::exists(dir));
   EXPECT_TRUE(leftover_temporaries(dir).empty());
 }
@@ -422,15 +452,23 @@ TEST_F(ShardedCheckpoint, WhatACallerAsksForIsChecked) {
     checkpoint::load_pieces(dir, wanted);
   };
   expect_checkpoint_error([&] { load("fc.weight", {13}, 0, zeros({13})); },
-                          {"load_pieces: sharded checkpoint '" + dir + "' holds no tensor 'fc.weight' (it holds 7 tensors: "
+                          {"load_pieces: sharded checkpoint '" + dir +
+                           "' holds no tensor 'fc.weight' (it holds 7 tensors: "
                            "embed.weight, fc.bias, norm.weight"});
-  expect_checkpoint_error([&] { load("fc.bias", {13, 1}, 0, zeros({13})); },
-                          {at, "tensor 'fc.bias' has shape [13] in the checkpoint, but the caller expects [13, 1]"});
+  expect_checkpoint_error(
+      [&] {
+        load("fc.bias", {13, 1}, 0, zeros({13}));
+      },
+      {at, "tensor 'fc.bias' has shape [13] in the checkpoint, but the caller expects [13, 1]"});
   expect_checkpoint_error([&] { load("fc.bias", {13}, 10, zeros({4})); },
                           {at, "elements [10, 14) wanted of tensor 'fc.bias', which has 13 (shape [13])"});
-  expect_checkpoint_error([&] { load("fc.bias", {13}, 0, zeros({13, 1})); },
-                          {at, "the data wanted for 'fc.bias' must be a 1-d tensor, got shape [13, 1]"});
-  expect_checkpoint_error([&] { load("fc.bias", {13}, 0, Tensor()); }, {at, "must be a 1-d tensor, got an undefined tensor"});
+  expect_checkpoint_error(
+      [&] {
+        load("fc.bias", {13}, 0, zeros({13, 1}));
+      },
+      {at, "the data wanted for 'fc.bias' must be a 1-d tensor, got shape [13, 1]"});
+  expect_checkpoint_error([&] { load("fc.bias", {13}, 0, Tensor()); },
+                          {at, "must be a 1-d tensor, got an undefined tensor"});
 }
 
 TEST_F(ShardedCheckpoint, MissingAndMalformedIndexesAreErrors) {
@@ -442,8 +480,9 @@ TEST_F(ShardedCheckpoint, MissingAndMalformedIndexesAreErrors) {
   EXPECT_FALSE(checkpoint::is_sharded_checkpoint(path("plain")));
   // What an interrupted two-rename swap leaves is pointed to.
   fs::create_directories(path("gone.old.0123456789abcdef"));
-  expect_checkpoint_error([&] { checkpoint::read_index(path("gone")); },
-                          {"but '" + path("gone.old.0123456789abcdef") + "' holds the one an interrupted save was replacing"});
+  expect_checkpoint_error(
+      [&] { checkpoint::read_index(path("gone")); },
+      {"but '" + path("gone.old.0123456789abcdef") + "' holds the one an interrupted save was replacing"});
 
   const std::string dir = make_checkpoint("ckpt", 3);
   const std::string index_path = dir + "/index.json";
@@ -460,7 +499,8 @@ TEST_F(ShardedCheckpoint, MissingAndMalformedIndexesAreErrors) {
   expect_index_error([](auto& j) { j["version"] = 2; }, at + "index version 2; this Kiln reads version 1");
   expect_index_error([](auto& j) { j.erase("tensors"); }, at + "no field \"tensors\"");
   expect_index_error([](auto& j) { j["world_size"] = 2; }, at + "world size 2 but the index lists 3 files");
-  expect_index_error([](auto& j) { j["world_size"] = 0; }, at + "\"world_size\" must be an integer of at least 1, got 0");
+  expect_index_error([](auto& j) { j["world_size"] = 0; },
+                     at + "\"world_size\" must be an integer of at least 1, got 0");
   expect_index_error([](auto& j) { j["files"][1]["name"] = "rank-1-of-4.safetensors"; },
                      at + "file 1 is 'rank-1-of-4.safetensors', but a checkpoint of world size 3 names it "
                           "'rank-1-of-3.safetensors'");
@@ -470,8 +510,13 @@ TEST_F(ShardedCheckpoint, MissingAndMalformedIndexesAreErrors) {
                      at + "tensor 'fc.bias': pieces overlap: elements [0, 5) on rank 0 and [4, 8) on rank 1");
   expect_index_error([](auto& j) { j["tensors"][1]["pieces"][2]["rank"] = 3; },
                      at + "tensor 'fc.bias' has a piece on rank 3, but the world size is 3");
-  expect_index_error([](auto& j) { j["tensors"][1]["dtype"] = "float128"; }, at + "tensor 'fc.bias': unknown dtype \"float128\"");
-  expect_index_error([](auto& j) { j["tensors"][1]["shape"] = {13, -1}; }, at + "\"shape\" must be a list of non-negative integers");
+  expect_index_error([](auto& j) { j["tensors"][1]["dtype"] = "float128"; },
+                     at + "tensor 'fc.bias': unknown dtype \"float128\"");
+  expect_index_error(
+      [](auto& j) {
+        j["tensors"][1]["shape"] = {13, -1};
+      },
+      at + "\"shape\" must be a list of non-negative integers");
   expect_index_error([](auto& j) { j["tensors"][2]["name"] = "fc.bias"; }, at + "tensor 'fc.bias' is listed twice");
   expect_index_error([](auto& j) { j["metadata"]["step"] = 7; }, at + "metadata 'step' must be a string, got 7");
   write_text(index_path, "{\"format\": ");
@@ -489,9 +534,10 @@ TEST_F(ShardedCheckpoint, BrokenRankFilesAreNamed) {
   fs::copy_file(file1, path("saved-rank-1"));
   fs::copy_file(other + "/rank-1-of-3.safetensors", file1, fs::copy_options::overwrite_existing);
   std::vector<ShardPiece> rank1_bias{{"fc.bias", {13}, DType::UInt8, 5, zeros({4})}};
-  expect_checkpoint_error([&] { checkpoint::load_pieces(dir, rank1_bias); },
-                          {"load_pieces: '" + dir + "': tensor 'fc.bias': '" + file1 + "': the file belongs to checkpoint " +
-                           other_id + ", not " + id + " (a file of another checkpoint copied in?)"});
+  expect_checkpoint_error(
+      [&] { checkpoint::load_pieces(dir, rank1_bias); },
+      {"load_pieces: '" + dir + "': tensor 'fc.bias': '" + file1 + "': the file belongs to checkpoint " + other_id +
+       ", not " + id + " (a file of another checkpoint copied in?)"});
   fs::copy_file(path("saved-rank-1"), file1, fs::copy_options::overwrite_existing);
 
   // A flipped bit in rank 1's last piece: its CRC-32 says so, and only a
@@ -515,26 +561,29 @@ TEST_F(ShardedCheckpoint, BrokenRankFilesAreNamed) {
   // Truncated: the size the index records says so before anything is read.
   const std::string good_index = read_json(dir + "/index.json").dump();
   fs::resize_file(file1, fs::file_size(file1) - 8);
-  expect_checkpoint_error([&] { checkpoint::read_index(dir); },
-                          {"read_index: '" + file1 + "' is " + std::to_string(fs::file_size(file1)) +
-                           " bytes but the index records " + std::to_string(fs::file_size(path("saved-rank-1"))) +
-                           " (truncated or replaced?)"});
+  expect_checkpoint_error(
+      [&] { checkpoint::read_index(dir); },
+      {"read_index: '" + file1 + "' is " + std::to_string(fs::file_size(file1)) + " bytes but the index records " +
+       std::to_string(fs::file_size(path("saved-rank-1"))) + " (truncated or replaced?)"});
   // And if the index has been given the wrong size too, the file's own layout does.
   {
     auto index = read_json(dir + "/index.json");
     index["files"][1]["bytes"] = fs::file_size(file1);
     write_text(dir + "/index.json", index.dump());
-    expect_checkpoint_error([&] { checkpoint::consolidate(dir); },
-                            {"load_pieces: '" + dir + "': tensor '", "load_safetensors: '" + file1 + "'", "(truncated file)"});
+    expect_checkpoint_error(
+        [&] { checkpoint::consolidate(dir); },
+        {"load_pieces: '" + dir + "': tensor '", "load_safetensors: '" + file1 + "'", "(truncated file)"});
   }
   write_text(dir + "/index.json", good_index);
   fs::remove(file1);
-  expect_checkpoint_error([&] { checkpoint::read_index(dir); },
-                          {"read_index: '" + file1 + "', which the index lists, is missing: No such file or directory"});
+  expect_checkpoint_error(
+      [&] { checkpoint::read_index(dir); },
+      {"read_index: '" + file1 + "', which the index lists, is missing: No such file or directory"});
   fs::copy_file(path("saved-rank-1"), file1);
   fs::copy_file(dir + "/rank-0-of-3.safetensors", dir + "/rank-3-of-4.safetensors");
   expect_checkpoint_error([&] { checkpoint::read_index(dir); },
-                          {"read_index: '" + dir + "' holds 'rank-3-of-4.safetensors', which its index (world size 3) "
+                          {"read_index: '" + dir +
+                           "' holds 'rank-3-of-4.safetensors', which its index (world size 3) "
                            "does not list: files of another checkpoint?"});
 }
 
