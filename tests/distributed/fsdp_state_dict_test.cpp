@@ -32,6 +32,10 @@
 #include "tensor/random.h"
 #include "tensor/safetensors.h"
 
+#ifdef KILN_WITH_CUDA
+#include "tensor/cuda/device.h"
+#endif
+
 namespace kiln::distributed::testing {
 namespace {
 
@@ -484,6 +488,37 @@ TEST(FSDPStateDict, PersistentBuffersAreSavedAndLoaded) {
   Scaled original;
   EXPECT_TRUE(bit_equal(plain.fc->weight, original.fc->weight));
 }
+
+#ifdef KILN_WITH_CUDA
+// A model and its Adam state on the GPU save as they would on the CPU, and
+// a checkpoint loads onto either device.
+TEST(FSDPStateDict, AModelOnTheGpuSavesAndLoadsAsOnTheCpu) {
+  if (!cuda::cuda_available()) GTEST_SKIP() << "no CUDA device on this machine (cuda::device_count() == 0)";
+  SharedDir shared("fsdp-gpu");
+  const Device gpu = cuda_device(0);
+  auto on_gpu = make_gpt(11);
+  on_gpu->to(gpu);
+  auto gpu_opt = make_adam(*on_gpu);
+  auto [x, y] = gpt_batch(0);
+  gpu_opt->zero_grad();
+  nn::GPT::loss_from_logits(on_gpu->forward(x.to(gpu)), y.to(gpu)).backward();
+  gpu_opt->step();
+  fsdp::save_sharded_checkpoint(shared / "from-gpu", *on_gpu, gpu_opt.get());
+
+  auto on_cpu = make_gpt(12);
+  auto cpu_opt = make_adam(*on_cpu);
+  fsdp::load_sharded_checkpoint(shared / "from-gpu", *on_cpu, cpu_opt.get());
+  expect_bit_equal(on_cpu->state_dict(), on_gpu->state_dict(), "GPU model loaded on the CPU");
+  expect_bit_equal(cpu_opt->state_dict(), gpu_opt->state_dict(), "GPU optimizer loaded on the CPU");
+
+  auto back = make_gpt(13);
+  back->to(gpu);
+  auto back_opt = make_adam(*back);
+  fsdp::load_sharded_checkpoint(shared / "from-gpu", *back, back_opt.get());
+  EXPECT_EQ(back->parameters()[0].device(), gpu);
+  expect_bit_equal(back->state_dict(), on_gpu->state_dict(), "loaded back onto the GPU");
+}
+#endif
 
 }  // namespace
 }  // namespace kiln::distributed::testing

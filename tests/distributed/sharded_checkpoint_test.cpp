@@ -19,6 +19,10 @@
 #include "tensor/random.h"
 #include "tensor/safetensors.h"
 
+#ifdef KILN_WITH_CUDA
+#include "tensor/cuda/device.h"
+#endif
+
 namespace kiln::distributed::testing {
 namespace {
 
@@ -586,6 +590,27 @@ TEST_F(ShardedCheckpoint, BrokenRankFilesAreNamed) {
                            "' holds 'rank-3-of-4.safetensors', which its index (world size 3) "
                            "does not list: files of another checkpoint?"});
 }
+
+#ifdef KILN_WITH_CUDA
+// Pieces on a GPU are saved as their host copies, and load_pieces fills GPU
+// tensors: the same bits as on the CPU.
+TEST_F(ShardedCheckpoint, PiecesOnTheGpuSaveAndLoadAsOnTheCpu) {
+  if (!cuda::cuda_available()) GTEST_SKIP() << "no CUDA device on this machine (cuda::device_count() == 0)";
+  const Device gpu = cuda_device(0);
+  const TensorDict ref = reference_tensors();
+  std::vector<ShardPiece> pieces = all_pieces(ref, 3);
+  for (ShardPiece& p : pieces) p.data = p.data.to(gpu);
+  const std::string dir = path("ckpt");
+  checkpoint::save_sharded(dir, pieces);
+  expect_bit_equal(checkpoint::consolidate(dir), ref, "saved from the GPU");
+  for (const auto& [name, t] : ref) {
+    std::vector<ShardPiece> wanted{{name, t.shape(), t.dtype(), 0, Tensor::empty({t.numel()}, {t.dtype(), gpu})}};
+    checkpoint::load_pieces(dir, wanted);
+    EXPECT_EQ(wanted[0].data.device(), gpu);
+    EXPECT_TRUE(bit_equal(wanted[0].data, t.reshape({-1}))) << name;
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace kiln::distributed::testing
