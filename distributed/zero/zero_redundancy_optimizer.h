@@ -46,11 +46,12 @@
 // Stage 2. A DDP communication hook cannot save gradient memory: DDP's
 // reducer keeps every gradient in its bucket buffers between steps (Note
 // [Gradient as bucket view]). So stage 2 replaces DDP and reduces the
-// gradients itself:
+// gradients itself (and, without DDP, leaves buffers such as batch norm's
+// running statistics to each rank: SyncBatchNorm keeps them equal):
 // - The parameters that require grad are packed into buckets in reverse
-//   order (the order backward produces gradients in, Note [DDP buckets]),
-//   each bucket inside one rank's run, of one dtype and device, and at most
-//   bucket_cap_bytes.
+//   order (for model->parameters(), the order backward produces gradients
+//   in, Note [DDP buckets]), each bucket inside one rank's run, of one dtype
+//   and device, and at most bucket_cap_bytes.
 // - A hook before each parameter's gradient is accumulated moves any
 //   gradient it already holds aside (an owned one stays in the owner's
 //   gradient buffer and is added to afterwards), so that backward leaves
@@ -62,8 +63,8 @@
 //   parameter's .grad() becomes a view of it; the others' bucket buffers are
 //   freed. A sequence of reduces, one per bucket, each landing on the rank
 //   that owns the bucket: a reduce-scatter of the whole gradient whose
-//   chunks are the ranks' runs, sent in the same number of bytes, but
-//   started during backward and never holding the whole gradient. (A
+//   chunks are the ranks' runs, moving about as many bytes, but started
+//   during backward and never holding the whole gradient. (A
 //   reduce_scatter_tensor needs equal chunks, which whole parameters do not
 //   make: that is FSDP's flat padded buffer.)
 // - At most reductions_in_flight buckets are in flight; launching one more
