@@ -140,65 +140,59 @@ void FlatParamUnit::reshard() {
   state_ = State::Sharded;
 }
 
-void FlatParamUnit::stash_gradient_shards() {
+void FlatParamUnit::prepare_gradients() {
+  NoGradGuard no_grad;
   // Called while the parameters are gathered: their gradients, if any, are
-  // still those of their shard parts (1-d, local length).
+  // still those of their shard parts (1-d, local length), from an earlier
+  // backward without zero_grad. They are put aside and added back later.
   bool any = false;
   for (const Member& m : members_) any = any || m.param.grad().defined();
-  if (!any) return;
-  NoGradGuard no_grad;
-  Tensor stash = grad_stash_.defined() ? grad_stash_ : zeros({shard_numel_}, TensorOptions(dtype_, storage_device_));
-  for (const Member& m : members_) {
-    Tensor g = m.param.grad();
-    if (!g.defined()) continue;
-    KILN_CHECK(g.numel() == m.local_end - m.local_begin, "FSDP: the gradient of '", m.name, "' in ", describe(),
-               " has ", g.numel(), " elements, but this rank holds ", m.local_end - m.local_begin,
-               " of the parameter; gradients between steps must keep the shard's shape");
-    Tensor part = shard_part(m, stash);
-    ops::add_(part, g.view({part.numel()}).to(dtype_, storage_device_));
-    m.param.set_grad(Tensor());
+  if (any) {
+    Tensor stash = grad_stash_.defined() ? grad_stash_ : zeros({shard_numel_}, TensorOptions(dtype_, storage_device_));
+    for (const Member& m : members_) {
+      Tensor g = m.param.grad();
+      if (!g.defined()) continue;
+      KILN_CHECK(g.numel() == m.local_end - m.local_begin, "FSDP: the gradient of '", m.name, "' in ", describe(),
+                 " has ", g.numel(), " elements, but this rank holds ", m.local_end - m.local_begin,
+                 " of the parameter; gradients between steps must keep the shard's shape");
+      Tensor part = shard_part(m, stash);
+      ops::add_(part, g.view({part.numel()}).to(dtype_, storage_device_));
+      m.param.set_grad(Tensor());
+    }
+    grad_stash_ = stash;
   }
-  grad_stash_ = stash;
+  // Note [FSDP gradients in place]: backward accumulates straight into the
+  // flat buffer the reduction reads (kept across no_sync backwards).
+  if (!flat_grad_.defined()) {
+    DType reduce_dtype = context_.reduce_dtype.value_or(context_.param_dtype.value_or(dtype_));
+    flat_grad_ = zeros({shard_numel_ * context_.shard_size}, TensorOptions(reduce_dtype, context_.compute_device));
+  }
+  for (const Member& m : members_) {
+    if (m.param.requires_grad()) m.param.set_grad(flat_grad_.narrow(0, m.offset, m.numel).view(m.shape));
+  }
 }
 
 void FlatParamUnit::start_reduce(bool sync) {
   NoGradGuard no_grad;
-  DType compute_dtype = context_.param_dtype.value_or(dtype_);
-  DType reduce_dtype = context_.reduce_dtype.value_or(compute_dtype);
-  const int64_t total = shard_numel_ * context_.shard_size;
-  // Usually every parameter has a gradient and nothing is kept from an
-  // earlier backward: then the gradients are copied in and only the padding
-  // is zeroed; otherwise they are added to zeros (or to the kept sum).
-  bool every = !unsynced_full_grad_.defined();
-  for (const Member& m : members_) every = every && m.param.grad().defined();
-  Tensor flat = unsynced_full_grad_.defined() ? unsynced_full_grad_
-                : every ? empty({total}, TensorOptions(reduce_dtype, context_.compute_device))
-                        : zeros({total}, TensorOptions(reduce_dtype, context_.compute_device));
-  unsynced_full_grad_ = Tensor();
-  if (every && total > numel_) {
-    Tensor padding = flat.narrow(0, numel_, total - numel_);
-    ops::zero_(padding);
-  }
+  if (!flat_grad_.defined()) prepare_gradients();
+  // The gradients are views of flat_grad_ unless someone replaced one (a
+  // gradient hook returning a new tensor): those are added in.
   for (const Member& m : members_) {
     Tensor g = m.param.grad();
+    m.param.set_grad(Tensor());
     if (!g.defined()) continue;
+    Tensor target = flat_grad_.narrow(0, m.offset, m.numel).view(m.shape);
+    if (g.data_ptr() == target.data_ptr() && g.strides() == target.strides()) continue;
     KILN_CHECK(g.shape() == m.shape, "FSDP: the gradient of '", m.name, "' in ", describe(), " has shape ",
                g.shape(), " but the parameter's is ", m.shape);
-    Tensor target = flat.narrow(0, m.offset, m.numel).view(m.shape);
-    if (every) {
-      target.copy_(g);
-    } else {
-      ops::add_(target, g);
-    }
-    m.param.set_grad(Tensor());
+    target.copy_(g);
   }
-  if (!sync) {
-    unsynced_full_grad_ = flat;
-    return;
-  }
+  if (!sync) return;  // flat_grad_ keeps the sum for the next synchronised backward
+  Tensor flat = std::move(flat_grad_);
+  flat_grad_ = Tensor();
   reduce_input_ = flat;
   if (context_.shard_size > 1) {
-    reduce_output_ = empty({shard_numel_}, TensorOptions(reduce_dtype, context_.compute_device));
+    reduce_output_ = empty({shard_numel_}, TensorOptions(flat.dtype(), context_.compute_device));
     reduce_work_ = naming_errors("gradient reduce-scatter", [&] {
       return context_.shard_group->reduce_scatter_tensor(reduce_output_, reduce_input_, ReduceOp::Sum);
     });

@@ -16,9 +16,10 @@
 //   element is copied after the collective (per-parameter shards, as
 //   torch's newer fully_shard keeps them, would interleave the ranks'
 //   pieces and need a copy out of every gather and into every reduction).
-// - Reducing is the mirror image: the unit's gradients are copied into one
-//   flat buffer of the same layout and reduce_scatter_tensor leaves each
-//   rank the sum of its own shard, divided by the world size.
+// - Reducing is the mirror image: the unit's gradients sit in one flat
+//   buffer of the same layout (Note [FSDP gradients in place]) and
+//   reduce_scatter_tensor leaves each rank the sum of its own shard, divided
+//   by the world size.
 // - Each parameter keeps its TensorImpl, the handle that the model, the
 //   optimizer and autograd hold; TensorImpl::set_storage (Note [Swapping a
 //   tensor's storage]) points it at its full-shape view of the gathered
@@ -34,6 +35,17 @@
 //   same values, and as a swap is not a write the version check passes.
 //   Freeing the gathered buffer frees its memory because nothing but these
 //   handles viewed it.
+//
+// Note [FSDP gradients in place]
+// When a unit's backward begins, each parameter's .grad() is set to a zero
+// view of its range in a flat gradient buffer, so that autograd's
+// accumulation (Note [Gradient accumulation]) adds each incoming gradient
+// into the buffer the reduce-scatter reads: no full-size gradient of the
+// unit exists beside it, and nothing is copied before the collective. The
+// price is zeroing the buffer, a pass over memory that a copy would also
+// have made. Under no_sync the buffer is kept and the next backward adds to
+// it; a gradient that someone replaced (a hook returning a new tensor) is
+// copied in before the reduction.
 //
 // Note [FSDP unit padding]
 // Collectives match by order: if one rank skips a unit's forward, its next
@@ -146,14 +158,16 @@ class FlatParamUnit {
   // dtype.
   void write_back_full();
 
-  // Takes the parameters' current gradients (before a backward that adds to
-  // them) so that the unit's backward starts from none: a gradient of the
-  // shard's shape cannot take a full-shape addition. finish_reduce() adds
-  // them back.
-  void stash_gradient_shards();
-  // Copies the full gradients of this backward into a flat buffer and, with
-  // `sync`, starts its reduction; without, adds it to the unsharded sum kept
-  // for the next synchronised backward (no_sync). Clears the parameters'
+  // Before the unit's backward: puts aside the parameters' current
+  // gradients (of the shard's shape, from a backward without zero_grad: a
+  // full-shape gradient cannot be added to them; finish_reduce adds them
+  // back), and makes each parameter's .grad() a zero view of a flat buffer
+  // of the unit's layout, into which backward accumulates in place (Note
+  // [FSDP gradients in place]).
+  void prepare_gradients();
+  // With `sync`, starts reducing the flat gradient buffer (a parameter whose
+  // gradient someone replaced is copied in first); without (no_sync), keeps
+  // it, so that the next backward adds to it. Clears the parameters'
   // gradients either way. Parameters without a gradient count as zeros.
   void start_reduce(bool sync);
   bool reduce_pending() const { return reduce_in_flight_; }
@@ -188,7 +202,7 @@ class FlatParamUnit {
   WorkPtr gather_work_;
 
   Tensor grad_stash_;           // (shard_numel) master dtype: gradients from before this backward
-  Tensor unsynced_full_grad_;   // (S * shard_numel) reduce dtype: sums kept under no_sync
+  Tensor flat_grad_;            // (S * shard_numel) reduce dtype: this backward's gradients (and no_sync's)
   Tensor reduce_input_;         // (S * shard_numel) reduce dtype: alive while reducing
   Tensor reduce_output_;        // (shard_numel) reduce dtype
   WorkPtr reduce_work_;

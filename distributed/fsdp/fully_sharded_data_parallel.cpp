@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <deque>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -14,6 +15,7 @@
 #include "distributed/fsdp/flat_param.h"
 #include "distributed/init.h"
 #include "distributed/replica_sync.h"
+#include "nn/container.h"
 #include "tensor/error.h"
 #include "tensor/ops.h"
 
@@ -55,7 +57,12 @@ const char* fsdp_event_name(FSDPEvent::Kind kind) {
 
 WrapPolicy wrap_by_numel(int64_t min_numel) {
   KILN_CHECK(min_numel > 0, "FSDP: wrap_by_numel needs a positive parameter count, got ", min_numel);
-  return [min_numel](const nn::Module&, const std::string&, int64_t unwrapped) { return unwrapped >= min_numel; };
+  return [min_numel](const nn::Module& module, const std::string&, int64_t unwrapped) {
+    // A container is never called itself (its owner calls its members), so
+    // its parameters would never be gathered.
+    if (dynamic_cast<const nn::ModuleList*>(&module) || dynamic_cast<const nn::ModuleDict*>(&module)) return false;
+    return unwrapped >= min_numel;
+  };
 }
 
 WrapPolicy wrap_by_names(const nn::Module& root, std::vector<std::string> names) {
@@ -284,16 +291,29 @@ void FullyShardedDataParallel::prefetch(size_t u, bool backward) {
                      : std::find(forward_order_.begin(), forward_order_.end(), u);
   if (it == forward_order_.end()) return;
   auto position = static_cast<int64_t>(it - forward_order_.begin());
+  // Units gathered now besides the root: the one computing, those
+  // prefetched, and in backward the one before it, not yet resharded while
+  // its gradients are still being accumulated. The limit counts them all,
+  // so that memory holds at most the computing unit and
+  // max_gathers_in_flight others.
+  auto gathered = [&] {
+    int n = 0;
+    for (size_t v = 0; v < units_.size(); ++v) {
+      if (units_[v]->name().empty() || !units_[v]->needs_gather()) continue;
+      n += units_[v]->state() != FlatParamUnit::State::Sharded ? 1 : 0;
+    }
+    return n;
+  };
   for (int k = 1; k <= options_.max_gathers_in_flight; ++k) {
     int64_t next = backward ? position - k : position + k;
     if (next < 0 || next >= static_cast<int64_t>(forward_order_.size())) break;
     size_t v = forward_order_[next];
     if (backward && backward_begun_[v]) continue;
     FlatParamUnit& unit = *units_[v];
-    if (unit.state() == FlatParamUnit::State::Sharded) {
-      unit.start_gather();
-      record(FSDPEvent::Kind::GatherIssued, v);
-    }
+    if (unit.state() != FlatParamUnit::State::Sharded) continue;
+    if (gathered() >= 1 + options_.max_gathers_in_flight) break;
+    unit.start_gather();
+    record(FSDPEvent::Kind::GatherIssued, v);
   }
 }
 
@@ -367,7 +387,7 @@ void FullyShardedDataParallel::pre_backward(size_t u) {
   backward_begun_[u] = true;
   record(FSDPEvent::Kind::BackwardBegin, u);
   gather(u);
-  units_[u]->stash_gradient_shards();
+  units_[u]->prepare_gradients();
   prefetch(u, /*backward=*/true);
 }
 
@@ -386,17 +406,28 @@ void FullyShardedDataParallel::reduce(size_t u) {
   if (!backward_begun_[u]) {
     backward_begun_[u] = true;
     gather(u);
-    units_[u]->stash_gradient_shards();
+    units_[u]->prepare_gradients();
   }
   units_[u]->start_reduce(sync_);
   record(FSDPEvent::Kind::ReduceIssued, u);
+  if (!sync_) return;
+  // One reduction in flight, overlapping the next unit's backward: the one
+  // before it has had that unit's whole backward to finish, and finishing
+  // it frees its gradient buffer, so that the units' flat gradients do not
+  // all live until backward ends.
+  reducing_.push_back(u);
+  while (reducing_.size() > 1) {
+    units_[reducing_.front()]->finish_reduce();
+    reducing_.pop_front();
+  }
 }
 
 void FullyShardedDataParallel::finish_backward() {
   // Units some of whose parameters received no gradient are reduced now, in
   // one order on every rank; then every reduction is waited for.
   for (size_t u = units_.size(); u-- > 0;) reduce(u);
-  for (auto& unit : units_) unit->finish_reduce();
+  for (size_t u : reducing_) units_[u]->finish_reduce();
+  reducing_.clear();
   reshard_all();
   in_backward_ = false;
   std::fill(backward_begun_.begin(), backward_begun_.end(), false);
@@ -431,8 +462,8 @@ std::vector<ParamShard> FullyShardedDataParallel::parameter_shards() const {
       s.param = m.param;
       s.global_shape = m.shape;
       s.dtype = unit->dtype();
-      s.offset = m.local_begin;
       s.local_numel = m.local_end - m.local_begin;
+      s.offset = s.local_numel > 0 ? m.local_begin : 0;
       s.writer = writer;
       by_param.emplace(m.param.impl(), std::move(s));
     }

@@ -75,6 +75,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -119,9 +120,11 @@ template <class T>
 WrapPolicy wrap_by_class() {
   return [](const nn::Module& module, const std::string&, int64_t) { return typeid(module) == typeid(T); };
 }
-// Any submodule none of whose ancestors (other than the root) is a unit and
-// that holds at least `min_numel` parameter elements, wrapping the deepest
-// such modules first: PyTorch's size_based_auto_wrap_policy.
+// Any submodule holding at least `min_numel` parameter elements not yet in
+// a unit, the deepest first: PyTorch's size_based_auto_wrap_policy. A
+// ModuleList or ModuleDict is never a unit: nobody calls it, its owner calls
+// its members, so its gathers would never run. (Every unit must be called
+// through its operator(), which runs the hooks that gather it.)
 WrapPolicy wrap_by_numel(int64_t min_numel);
 // The submodules of `root` named (dotted names, as named_modules gives
 // them); throws naming a name that is not a submodule of `root`.
@@ -304,6 +307,7 @@ class FullyShardedDataParallel : public nn::Module {
   std::vector<size_t> gradients_arrived_;
   std::vector<size_t> gradients_expected_;
   std::vector<bool> reduced_;
+  std::deque<size_t> reducing_;  // units whose reduction is in flight, oldest first
   std::vector<FSDPEvent> events_;
   std::chrono::steady_clock::time_point start_time_;
   void record(FSDPEvent::Kind kind, size_t unit, bool gather_was_complete = false);

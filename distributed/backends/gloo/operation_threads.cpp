@@ -49,7 +49,12 @@ void OperationThreads::loop() {
 
 void OperationThreads::run(Operation& operation) {
   try {
-    operation.run();
+    // The operation's closure holds its tensors (FSDP's gathered and
+    // gradient buffers): it is destroyed before the work completes, so that
+    // a caller whose wait() has returned sees that memory freed.
+    std::function<void()> body = std::move(operation.run);
+    body();
+    body = nullptr;
     operation.work->finish();
     return;
   } catch (const Error&) {
