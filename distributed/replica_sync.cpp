@@ -87,8 +87,10 @@ void broadcast_from_rank0(ProcessGroup& group, const std::vector<Tensor>& tensor
   for (auto& [key, members] : groups) {
     int64_t numel = 0;
     for (const Tensor& t : members) numel += t.numel();
-    // flat: (numel) every member's values one after another.
-    Tensor flat = empty({numel}, TensorOptions(members[0].dtype(), members[0].device()));
+    // flat: (numel) every member's values one after another, where the
+    // backend can send it (NCCL: the GPU, for a model FSDP offloads to the host).
+    const Device where = members[0].device().is_cpu() ? group.collective_device() : members[0].device();
+    Tensor flat = empty({numel}, TensorOptions(members[0].dtype(), where));
     int64_t offset = 0;
     for (const Tensor& t : members) {
       flat.narrow(0, offset, t.numel()).view(t.shape()).copy_(t);

@@ -143,6 +143,10 @@ class FlatParamUnit {
   bool needs_gather() const { return needs_gather_; }
   // The master dtype (that of the shard, the optimizer and checkpoints).
   DType dtype() const { return dtype_; }
+  // Where forward and backward run, and where the shard lives (the host
+  // under cpu_offload).
+  Device compute_device() const { return context_.compute_device; }
+  Device storage_device() const { return storage_device_; }
 
   // Starts the all-gather of the shards (nothing if gathered or gathering).
   void start_gather();

@@ -96,6 +96,13 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> m
   }
   make_groups();
   build_units();
+  // Buffers live where the units compute (with cpu_offload the model may
+  // have been built in host memory).
+  Device compute = units_.front()->compute_device();
+  NoGradGuard no_grad;
+  for (const auto& [name, b] : module_->named_buffers()) {
+    if (b.device() != compute) b.impl()->set_storage(b.to(compute), b.shape());
+  }
 }
 
 FullyShardedDataParallel::~FullyShardedDataParallel() {
