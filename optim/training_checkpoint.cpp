@@ -39,9 +39,15 @@ uint64_t parse_u64(const std::string& path, const std::map<std::string, std::str
 }  // namespace
 
 void save_training_checkpoint(const std::string& path, const TrainingState& state) {
+  save_training_checkpoint(path, TrainingStateDicts{state.model.state_dict(), state.optimizer.state_dict(),
+                                                    state.optimizer.name(), state.scheduler, state.step, state.extra,
+                                                    state.grad_scaler});
+}
+
+void save_training_checkpoint(const std::string& path, const TrainingStateDicts& state) {
   TensorDict all;
-  add_prefixed(all, "model.", state.model.state_dict());
-  add_prefixed(all, "optimizer.", state.optimizer.state_dict());
+  add_prefixed(all, "model.", state.model);
+  add_prefixed(all, "optimizer.", state.optimizer);
   if (state.scheduler != nullptr) add_prefixed(all, "scheduler.", state.scheduler->state_dict());
   if (state.grad_scaler != nullptr) add_prefixed(all, "grad_scaler.", state.grad_scaler->state_dict());
   Generator& gen = default_generator();
@@ -50,7 +56,7 @@ void save_training_checkpoint(const std::string& path, const TrainingState& stat
       {"step", std::to_string(state.step)},
       {"rng_seed", std::to_string(gen.seed())},
       {"rng_offset", std::to_string(gen.offset())},
-      {"optimizer", state.optimizer.name()},
+      {"optimizer", state.optimizer_name},
       {"scheduler", state.scheduler ? state.scheduler->name() : std::string()},
   };
   for (const auto& [key, value] : state.extra) meta[kExtraPrefix + key] = value;

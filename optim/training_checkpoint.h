@@ -38,6 +38,23 @@ struct TrainingState {
 
 void save_training_checkpoint(const std::string& path, const TrainingState& state);
 
+// The same file from state dicts made elsewhere: a model trained under FSDP
+// has its full state dicts gathered on one rank (distributed/fsdp/state_dict.h)
+// while its module and optimizer hold only that rank's shards. `model` and
+// `optimizer` are what Module::state_dict() and Optimizer::state_dict() of
+// the unsharded model would give; `optimizer_name` what its name() gives.
+// load_training_checkpoint reads the file into a plain module and optimizer.
+struct TrainingStateDicts {
+  const TensorDict& model;
+  const TensorDict& optimizer;
+  std::string optimizer_name;
+  LRScheduler* scheduler = nullptr;  // optional
+  int64_t step = 0;
+  std::map<std::string, std::string> extra = {};
+  GradScaler* grad_scaler = nullptr;  // optional
+};
+void save_training_checkpoint(const std::string& path, const TrainingStateDicts& state);
+
 // Restores model, optimizer, scheduler and the default generator from
 // `path`; returns the step and extra strings stored there. Throws naming the
 // file on a missing or corrupt file, or one made for a different model,

@@ -8,6 +8,7 @@
 
 #include "apps/common/cli.h"
 #include "apps/common/run_setup.h"
+#include "apps/common/sharded_training.h"
 #include "tensor/error.h"
 
 namespace kiln::apps::gpt {
@@ -16,6 +17,9 @@ namespace {
 
 // No run comes near it; above it steps x tokens per step could overflow int64.
 constexpr int64_t kMaxSteps = 1'000'000'000;
+// No run comes near them either; above them seconds x 1000 (the
+// milliseconds init_process_group takes) would overflow int64.
+constexpr double kMaxTimeoutSeconds = 1e9;
 
 bool finite_at_least(double v, double lo) { return std::isfinite(v) && v >= lo; }
 
@@ -52,6 +56,20 @@ void validate(const TrainOptions& o) {
   KILN_CHECK(o.eval_batches >= 1, "--eval-batches must be at least 1, got ", o.eval_batches);
   KILN_CHECK(o.threads >= 0, "--threads must be non-negative (0: all cores), got ", o.threads);
   check_device_flag(o.device);
+  KILN_CHECK(!(o.ddp && o.fsdp), "--ddp and --fsdp exclude each other: DDP keeps the whole model on every "
+                                 "process, FSDP shards it over them; give one");
+  check_fsdp_flags(o.fsdp, o.fsdp_strategy, o.amp, o.device);
+  KILN_CHECK(o.backend == "gloo" || o.backend == "mpi" || o.backend == "nccl", "--backend: unknown backend '",
+             o.backend, "' (expected gloo, mpi or nccl)");
+  KILN_CHECK(o.ddp || o.fsdp || o.backend == "gloo", "--backend ", o.backend, " only goes with --ddp or --fsdp");
+  const std::pair<const char*, double> timeouts[] = {{"--timeout", o.timeout},
+                                                      {"--heartbeat-timeout", o.heartbeat_timeout}};
+  for (auto [flag, seconds] : timeouts) {
+    KILN_CHECK(std::isfinite(seconds) && seconds >= 0 && seconds <= kMaxTimeoutSeconds, flag,
+               " must be a positive number of seconds up to ", kMaxTimeoutSeconds, " (0: the default), got ",
+               seconds);
+    KILN_CHECK(seconds == 0 || o.ddp || o.fsdp, flag, " only goes with --ddp or --fsdp");
+  }
 }
 
 double learning_rate(const TrainOptions& o, int64_t step) {
@@ -118,6 +136,26 @@ void add_train_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--resume", o.resume, "continue the run saved in checkpoint FILE, with the same flags");
   app.add_option("--log", o.log, "write one JSON object per evaluation to FILE.jsonl (--resume appends)");
   app.add_option("--plot", o.plot, "write an SVG chart of the train and validation loss to FILE.svg");
+  app.add_flag("--ddp", o.ddp,
+               "train with DistributedDataParallel over the processes kiln-run starts (kiln-run --nproc-per-node N "
+               "kiln-gpt train --ddp ...); --batch-size is per process, rank 0 prints and saves");
+  app.add_flag("--fsdp", o.fsdp,
+               "train with FullyShardedDataParallel over the processes kiln-run starts, each holding 1/N of the "
+               "parameters, gradients and optimizer state; otherwise as --ddp");
+  app.add_option("--fsdp-strategy", o.fsdp_strategy,
+                 "with --fsdp: full_shard, shard_grad_op (parameters kept gathered from forward to backward), "
+                 "no_shard (as DDP) or hybrid_shard (sharded within a machine, replicated across machines)")
+      ->capture_default_str();
+  app.add_option("--backend", o.backend, "the process group's backend with --ddp or --fsdp: gloo, mpi or nccl")
+      ->capture_default_str();
+  app.add_option("--timeout", o.timeout,
+                 "with --ddp or --fsdp: seconds the rendezvous and each collective may take (0: "
+                 "KILN_DISTRIBUTED_TIMEOUT, else 300)")
+      ->type_name("SECONDS");
+  app.add_option("--heartbeat-timeout", o.heartbeat_timeout,
+                 "with --ddp or --fsdp: seconds a silent peer is waited for before it is named (0: "
+                 "KILN_HEARTBEAT_TIMEOUT, else 10)")
+      ->type_name("SECONDS");
 }
 
 void add_sample_flags(CLI::App& app, SampleOptions& o) {

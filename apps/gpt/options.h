@@ -60,9 +60,25 @@ struct TrainOptions {
   std::string resume;  // training checkpoint to continue from
   std::string log;     // one JSON object per evaluation, appended
   std::string plot;    // SVG of the train and validation loss, rewritten at every evaluation
+  // Data parallel training over the processes kiln-run starts (Note
+  // [kiln-gpt across processes] in trainer.h): with DistributedDataParallel,
+  // or with FullyShardedDataParallel and --fsdp-strategy's sharding
+  // (full_shard, shard_grad_op, no_shard, hybrid_shard; Note [Trainers under
+  // FSDP] in apps/common/sharded_training.h). batch_size is then per process.
+  bool ddp = false;
+  bool fsdp = false;
+  std::string fsdp_strategy = "full_shard";
+  std::string backend = "gloo";  // of the process group: gloo, mpi or nccl
+  // With --ddp or --fsdp, in seconds: the rendezvous's and each collective's
+  // limit, and how long a silent peer is waited for (0: the environment's,
+  // else distributed/init.h's defaults).
+  double timeout = 0;
+  double heartbeat_timeout = 0;
 };
 
-// Throws kiln::Error naming the flag for a value out of range.
+// Throws kiln::Error naming the flag for a value out of range, and for
+// flags that exclude each other (--ddp and --fsdp; --fsdp with --amp on
+// CUDA) or only go with others (--backend, the timeouts and --fsdp-strategy).
 void validate(const TrainOptions& options);
 
 // nanoGPT's get_lr: (step + 1) / (warmup_steps + 1) of lr during the

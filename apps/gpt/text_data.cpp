@@ -38,7 +38,8 @@ std::unique_ptr<data::Tokenizer> build_tokenizer(const TrainOptions& o, const st
   return std::make_unique<data::CharTokenizer>(data::CharTokenizer::from_corpus(text));
 }
 
-TextData open_text_data(const Corpus& corpus, std::shared_ptr<data::Tokenizer> tokenizer, const TrainOptions& o) {
+TextData open_text_data(const Corpus& corpus, std::shared_ptr<data::Tokenizer> tokenizer, const TrainOptions& o,
+                        int world_size) {
   TextData d;
   d.tokenizer = std::move(tokenizer);
   std::vector<int64_t> tokens;
@@ -55,10 +56,11 @@ TextData open_text_data(const Corpus& corpus, std::shared_ptr<data::Tokenizer> t
              ": give a longer text or a smaller --block-size");
   d.train = std::make_shared<data::TokenWindowDataset>(split.train, o.block_size, "train");
   d.val = std::make_shared<data::TokenWindowDataset>(split.val, o.block_size, "val");
-  d.batches = std::make_unique<data::RandomWindowBatches>(d.train, o.batch_size, o.seed);
-  const int64_t eval_windows = o.eval_batches * o.batch_size;
-  d.train_eval = std::make_unique<data::FixedWindowBatches>(d.train, o.batch_size, eval_windows);
-  d.val_eval = std::make_unique<data::FixedWindowBatches>(d.val, o.batch_size, eval_windows);
+  const int64_t batch = o.batch_size * world_size;
+  d.batches = std::make_unique<data::RandomWindowBatches>(d.train, batch, o.seed);
+  const int64_t eval_windows = o.eval_batches * batch;
+  d.train_eval = std::make_unique<data::FixedWindowBatches>(d.train, batch, eval_windows);
+  d.val_eval = std::make_unique<data::FixedWindowBatches>(d.val, batch, eval_windows);
   return d;
 }
 

@@ -44,8 +44,12 @@ struct TextData {
   std::unique_ptr<data::FixedWindowBatches> val_eval;
 };
 
-// Encodes `corpus` with `tokenizer` and splits it. Throws kiln::Error
-// naming the corpus when a split is shorter than block_size + 1 tokens.
-TextData open_text_data(const Corpus& corpus, std::shared_ptr<data::Tokenizer> tokenizer, const TrainOptions& o);
+// Encodes `corpus` with `tokenizer` and splits it. The batches hold
+// o.batch_size x world_size windows: across processes each rank trains and
+// evaluates on its rows of them (Note [kiln-gpt across processes]). Throws
+// kiln::Error naming the corpus when a split is shorter than block_size + 1
+// tokens.
+TextData open_text_data(const Corpus& corpus, std::shared_ptr<data::Tokenizer> tokenizer, const TrainOptions& o,
+                        int world_size = 1);
 
 }  // namespace kiln::apps::gpt

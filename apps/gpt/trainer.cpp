@@ -2,6 +2,7 @@
 // checkpoints (Note [Exact resume of kiln-gpt]) and its Ctrl-C handling.
 #include "apps/gpt/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -12,9 +13,14 @@
 #include "apps/common/checkpoint_fields.h"
 #include "apps/common/jsonl.h"
 #include "apps/common/progress.h"
+#include "apps/common/data_parallel_run.h"
 #include "apps/common/run_setup.h"
+#include "apps/common/sharded_training.h"
 #include "apps/gpt/text_data.h"
 #include "autograd/autocast.h"
+#include "distributed/ddp/distributed_data_parallel.h"
+#include "distributed/ddp/training_helpers.h"
+#include "distributed/fsdp/fully_sharded_data_parallel.h"
 #include "kiln.h"
 #include "optim/adam.h"
 #include "optim/clip_grad.h"
@@ -29,11 +35,12 @@ using Clock = std::chrono::steady_clock;
 
 // Every setting that shapes the trajectory: a checkpoint must have been made
 // with the same (the evaluation settings, threads and device may differ).
-std::string recipe(const TrainOptions& o) {
+// The batch is the global one (Note [kiln-gpt across processes]).
+std::string recipe(const TrainOptions& o, int world_size) {
   return "tokenizer " + o.tokenizer + (o.tokenizer == "bpe" ? " vocab " + std::to_string(o.vocab_size) : "") + ", " +
          std::to_string(o.n_layer) + " layers, " + std::to_string(o.n_head) + " heads, width " +
          std::to_string(o.n_embd) + ", block " + std::to_string(o.block_size) + ", dropout " + exact_text(o.dropout) +
-         ", bias " + (o.bias ? "on" : "off") + ", batch " + std::to_string(o.batch_size) + ", steps " +
+         ", bias " + (o.bias ? "on" : "off") + ", batch " + std::to_string(o.batch_size * world_size) + ", steps " +
          std::to_string(o.steps) + ", AdamW lr " + exact_text(o.lr) + " min lr " + exact_text(o.min_lr) + " warmup " +
          std::to_string(o.warmup_steps) + " weight decay " + exact_text(o.weight_decay) + " betas " +
          exact_text(o.beta1) + " " + exact_text(o.beta2) + ", grad clip " + exact_text(o.grad_clip) + ", seed " +
@@ -77,8 +84,11 @@ struct Run {
 
   const TrainOptions& o;
   const Clock::time_point start = Clock::now();
-  std::ostream* out;
+  DataParallelRun dp;
+  DiscardingStream silent;
+  std::ostream* out;  // rank 0: hooks.out; the others: silent
   std::ostream* err;
+  std::ostream* rank_out;  // hooks.out on every rank: the memory lines
   bool interactive;
   std::function<bool(int64_t)> should_stop;
   Device device;
@@ -88,8 +98,13 @@ struct Run {
   Corpus corpus;
   TextData data;
   std::string tokenizer_text;  // its file, as the checkpoint stores it
-  std::shared_ptr<nn::GPT> model;
+  std::shared_ptr<nn::GPT> model;  // under FSDP, between steps, it holds this rank's shards
+  int64_t parameters = 0;          // counted before FSDP shards them
   std::unique_ptr<optim::AdamW> optimizer;
+  // What the training steps call: the model, or DDP or FSDP around it.
+  std::shared_ptr<distributed::DistributedDataParallel> ddp;
+  std::shared_ptr<distributed::fsdp::FullyShardedDataParallel> fsdp;
+  nn::Module* trained = nullptr;
 
   Position pos;
   RunningLossSum loss_sum;    // of the training losses since the last evaluation
@@ -99,14 +114,27 @@ struct Run {
   double stretch_seconds = 0;
 
   double elapsed() const { return elapsed_before + std::chrono::duration<double>(Clock::now() - start).count(); }
+  // This rank's rows of a batch of n windows: [r n / N, (r + 1) n / N)
+  // (Note [kiln-gpt across processes]).
+  std::pair<int64_t, int64_t> my_rows(int64_t n) const {
+    return {dp.rank * n / dp.world_size, (dp.rank + 1) * n / dp.world_size};
+  }
+  // The running loss sum since the last evaluation, averaged over the ranks
+  // (a collective under --ddp and --fsdp).
+  double mean_loss_sum() const {
+    if (!dp.group) return loss_sum.read();
+    std::vector<double> sum = {loss_sum.read()};
+    distributed::all_reduce_sum(sum, *dp.group);
+    return sum[0] / static_cast<double>(dp.world_size);
+  }
   std::map<std::string, std::string> extra() const {
     const nn::GPTConfig& c = model->config;
-    return {{"recipe", recipe(o)},
+    return {{"recipe", recipe(o, dp.world_size)},
             {"tokenizer", tokenizer_text},
             {"text_hash", std::to_string(corpus.hash)},
             {"text_bytes", std::to_string(corpus.text.size())},
             {"history", history_to_json(pos.history)},
-            {"loss_sum", exact_text(loss_sum.read())},
+            {"loss_sum", exact_text(mean_loss_sum())},
             {"loss_steps", std::to_string(pos.loss_steps)},
             {"elapsed_seconds", exact_text(elapsed())},
             {"vocab_size", std::to_string(c.vocab_size)},
@@ -116,25 +144,45 @@ struct Run {
             {"n_embd", std::to_string(c.n_embd)},
             {"bias", c.bias ? "1" : "0"}};
   }
+  // Every rank calls it; rank 0 writes (under FSDP from the state gathered to it).
   void save() {
     if (o.save.empty()) return;
+    const std::map<std::string, std::string> fields = extra();
+    if (fsdp) {
+      save_gathered_training_checkpoint(o.save, *fsdp, *optimizer, nullptr, pos.step, fields, &scaler);
+      return;
+    }
+    if (!dp.is_main()) return;
     SavingCheckpoint saving(o.save);
-    optim::save_training_checkpoint(o.save, {*model, *optimizer, nullptr, pos.step, extra(), &scaler});
+    optim::save_training_checkpoint(o.save, {*model, *optimizer, nullptr, pos.step, fields, &scaler});
+  }
+  // Under --ddp and --fsdp every rank stops at the same step.
+  bool stop_now() {
+    if (!dp.group) return should_stop(pos.step);
+    return distributed::any_rank_wants(should_stop(pos.step), *dp.group);
   }
 };
 
+// Validates the options, joins the process group (--ddp, --fsdp) and tries
+// the outputs before anything is read.
 Run::Run(const TrainOptions& options, const TrainerHooks& hooks)
     : o((validate(options), options)),
-      out(hooks.out),
-      err(hooks.err),
+      dp(o.ddp || o.fsdp ? start_data_parallel({.backend = o.backend,
+                                                .timeout = o.timeout,
+                                                .heartbeat_timeout = o.heartbeat_timeout},
+                                               o.fsdp ? "--fsdp" : "--ddp")
+                         : DataParallelRun{}),
+      out(dp.is_main() ? hooks.out : &silent),
+      err(dp.is_main() ? hooks.err : &silent),
+      rank_out(hooks.out),
       interactive(hooks.interactive),
       should_stop(hooks.should_stop ? hooks.should_stop : [](int64_t) { return interrupt_requested(); }),
       device(o.device),
       amp_dtype(autocast_dtype(device)),
       scaler({.enabled = o.amp && device.is_cuda()}) {
-  check_outputs({{"--save", o.save}, {"--log", o.log}, {"--plot", o.plot}});
+  check_outputs_on_main({{"--save", o.save}, {"--log", o.log}, {"--plot", o.plot}}, dp);
   if (o.threads > 0) set_num_threads(o.threads);
-  warn_if_oversubscribed(*err, "kiln-gpt");
+  if (dp.is_main()) warn_if_oversubscribed(*err, "kiln-gpt", dp.local_world_size);
 }
 
 // The text, its tokenizer (a resumed run's from its checkpoint) and the batches.
@@ -149,7 +197,7 @@ void open_data(Run& run) {
     load_safetensors(o.resume, &metadata);
     const std::map<std::string, std::string> extra = extra_strings(metadata);
     const CheckpointFields f(extra, o.resume, "kiln-gpt");
-    f.check_recipe(recipe(o));
+    f.check_recipe(recipe(o, run.dp.world_size));
     KILN_CHECK(f.text("text_hash") == std::to_string(run.corpus.hash), "--resume '", o.resume,
                "': the checkpoint was trained on another text (", f.text("text_bytes"), " bytes, hash ",
                f.text("text_hash"), ") than ", run.corpus.description, " (", run.corpus.text.size(), " bytes, hash ",
@@ -157,15 +205,41 @@ void open_data(Run& run) {
     tokenizer = data::tokenizer_from_text(f.text("tokenizer"), "the tokenizer in --resume '" + o.resume + "'");
   }
   run.tokenizer_text = tokenizer->to_text();
-  run.data = open_text_data(run.corpus, std::move(tokenizer), o);
+  run.data = open_text_data(run.corpus, std::move(tokenizer), o, run.dp.world_size);
 }
 
-// The GPT from manual_seed(seed), on its device.
+// The GPT from manual_seed(seed), on its device; then, across processes,
+// the generator dropout draws from seeded per rank (Note [kiln-gpt across
+// processes]).
 void build_model(Run& run) {
   manual_seed(run.o.seed);
   run.model = std::make_shared<nn::GPT>(model_config(run.o, run.data.tokenizer->vocab_size()));
   run.model->to(run.device);
   run.model->train();
+  run.parameters = run.model->num_parameters(false);
+  run.trained = run.model.get();
+  if (run.dp.group) default_generator().set_state(distributed::per_rank_seed(run.o.seed, run.dp.rank), 0);
+}
+
+// --ddp or --fsdp: the wrapper the steps call, made once the optimizer (and
+// a resumed run's state) is set up over the full parameters; under FSDP the
+// optimizer's state is then cut to this rank's shards (Note [Trainers under
+// FSDP]).
+void wrap_model(Run& run) {
+  if (run.o.ddp) {
+    distributed::DDPOptions options;
+    options.group = run.dp.group;
+    run.ddp = std::make_shared<distributed::DistributedDataParallel>(run.model, options);
+    run.trained = run.ddp.get();
+  } else if (run.o.fsdp) {
+    distributed::fsdp::FSDPOptions options;
+    options.group = run.dp.group;
+    options.strategy = distributed::fsdp::parse_sharding_strategy(run.o.fsdp_strategy);
+    options.wrap_policy = distributed::fsdp::wrap_by_class<nn::gpt::Block>();
+    run.fsdp = std::make_shared<distributed::fsdp::FullyShardedDataParallel>(run.model, options);
+    run.trained = run.fsdp.get();
+    shard_optimizer_state(*run.fsdp, *run.optimizer);
+  }
 }
 
 // AdamW over nanoGPT's weight-decay groups, and the position: from --resume
@@ -176,11 +250,17 @@ void set_up_training(Run& run) {
       optim::weight_decay_groups(run.model->parameters(), o.weight_decay),
       optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .weight_decay = o.weight_decay});
   if (o.resume.empty()) {
-    if (!o.log.empty()) start_jsonl(o.log);
+    if (!o.log.empty() && run.dp.is_main()) start_jsonl(o.log);
+    wrap_model(run);
     return;
   }
   const optim::LoadedCheckpoint loaded =
       optim::load_training_checkpoint(o.resume, {*run.model, *run.optimizer, nullptr, 0, {}, &run.scaler});
+  // The checkpoint holds rank 0's generator; each rank goes on from its own
+  // seed at the same offset (every rank has drawn as much).
+  if (run.dp.group) {
+    default_generator().set_state(distributed::per_rank_seed(o.seed, run.dp.rank), default_generator().offset());
+  }
   const CheckpointFields f(loaded.extra, o.resume, "kiln-gpt");
   KILN_CHECK(loaded.step <= o.steps, "--resume '", o.resume, "': the checkpoint is at step ", loaded.step,
              " of a run of --steps ", o.steps);
@@ -191,35 +271,61 @@ void set_up_training(Run& run) {
   run.elapsed_before = f.number("elapsed_seconds");
   KILN_CHECK(!run.pos.history.empty(), "--resume '", o.resume, "': checkpoint field 'history' holds no evaluation");
   *run.out << "resuming " << o.resume << " at step " << run.pos.step << "/" << o.steps << "\n";
+  wrap_model(run);
 }
 
 void print_header(const Run& run) {
   const TrainOptions& o = run.o;
   const TextData& d = run.data;
-  *run.out << "GPT (" << run.model->num_parameters(false) << " parameters: " << o.n_layer << " layers, " << o.n_head
+  *run.out << "GPT (" << run.parameters << " parameters: " << o.n_layer << " layers, " << o.n_head
            << " heads, width " << o.n_embd << ", block " << o.block_size << ") on " << run.corpus.description << ": "
            << d.tokenizer->name() << " tokenizer of " << d.tokenizer->vocab_size() << " tokens, "
            << d.train->num_tokens() << " training and " << d.val->num_tokens() << " validation tokens\n"
-           << recipe(o) << ", " << get_num_threads() << " threads, device " << run.device.str()
-           << (o.amp ? ", mixed precision " + std::string(dtype_name(run.amp_dtype)) : std::string()) << "\n";
+           << recipe(o, run.dp.world_size) << ", " << get_num_threads() << " threads, device " << run.device.str()
+           << (o.amp ? ", mixed precision " + std::string(dtype_name(run.amp_dtype)) : std::string());
+  if (run.dp.group) {
+    *run.out << ", " << run.dp.world_size << " processes (" << run.dp.group->backend_name() << ") of batch "
+             << o.batch_size;
+  }
+  if (run.fsdp) {
+    *run.out << ", FSDP " << distributed::fsdp::sharding_strategy_name(run.fsdp->options().strategy) << " in "
+             << run.fsdp->units().size() << " units";
+  }
+  *run.out << "\n";
 }
 
-// The mean loss over `batches` (each batch weighted by its windows) in eval
-// mode, without gradients.
-double mean_loss(Run& run, const data::FixedWindowBatches& batches) {
-  double sum = 0;
-  int64_t windows = 0;
+// Under --ddp and --fsdp every rank prints what it holds (Note [Trainers
+// under FSDP]); the peak is restarted at the start, so that the line at the
+// end shows training's.
+void print_memory(Run& run, const std::string& when) {
+  if (!run.dp.group) return;
+  print_memory_line(*run.rank_out, run.dp.rank, when, *run.model, run.optimizer.get(), run.device);
+  if (when == "at the start") reset_peak_memory(run.device);
+}
+
+// The mean loss over `batches` (each batch weighted by its windows) of
+// `model`, in eval mode without gradients. Across processes each rank
+// evaluates its rows of each batch and the sums are summed over the ranks; a
+// rank with no rows of a batch runs the model on its first row, counting
+// nothing, since under FSDP every rank runs the model as often as the others.
+double mean_loss(Run& run, nn::Module& model, const data::FixedWindowBatches& batches) {
+  std::vector<double> sums = {0, 0};  // loss x windows, windows
   for (int64_t k = 0; k < batches.num_batches(); ++k) {
-    data::Batch b = batches.batch(k);
+    const data::Batch b = batches.batch(k);
+    const auto [begin, end] = run.my_rows(b.data.size(0));
+    const int64_t rows = end - begin;
+    const Tensor x = b.data.narrow(0, rows > 0 ? begin : 0, std::max<int64_t>(rows, 1)).to(run.device);
+    const Tensor y = b.target.narrow(0, rows > 0 ? begin : 0, std::max<int64_t>(rows, 1)).to(run.device);
     Tensor loss;
     {
       AutocastGuard autocast(run.device.type, run.amp_dtype, run.o.amp);
-      loss = run.model->loss(b.data.to(run.device), b.target.to(run.device));
+      loss = nn::GPT::loss_from_logits(model(x), y);
     }
-    sum += loss.item<double>() * static_cast<double>(b.data.size(0));
-    windows += b.data.size(0);
+    sums[0] += loss.item<double>() * static_cast<double>(rows);
+    sums[1] += static_cast<double>(rows);
   }
-  return sum / static_cast<double>(windows);
+  if (run.dp.group) distributed::all_reduce_sum(sums, *run.dp.group);
+  return sums[0] / sums[1];
 }
 
 // Evaluates both splits, prints the line, then writes the checkpoint first,
@@ -231,10 +337,13 @@ void record_evaluation(Run& run) {
   EvalRecord r{.step = pos.step, .lr = pos.step > 0 ? learning_rate(o, pos.step - 1) : 0.0};
   {
     NoGradGuard no_grad;
-    run.model->eval();
-    r.train_loss = mean_loss(run, *run.data.train_eval);
-    r.val_loss = mean_loss(run, *run.data.val_eval);
-    run.model->train();
+    // Through FSDP, whose units gather their shards; otherwise the plain
+    // model (DDP's replica is the model itself).
+    nn::Module& model = run.fsdp ? static_cast<nn::Module&>(*run.fsdp) : *run.model;
+    model.eval();
+    r.train_loss = mean_loss(run, model, *run.data.train_eval);
+    r.val_loss = mean_loss(run, model, *run.data.val_eval);
+    model.train();
   }
   r.tokens_per_second = run.stretch_seconds > 0 ? static_cast<double>(run.stretch_tokens) / run.stretch_seconds : 0.0;
   r.elapsed_seconds = run.elapsed();
@@ -248,6 +357,7 @@ void record_evaluation(Run& run) {
                 r.tokens_per_second, format_duration(r.elapsed_seconds).c_str());
   *run.out << line << "\n" << std::flush;
   run.save();
+  if (!run.dp.is_main()) return;
   if (!o.log.empty()) append_jsonl(o.log, to_json_line(r));
   if (o.plot.empty()) return;
   try {
@@ -257,25 +367,31 @@ void record_evaluation(Run& run) {
   }
 }
 
-// One optimizer step on training batch pos.step: the lr of the schedule,
-// forward under autocast, backward, gradient clipping, AdamW.
+// One optimizer step on training batch pos.step (this rank's rows of it):
+// the lr of the schedule, forward under autocast, backward, gradient
+// clipping, AdamW.
 void train_step(Run& run) {
   const TrainOptions& o = run.o;
   const Clock::time_point start = Clock::now();
   const double lr = learning_rate(o, run.pos.step);
   for (size_t g = 0; g < run.optimizer->num_param_groups(); ++g) run.optimizer->set_lr(g, lr);
-  data::Batch batch = run.data.batches->batch(run.pos.step);
-  Tensor x = batch.data.to(run.device);    // (B, T) Int64
-  Tensor y = batch.target.to(run.device);  // (B, T) Int64
+  const data::Batch batch = run.data.batches->batch(run.pos.step);  // (G, T): the global batch
+  const auto [begin, end] = run.my_rows(batch.data.size(0));
+  Tensor x = batch.data.narrow(0, begin, end - begin).to(run.device);    // (B, T) Int64
+  Tensor y = batch.target.narrow(0, begin, end - begin).to(run.device);  // (B, T) Int64
   Tensor loss;
   {
     AutocastGuard autocast(run.device.type, run.amp_dtype, o.amp);
-    loss = run.model->loss(x, y);
+    loss = nn::GPT::loss_from_logits((*run.trained)(x), y);
   }
   run.scaler.scale(loss).backward();
   if (o.grad_clip > 0) {
     run.scaler.unscale_(*run.optimizer);
-    optim::clip_grad_norm_(run.model->parameters(), o.grad_clip);
+    if (run.fsdp) {
+      run.fsdp->clip_grad_norm_(o.grad_clip);  // the norm over every rank's shards
+    } else {
+      optim::clip_grad_norm_(run.model->parameters(), o.grad_clip);
+    }
   }
   run.scaler.step(*run.optimizer);
   run.scaler.update();
@@ -283,7 +399,7 @@ void train_step(Run& run) {
   run.loss_sum.add(loss, 1);
   ++run.pos.loss_steps;
   ++run.pos.step;
-  run.stretch_tokens += x.numel();
+  run.stretch_tokens += batch.data.numel();
   run.stretch_seconds += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
@@ -309,10 +425,11 @@ bool train_until_evaluation(Run& run) {
   int64_t tokens = 0;
   do {
     train_step(run);
-    tokens += o.batch_size * o.block_size;
+    tokens += o.batch_size * run.dp.world_size * o.block_size;
+    // Rank 0's running loss: reading the others' would be a collective per update.
     progress.update(
         pos.step, [&] { return run.loss_sum.read() / static_cast<double>(pos.loss_steps); }, tokens);
-    if (pos.step < o.steps && run.should_stop(pos.step)) {
+    if (pos.step < o.steps && run.stop_now()) {
       progress.finish();
       return false;
     }
@@ -321,7 +438,18 @@ bool train_until_evaluation(Run& run) {
   return true;
 }
 
+// The end of training: every rank's memory line and, under FSDP, the model
+// the run returns, a plain GPT with the gathered parameters; then the
+// process group is left (if this run joined it).
 TrainingResult result_of(Run& run, RunStatus status) {
+  print_memory(run, "at the end");
+  if (run.fsdp) {
+    auto plain = std::make_shared<nn::GPT>(run.model->config);
+    plain->to(run.device);
+    load_gathered_state(*run.fsdp, *plain);
+    run.model = plain;
+  }
+  finish_data_parallel(run.dp);
   return {.status = status,
           .history = run.pos.history,
           .model = run.model,
@@ -357,6 +485,7 @@ TrainingResult run_training(const TrainOptions& o, const TrainerHooks& hooks) {
   build_model(run);
   set_up_training(run);
   print_header(run);
+  print_memory(run, "at the start");
   for (;;) {
     if (evaluation_due(run)) record_evaluation(run);
     if (run.pos.step == o.steps) return finished(run);

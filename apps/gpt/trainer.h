@@ -21,6 +21,32 @@
 // resumed run and `kiln-gpt sample` encode exactly as the run did; a BPE is
 // not learned again), the text's hash and size, the history of evaluations
 // and the running loss shown on the progress line.
+//
+// Note [kiln-gpt across processes]
+// `kiln-run --nproc-per-node 2 build/apps/gpt/kiln-gpt train --ddp` starts
+// two processes; each joins the default process group (env://, from the
+// variables kiln-run sets; apps/common/data_parallel_run.h), wraps its GPT
+// in DistributedDataParallel, or with --fsdp in FullyShardedDataParallel
+// with every transformer block a unit (Note [Trainers under FSDP]), and
+// trains on its share of every batch:
+// - --batch-size B is per process; the global batch is G = N x B. Training
+//   batch i is the one-process run's batch i of G windows (a function of
+//   (seed, i, G), Note [Token windows]) and rank r trains on its rows
+//   [r B, (r + 1) B), so N processes take the steps one process takes with
+//   --batch-size G. The recipe records G: a checkpoint resumes on any number
+//   of processes whose --batch-size times their number is G (exactly, bit
+//   for bit, on the same number).
+// - An evaluation reads the fixed windows of a one-process run with batch
+//   G; each rank evaluates its rows of each batch and the loss sums are
+//   summed over the ranks, so every rank ends with the whole evaluation.
+// - Dropout draws from per_rank_seed(seed, rank), so the ranks' masks
+//   differ; a checkpoint keeps rank 0's generator offset, the same on every
+//   rank, and each rank resumes from its own seed at that offset.
+// - Rank 0 alone prints, logs, plots and writes checkpoints (the progress
+//   line shows its own running loss); every rank reads the checkpoint to
+//   resume. After every step the ranks agree, in one all_reduce, on whether
+//   to stop (Ctrl-C reaches them at different steps). Every rank prints
+//   what it holds in memory at the start and at the end of training.
 #pragma once
 
 #include <cstdint>
@@ -53,7 +79,7 @@ enum class RunStatus { Finished, Interrupted };
 struct TrainingResult {
   RunStatus status = RunStatus::Finished;
   std::vector<EvalRecord> history;  // every evaluation, resumed ones included
-  std::shared_ptr<nn::GPT> model;
+  std::shared_ptr<nn::GPT> model;  // a plain GPT with the trained parameters (also after --fsdp)
   std::shared_ptr<data::Tokenizer> tokenizer;
   int64_t step = 0;  // optimizer steps taken in the whole run
 };

@@ -1,10 +1,6 @@
 #include "apps/lenet/data_parallel.h"
 
-#include <cmath>
-#include <cstdlib>
-
 #include "distributed/ddp/training_helpers.h"
-#include "distributed/init.h"
 #include "tensor/error.h"
 
 namespace kiln::apps::lenet {
@@ -72,12 +68,6 @@ class CarriedEpochShard : public data::Sampler {
   CarriedEpoch carried_;
 };
 
-// Seconds as init_process_group takes them: 0 stays 0 (the environment's
-// or the default), anything else is at least a millisecond.
-std::chrono::milliseconds to_milliseconds(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000.0)));
-}
-
 }  // namespace
 
 int64_t padded_order_size(int64_t dataset_size, int64_t replicas) {
@@ -85,29 +75,10 @@ int64_t padded_order_size(int64_t dataset_size, int64_t replicas) {
 }
 
 DataParallelRun start_data_parallel(const TrainerOptions& o) {
-  DataParallelRun run;
-  if (!o.ddp) return run;
-  if (!distributed::is_initialized()) {
-    distributed::init_process_group(o.backend, "env://", -1, -1, to_milliseconds(o.timeout),
-                                    to_milliseconds(o.heartbeat_timeout));
-    run.initialized_here = true;
-  }
-  run.group = distributed::default_group_ptr();
-  KILN_CHECK(run.group->backend_name() == o.backend, "--ddp: the default process group uses ",
-             run.group->backend_name(), " but --backend is ", o.backend);
-  run.rank = run.group->rank();
-  run.world_size = run.group->size();
-  run.local_world_size = run.world_size;
-  if (const char* local = std::getenv("LOCAL_WORLD_SIZE")) {
-    const int n = std::atoi(local);
-    if (n >= 1 && n <= run.world_size) run.local_world_size = n;
-  }
-  return run;
-}
-
-void finish_data_parallel(DataParallelRun& run) {
-  if (run.initialized_here) distributed::destroy_process_group();
-  run.group.reset();
+  if (!o.ddp && !o.fsdp) return {};
+  return apps::start_data_parallel(
+      {.backend = o.backend, .timeout = o.timeout, .heartbeat_timeout = o.heartbeat_timeout},
+      o.fsdp ? "--fsdp" : "--ddp");
 }
 
 std::shared_ptr<data::Sampler> train_sampler(const DataParallelRun& run, int64_t dataset_size, uint64_t seed,
@@ -122,6 +93,11 @@ std::shared_ptr<data::Sampler> train_sampler(const DataParallelRun& run, int64_t
 std::shared_ptr<data::Sampler> test_sampler(const DataParallelRun& run, int64_t dataset_size) {
   if (!run.group) return nullptr;
   return std::make_shared<StridedShard>(dataset_size, run.world_size, run.rank);
+}
+
+int64_t test_batches_per_rank(const DataParallelRun& run, int64_t dataset_size, int64_t batch_size) {
+  const int64_t largest_share = (dataset_size + run.world_size - 1) / run.world_size;  // rank 0's
+  return (largest_share + batch_size - 1) / batch_size;
 }
 
 Evaluation combine_evaluations(const Evaluation& local, const DataParallelRun& run) {

@@ -1,11 +1,14 @@
-// kiln-lenet --ddp: the pieces of a run that change when several processes
-// train one model.
+// kiln-lenet --ddp and --fsdp: the pieces of a run that change when several
+// processes train one model.
 //
 // Note [kiln-lenet with DDP]
 // `kiln-run --nproc-per-node 2 build/apps/lenet/kiln-lenet --ddp` starts two
 // processes; each joins the default process group (init_process_group with
 // env://, from the variables kiln-run sets), wraps its LeNet in
-// DistributedDataParallel and trains on its share of each epoch:
+// DistributedDataParallel and trains on its share of each epoch (--fsdp
+// wraps it in FullyShardedDataParallel instead, with the layers of at least
+// kFsdpUnitNumel parameters as units of their own, and is otherwise the
+// same: Note [Trainers under FSDP] in apps/common/sharded_training.h):
 // - --batch-size is per process; the global batch is batch size x world
 //   size. A DistributedSampler with the run's seed gives rank r the
 //   positions r, r + N, ... of the epoch's permutation, so one step of N
@@ -48,6 +51,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "apps/common/data_parallel_run.h"
 #include "apps/lenet/evaluate.h"
 #include "apps/lenet/options.h"
 #include "data/sampler.h"
@@ -58,21 +62,16 @@ namespace kiln::apps::lenet {
 // Steps between two agreements on whether to stop (Note [kiln-lenet with DDP]).
 inline constexpr int64_t kStopCheckSteps = 32;
 
-struct DataParallelRun {
-  std::shared_ptr<distributed::ProcessGroup> group;  // null without --ddp
-  int rank = 0;
-  int world_size = 1;
-  bool initialized_here = false;  // this run called init_process_group
-  // Processes on this machine (LOCAL_WORLD_SIZE, else all of them).
-  int local_world_size = 1;
+// Under --fsdp, the layers with at least this many parameters are FSDP
+// units of their own (wrap_by_numel): fc1 (48,120) and fc2 (10,164), while
+// the convolutions and fc3 (3,722 together) share the root unit. Smaller
+// units would each add an all-gather and a reduce-scatter per step whose
+// latency outweighs the few kilobytes they move.
+inline constexpr int64_t kFsdpUnitNumel = 10'000;
 
-  bool is_main() const { return rank == 0; }
-};
-
-// With --ddp: joins (or reuses) the default process group on --backend.
+// With --ddp or --fsdp: joins (or reuses) the default process group on
+// --backend (apps/common/data_parallel_run.h); else a run of one process.
 DataParallelRun start_data_parallel(const TrainerOptions& options);
-// Leaves the default group if start_data_parallel joined it.
-void finish_data_parallel(DataParallelRun& run);
 
 // The epoch of a resumed run that follows another world size's order (Note
 // [Resuming on another world size]).
@@ -92,6 +91,9 @@ std::shared_ptr<data::Sampler> train_sampler(const DataParallelRun& run, int64_t
                                              const CarriedEpoch& carried = {});
 // This rank's share of the test set, without repeats (null: all of it).
 std::shared_ptr<data::Sampler> test_sampler(const DataParallelRun& run, int64_t dataset_size);
+// The batches of `batch_size` of the largest rank's share of the test set:
+// how often every rank runs the model in a test pass under --fsdp.
+int64_t test_batches_per_rank(const DataParallelRun& run, int64_t dataset_size, int64_t batch_size);
 
 // The whole test set's evaluation from each rank's (no-op in one process).
 Evaluation combine_evaluations(const Evaluation& local, const DataParallelRun& run);

@@ -26,7 +26,12 @@ struct Evaluation {
 // Runs `model` in eval mode without gradients over one pass of `loader`,
 // whose batches are uint8 images (normalized here, normalize_batch) and
 // int64 labels in [0, num_classes). The model is put back in train mode.
-Evaluation evaluate(nn::Module& model, data::DataLoader& loader, Device device, int64_t num_classes);
+// When the loader has fewer than `min_batches` batches, the model also runs
+// on one blank 3x32x32 image per missing batch, counted nowhere: under FSDP
+// every rank must run the model as often as the others (Note [Trainers
+// under FSDP]).
+Evaluation evaluate(nn::Module& model, data::DataLoader& loader, Device device, int64_t num_classes,
+                    int64_t min_batches = 0);
 
 // One row per class: name, correct / images, accuracy in %, and a final
 // "all" row. Classes without test images show "-".

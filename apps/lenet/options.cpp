@@ -8,6 +8,7 @@
 
 #include "apps/common/cli.h"
 #include "apps/common/run_setup.h"
+#include "apps/common/sharded_training.h"
 #include "tensor/error.h"
 
 namespace kiln::apps::lenet {
@@ -82,7 +83,7 @@ void validate(const TrainerOptions& o) {
     KILN_CHECK(std::isfinite(seconds) && seconds >= 0 && seconds <= kMaxTimeoutSeconds, flag,
                " must be a positive number of seconds up to ", kMaxTimeoutSeconds, " (0: the default), got ",
                seconds);
-    KILN_CHECK(seconds == 0 || o.ddp, flag, " only goes with --ddp");
+    KILN_CHECK(seconds == 0 || o.ddp || o.fsdp, flag, " only goes with --ddp or --fsdp");
   }
   KILN_CHECK(o.threads >= 0, "--threads must be non-negative (0: all cores), got ", o.threads);
   KILN_CHECK(o.workers >= 0, "--workers must be non-negative (0: load batches on the training thread), got ",
@@ -93,10 +94,16 @@ void validate(const TrainerOptions& o) {
   KILN_CHECK(o.backend == "gloo" || o.backend == "mpi" || o.backend == "nccl", "--backend: unknown backend '",
              o.backend, "' (expected gloo, mpi or nccl)");
   KILN_CHECK(!(o.ddp && o.eval_only), "--eval-only runs in one process; drop --ddp");
+  KILN_CHECK(!(o.fsdp && o.eval_only), "--eval-only runs in one process; drop --fsdp");
+  KILN_CHECK(!(o.ddp && o.fsdp), "--ddp and --fsdp exclude each other: DDP keeps the whole model on every "
+                                 "process, FSDP shards it over them; give one");
   KILN_CHECK(!(o.ddp && o.dp), "--ddp and --dp exclude each other: one process per replica, or one process "
                                "for all of them");
+  KILN_CHECK(!(o.fsdp && o.dp), "--fsdp and --dp exclude each other: --fsdp shards the model over processes, "
+                                "--dp replicates it in one process");
+  check_fsdp_flags(o.fsdp, o.fsdp_strategy, o.amp, o.device);
   KILN_CHECK(o.replicas >= 1, "--replicas must be at least 1, got ", o.replicas);
-  KILN_CHECK(o.ddp || o.backend == "gloo", "--backend ", o.backend, " only goes with --ddp");
+  KILN_CHECK(o.ddp || o.fsdp || o.backend == "gloo", "--backend ", o.backend, " only goes with --ddp or --fsdp");
   KILN_CHECK(!o.eval_only || !o.resume.empty() || !o.weights.empty(),
              "--eval-only needs the model to evaluate: give --resume CHECKPOINT or --weights FILE.safetensors");
   KILN_CHECK(o.resume.empty() || o.weights.empty(), "--resume and --weights exclude each other: a checkpoint '",
@@ -155,19 +162,26 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   app.add_flag("--ddp", o.ddp,
                "train with DistributedDataParallel over the processes kiln-run starts (kiln-run "
                "--nproc-per-node N kiln-lenet --ddp ...); --batch-size is per process, rank 0 prints and saves");
+  app.add_flag("--fsdp", o.fsdp,
+               "train with FullyShardedDataParallel over the processes kiln-run starts, each holding 1/N of the "
+               "parameters, gradients and optimizer state; otherwise as --ddp");
+  app.add_option("--fsdp-strategy", o.fsdp_strategy,
+                 "with --fsdp: full_shard, shard_grad_op (parameters kept gathered from forward to backward), "
+                 "no_shard (as DDP) or hybrid_shard (sharded within a machine, replicated across machines)")
+      ->capture_default_str();
   app.add_flag("--dp", o.dp,
                "train with DataParallel in this process: one replica per GPU with --device cuda, else "
                "--replicas replicas on the CPU, each batch split between them");
   add_integer(app, "--replicas", o.replicas, "DataParallel replicas on the CPU with --dp");
-  app.add_option("--backend", o.backend, "the process group's backend with --ddp: gloo, mpi or nccl")
+  app.add_option("--backend", o.backend, "the process group's backend with --ddp or --fsdp: gloo, mpi or nccl")
       ->capture_default_str();
   add_integer(app, "--accum-steps", o.accum_steps,
               "batches per optimizer step (gradient accumulation; with --ddp only the last one communicates)");
   add_timeout(app, "--timeout", o.timeout,
-              "with --ddp: seconds the rendezvous and each collective may take (default: "
+              "with --ddp or --fsdp: seconds the rendezvous and each collective may take (default: "
               "KILN_DISTRIBUTED_TIMEOUT, else 300)");
   add_timeout(app, "--heartbeat-timeout", o.heartbeat_timeout,
-              "with --ddp: seconds a silent peer is waited for before it is named (default: "
+              "with --ddp or --fsdp: seconds a silent peer is waited for before it is named (default: "
               "KILN_HEARTBEAT_TIMEOUT, else 10)");
   app.add_option("--log", o.log,
                  "write one JSON object per epoch to FILE.jsonl (a new file; --resume appends to it)");

@@ -65,11 +65,18 @@ struct TrainerOptions {
   // Data parallel training over the processes kiln-run starts (Note
   // [kiln-lenet with DDP]); batch_size is then per process.
   bool ddp = false;
+  // The same with the model sharded over the processes by
+  // FullyShardedDataParallel (Note [Trainers under FSDP] in
+  // apps/common/sharded_training.h), with --fsdp-strategy's sharding:
+  // full_shard, shard_grad_op, no_shard or hybrid_shard (Note [FSDP
+  // sharding strategies]).
+  bool fsdp = false;
+  std::string fsdp_strategy = "full_shard";
   std::string backend = "gloo";  // of the process group: gloo, mpi or nccl
-  // With --ddp, in seconds: how long the rendezvous and each collective may
-  // take, and how long a silent peer is waited for before it is named. 0:
-  // KILN_DISTRIBUTED_TIMEOUT / KILN_HEARTBEAT_TIMEOUT, else the defaults
-  // (distributed/init.h).
+  // With --ddp or --fsdp, in seconds: how long the rendezvous and each
+  // collective may take, and how long a silent peer is waited for before it
+  // is named. 0: KILN_DISTRIBUTED_TIMEOUT / KILN_HEARTBEAT_TIMEOUT, else the
+  // defaults (distributed/init.h).
   double timeout = 0;
   double heartbeat_timeout = 0;
   // DataParallel in this process: one replica per CUDA device with --device
@@ -84,8 +91,9 @@ struct TrainerOptions {
 
 // Throws kiln::Error naming the flag for a value out of range: epochs,
 // batch size < 1, a negative, infinite or NaN lr, momentum, weight decay or
-// timeout, negative threads or workers, an unknown device, --eval-only
-// without --resume or --weights.
+// timeout, negative threads or workers, an unknown device or FSDP strategy,
+// --eval-only without --resume or --weights, and flags that exclude each
+// other (--ddp, --fsdp and --dp; --fsdp with --amp on CUDA).
 void validate(const TrainerOptions& options);
 
 // The result of parsing: options to run with, or none and the exit code

@@ -13,6 +13,7 @@
 #include "apps/common/jsonl.h"
 #include "apps/common/progress.h"
 #include "apps/common/run_setup.h"
+#include "apps/common/sharded_training.h"
 #include "apps/lenet/data_parallel.h"
 #include "apps/lenet/data_source.h"
 #include "apps/lenet/plot.h"
@@ -20,6 +21,7 @@
 #include "distributed/data_parallel.h"
 #include "distributed/ddp/distributed_data_parallel.h"
 #include "distributed/ddp/training_helpers.h"
+#include "distributed/fsdp/fully_sharded_data_parallel.h"
 #include "kiln.h"
 #include "optim/grad_scaler.h"
 #ifdef KILN_WITH_CUDA
@@ -155,21 +157,6 @@ CarriedEpoch check_world(const SavedWorld& saved, const Position& p, const Train
   return {.epoch = p.epoch, .replicas = p.order_replicas};
 }
 
-// Rank 0 writes the outputs (Note [kiln-lenet with DDP]); every rank learns
-// whether it can, so that none waits in a collective for a rank that quit.
-void check_outputs(const TrainerOptions& o, const DataParallelRun& dp) {
-  std::string problem;
-  if (dp.is_main()) {
-    for (auto [flag, path] : {std::pair<const char*, const std::string&>{"--save", o.save}, {"--log", o.log},
-                              {"--plot", o.plot}}) {
-      if (problem.empty()) problem = output_problem(flag, path);
-    }
-  }
-  const bool failed = dp.group ? distributed::any_rank_wants(!problem.empty(), *dp.group) : !problem.empty();
-  KILN_CHECK(!failed, problem.empty() ? "rank 0 cannot write its outputs (--save, --log or --plot; see its error)"
-                                      : problem);
-}
-
 // The model's weights from a kiln-lenet checkpoint ("model." entries) or a
 // plain state dict, for --eval-only.
 void load_weights(nn::Module& model, const std::string& path) {
@@ -263,12 +250,10 @@ Position resume(const TrainerOptions& o, const DataParallelRun& dp, const Datase
   return pos;
 }
 
-// After an epoch (rank 0): the checkpoint first, then the log and the plot,
-// so that neither costs the checkpoint. A chart that cannot be written is
-// warned about and the run goes on: it is redrawn whole after the next epoch.
-void write_epoch_outputs(const TrainerOptions& o, const Position& pos, const std::function<void()>& save,
-                         std::ostream& err) {
-  if (!o.save.empty()) save();
+// After an epoch (rank 0), once the checkpoint is written: the log and the
+// plot. A chart that cannot be written is warned about and the run goes on:
+// it is redrawn whole after the next epoch.
+void write_epoch_outputs(const TrainerOptions& o, const Position& pos, std::ostream& err) {
   if (!o.log.empty()) append_jsonl(o.log, to_json_line(pos.history.back()));
   if (o.plot.empty()) return;
   try {
@@ -291,15 +276,18 @@ struct Run {
   DiscardingStream silent;
   std::ostream* out;  // rank 0: hooks.out; the others: silent
   std::ostream* err;
+  std::ostream* rank_out;  // hooks.out on every rank: the memory lines
   bool interactive;
   std::function<bool(int64_t)> should_stop;
   Device device;
   TrainingResult result;
 
-  // What the training steps call: the model, or DataParallel or DDP around it.
+  // What the training steps call: the model, or DataParallel, DDP or FSDP around it.
   std::shared_ptr<distributed::DistributedDataParallel> ddp;
   std::shared_ptr<distributed::DataParallel> data_parallel;
+  std::shared_ptr<distributed::fsdp::FullyShardedDataParallel> fsdp;
   nn::Module* trained = nullptr;
+  int64_t parameters = 0;  // counted before FSDP shards them
 
   Datasets data;
   std::unique_ptr<data::DataLoader> test_loader;
@@ -315,10 +303,14 @@ struct Run {
   int64_t global_step = 0;
   double elapsed_before = 0;  // the wall time of the run a resume continues
 
+  // Between steps under FSDP its parameters are this rank's shards.
   nn::LeNet& model() { return *result.model; }
+  // Under FSDP through the wrapper, as often on every rank (Note [Trainers under FSDP]).
   Evaluation evaluate_test_set() {
     const int64_t classes = static_cast<int64_t>(data.class_names.size());
-    return combine_evaluations(evaluate(model(), *test_loader, device, classes), dp);
+    if (!fsdp) return combine_evaluations(evaluate(model(), *test_loader, device, classes), dp);
+    const int64_t batches = test_batches_per_rank(dp, data.test->size(), test_loader->options().batch_size);
+    return combine_evaluations(evaluate(*fsdp, *test_loader, device, classes, batches), dp);
   }
   // Under DDP every rank must stop at the same step (Note [kiln-lenet with DDP]).
   bool stop_now(bool at_check_point) {
@@ -326,10 +318,18 @@ struct Run {
     if (!at_check_point) return false;
     return distributed::any_rank_wants(should_stop(global_step), *dp.group);
   }
+  // Rank 0 writes the checkpoint (Note [kiln-lenet with DDP]); under FSDP
+  // every rank calls this, to gather the model and optimizer state.
   void save() {
-    if (!dp.is_main() || o.save.empty()) return;  // Note [kiln-lenet with DDP]
+    if (o.save.empty()) return;
     const SavedWorld world{.world_size = dp.world_size, .batch_size = o.batch_size,
                            .train_images = data.train->size()};
+    if (fsdp) {
+      save_gathered_training_checkpoint(o.save, *fsdp, *optimizer, scheduler.get(), global_step,
+                                        to_extra(pos, o, world), &scaler);
+      return;
+    }
+    if (!dp.is_main()) return;
     SavingCheckpoint saving(o.save);
     optim::save_training_checkpoint(
         o.save, {model(), *optimizer, scheduler.get(), global_step, to_extra(pos, o, world), &scaler});
@@ -343,11 +343,12 @@ Run::Run(const TrainerOptions& options, const TrainerHooks& hooks)
       dp(start_data_parallel(o)),
       out(dp.is_main() ? hooks.out : &silent),
       err(dp.is_main() ? hooks.err : &silent),
+      rank_out(hooks.out),
       interactive(hooks.interactive),
       should_stop(hooks.should_stop ? hooks.should_stop : [](int64_t) { return interrupt_requested(); }),
       scaler({.enabled = o.amp && Device(o.device).is_cuda()}),
       pos{.order_replicas = dp.world_size} {
-  if (!o.eval_only) check_outputs(o, dp);
+  if (!o.eval_only) check_outputs_on_main({{"--save", o.save}, {"--log", o.log}, {"--plot", o.plot}}, dp);
   if (o.threads > 0) set_num_threads(o.threads);
   if (dp.is_main()) warn_if_oversubscribed(*err, "kiln-lenet", dp.local_world_size);
   device = Device(o.device);
@@ -356,13 +357,15 @@ Run::Run(const TrainerOptions& options, const TrainerHooks& hooks)
 
 // The LeNet, on its device before the data is read (a device that cannot
 // run fails fast), and the wrapper the steps call (--dp, --ddp; DDP takes
-// rank 0's weights, the same here since every rank seeds alike).
+// rank 0's weights, the same here since every rank seeds alike). FSDP
+// wraps it later, once the optimizer holds its state (wrap_in_fsdp).
 void set_up_model(Run& run) {
   const TrainerOptions& o = run.o;
   manual_seed(o.seed);
   run.result.model = std::make_shared<nn::LeNet>();
   run.model().to(run.device);
   run.trained = &run.model();
+  for (const Tensor& p : run.model().parameters()) run.parameters += p.numel();
   if (o.dp) {
     std::vector<Device> devices;
 #ifdef KILN_WITH_CUDA
@@ -377,7 +380,7 @@ void set_up_model(Run& run) {
         run.result.model, [] { return std::make_shared<nn::LeNet>(); }, devices);
     run.trained = run.data_parallel.get();
   }
-  if (run.dp.group) {
+  if (run.dp.group && o.ddp) {
     distributed::DDPOptions ddp_options;
     ddp_options.group = run.dp.group;
     run.ddp = std::make_shared<distributed::DistributedDataParallel>(run.result.model, ddp_options);
@@ -415,6 +418,19 @@ TrainingResult evaluate_only(Run& run) {
   return run.result;
 }
 
+// --fsdp: shards the model, whose optimizer (and a resumed run's state) was
+// made over the full parameters, and then the optimizer's state (Note
+// [Trainers under FSDP]).
+void wrap_in_fsdp(Run& run) {
+  distributed::fsdp::FSDPOptions options;
+  options.group = run.dp.group;
+  options.strategy = distributed::fsdp::parse_sharding_strategy(run.o.fsdp_strategy);
+  options.wrap_policy = distributed::fsdp::wrap_by_numel(kFsdpUnitNumel);
+  run.fsdp = std::make_shared<distributed::fsdp::FullyShardedDataParallel>(run.result.model, options);
+  run.trained = run.fsdp.get();
+  shard_optimizer_state(*run.fsdp, *run.optimizer);
+}
+
 // The training loader, optimizer and schedule, and the position: from
 // --resume (Note [Exact resume]), or the start with a fresh log.
 void set_up_training(Run& run) {
@@ -435,14 +451,13 @@ void set_up_training(Run& run) {
   } else if (!o.log.empty() && run.dp.is_main()) {
     start_jsonl(o.log);
   }
+  if (o.fsdp) wrap_in_fsdp(run);
 }
 
 void print_header(Run& run) {
   const TrainerOptions& o = run.o;
-  int64_t parameters = 0;
-  for (const Tensor& p : run.model().parameters()) parameters += p.numel();
   std::ostream& out = *run.out;
-  out << "LeNet (" << parameters << " parameters) on " << run.data.description << ": " << run.data.train->size()
+  out << "LeNet (" << run.parameters << " parameters) on " << run.data.description << ": " << run.data.train->size()
       << " training, " << run.data.test->size() << " test images\n"
       << recipe(o) << ", " << o.workers << " loader workers, " << get_num_threads() << " threads, device "
       << run.device.str()
@@ -452,7 +467,20 @@ void print_header(Run& run) {
     out << ", " << run.dp.world_size << " processes (" << run.dp.group->backend_name() << "), global batch "
         << o.batch_size * run.dp.world_size;
   }
+  if (run.fsdp) {
+    out << ", FSDP " << distributed::fsdp::sharding_strategy_name(run.fsdp->options().strategy) << " in "
+        << run.fsdp->units().size() << " units";
+  }
   out << "\n";
+}
+
+// Under --ddp and --fsdp every rank prints what it holds (Note [Trainers
+// under FSDP]); the peak is restarted at the start, so that the line at the
+// end shows training's.
+void print_memory(Run& run, const std::string& when) {
+  if (!run.dp.group) return;
+  print_memory_line(*run.rank_out, run.dp.rank, when, run.model(), run.optimizer.get(), run.device);
+  if (when == "at the start") reset_peak_memory(run.device);
 }
 
 // Skips the batches of the epoch in progress that a resumed run already trained on.
@@ -482,6 +510,9 @@ int64_t forward_backward(Run& run, int64_t micro, RunningLossSum& loss_sum) {
     Tensor scaled = run.scaler.scale(micro > 1 ? loss / static_cast<double>(micro) : loss);
     if (run.ddp && m + 1 < micro) {
       auto no_sync = run.ddp->no_sync();
+      scaled.backward();
+    } else if (run.fsdp && m + 1 < micro) {
+      auto no_sync = run.fsdp->no_sync();
       scaled.backward();
     } else {
       scaled.backward();
@@ -547,12 +578,25 @@ void finish_epoch(Run& run) {
   // The position after this epoch: the next one, from its first step, in
   // this run's order.
   pos = {.epoch = pos.epoch + 1, .history = std::move(pos.history), .order_replicas = run.dp.world_size};
-  if (run.dp.is_main()) write_epoch_outputs(run.o, pos, [&] { run.save(); }, *run.err);
+  run.save();  // first, so that the log and the plot never cost the checkpoint
+  if (run.dp.is_main()) write_epoch_outputs(run.o, pos, *run.err);
   --pos.epoch;
+}
+
+// The end of training: every rank's memory line and, under FSDP, the model
+// the run returns, a plain LeNet with the gathered parameters.
+void end_training(Run& run) {
+  print_memory(run, "at the end");
+  if (!run.fsdp) return;
+  auto plain = std::make_shared<nn::LeNet>();
+  plain->to(run.device);
+  load_gathered_state(*run.fsdp, *plain);
+  run.result.model = plain;
 }
 
 // Stops the run at its position (its checkpoint, if any, already written).
 TrainingResult interrupted(Run& run, const std::string& where) {
+  end_training(run);
   *run.out << "interrupted " << where;
   if (!run.o.save.empty()) {
     *run.out << "; checkpoint saved to " << run.o.save << " (continue with --resume " << run.o.save << ")";
@@ -571,6 +615,7 @@ TrainingResult interrupted(Run& run, const std::string& where) {
 // no epoch: it evaluates here).
 TrainingResult finished(Run& run) {
   if (run.pos.history.empty() || run.result.evaluation.images == 0) run.result.evaluation = run.evaluate_test_set();
+  end_training(run);
   *run.out << "\ntest accuracy per class after " << run.o.epochs << (run.o.epochs == 1 ? " epoch:\n" : " epochs:\n")
            << format_class_table(run.result.evaluation, run.data.class_names) << std::flush;
   run.result.status = RunStatus::Finished;
@@ -590,6 +635,7 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
   if (o.eval_only) return evaluate_only(run);
   set_up_training(run);
   print_header(run);
+  print_memory(run, "at the start");
   Position& pos = run.pos;
   for (; pos.epoch < o.epochs; ++pos.epoch) {
     if (!train_epoch(run)) {

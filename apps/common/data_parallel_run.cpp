@@ -1,0 +1,62 @@
+#include "apps/common/data_parallel_run.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+
+#include "apps/common/run_setup.h"
+#include "distributed/ddp/training_helpers.h"
+#include "distributed/init.h"
+#include "tensor/error.h"
+
+namespace kiln::apps {
+
+namespace {
+
+// Seconds as init_process_group takes them: 0 stays 0 (the environment's
+// or the default), anything else is at least a millisecond.
+std::chrono::milliseconds to_milliseconds(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000.0)));
+}
+
+}  // namespace
+
+DataParallelRun start_data_parallel(const ProcessGroupFlags& flags, const std::string& mode_flag) {
+  DataParallelRun run;
+  if (!distributed::is_initialized()) {
+    distributed::init_process_group(flags.backend, "env://", -1, -1, to_milliseconds(flags.timeout),
+                                    to_milliseconds(flags.heartbeat_timeout));
+    run.initialized_here = true;
+  }
+  run.group = distributed::default_group_ptr();
+  KILN_CHECK(run.group->backend_name() == flags.backend, mode_flag, ": the default process group uses ",
+             run.group->backend_name(), " but --backend is ", flags.backend);
+  run.rank = run.group->rank();
+  run.world_size = run.group->size();
+  run.local_world_size = run.world_size;
+  if (const char* local = std::getenv("LOCAL_WORLD_SIZE")) {
+    const int n = std::atoi(local);
+    if (n >= 1 && n <= run.world_size) run.local_world_size = n;
+  }
+  return run;
+}
+
+void finish_data_parallel(DataParallelRun& run) {
+  if (run.initialized_here) distributed::destroy_process_group();
+  run.group.reset();
+}
+
+void check_outputs_on_main(const std::vector<std::pair<std::string, std::string>>& flags_and_paths,
+                           const DataParallelRun& run) {
+  std::string problem;
+  if (run.is_main()) {
+    for (const auto& [flag, path] : flags_and_paths) {
+      if (problem.empty()) problem = output_problem(flag, path);
+    }
+  }
+  const bool failed = run.group ? distributed::any_rank_wants(!problem.empty(), *run.group) : !problem.empty();
+  KILN_CHECK(!failed, problem.empty() ? "rank 0 cannot write its outputs (--save, --log or --plot; see its error)"
+                                      : problem);
+}
+
+}  // namespace kiln::apps
