@@ -32,6 +32,22 @@ std::string join(const std::vector<std::string>& names) {
 
 }  // namespace
 
+StateDictEntries split_state_dict(const TensorDict& dict, std::string_view op) {
+  StateDictEntries entries;
+  for (const auto& [key, t] : dict) {
+    int64_t n = 0;
+    std::string rest;
+    if (split_key(key, "param_groups.", n, rest)) {
+      entries.groups[n][rest] = t;
+    } else if (split_key(key, "state.", n, rest)) {
+      entries.state[n][rest] = t;
+    } else {
+      KILN_FAIL(op, ": unexpected key '", key, "' (keys are param_groups.<group>.<name> and state.<param>.<name>)");
+    }
+  }
+  return entries;
+}
+
 std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params, double weight_decay) {
   ParamGroup decay{{}, {{"weight_decay", weight_decay}}};
   ParamGroup no_decay{{}, {{"weight_decay", 0.0}}};
@@ -42,24 +58,26 @@ std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params, d
   return {decay, no_decay};
 }
 
-void Optimizer::zero_grad(bool set_to_none) {
-  for (const auto& group : groups_) {
-    for (const Tensor& p : group.params) {
-      Tensor grad = p.grad();
-      if (!grad.defined()) continue;
-      if (set_to_none) {
-        p.set_grad(Tensor());
-        continue;
-      }
-      // A grad made by backward(create_graph=true) is the output of a graph;
-      // zeroing it in place would corrupt that graph, so keep only its data.
-      if (grad.requires_grad() || !grad.is_leaf()) {
-        grad = grad.detach();
-        p.set_grad(grad);
-      }
-      ops::zero_(grad);
+void zero_grads(const std::vector<Tensor>& params, bool set_to_none) {
+  for (const Tensor& p : params) {
+    Tensor grad = p.grad();
+    if (!grad.defined()) continue;
+    if (set_to_none) {
+      p.set_grad(Tensor());
+      continue;
     }
+    // A grad made by backward(create_graph=true) is the output of a graph;
+    // zeroing it in place would corrupt that graph, so keep only its data.
+    if (grad.requires_grad() || !grad.is_leaf()) {
+      grad = grad.detach();
+      p.set_grad(grad);
+    }
+    ops::zero_(grad);
   }
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  for (const auto& group : groups_) zero_grads(group.params, set_to_none);
 }
 
 void Optimizer::add_param_group(const ParamGroup& group) {
@@ -168,19 +186,9 @@ TensorDict Optimizer::state_dict() const {
 void Optimizer::load_state_dict(const TensorDict& dict) {
   const std::string op = name() + "::load_state_dict";
 
-  std::map<int64_t, std::map<std::string, Tensor>> group_keys;  // group -> name -> value
-  std::map<int64_t, std::map<std::string, Tensor>> state_keys;  // saved parameter id -> entry -> value
-  for (const auto& [key, t] : dict) {
-    int64_t n = 0;
-    std::string rest;
-    if (split_key(key, "param_groups.", n, rest)) {
-      group_keys[n][rest] = t;
-    } else if (split_key(key, "state.", n, rest)) {
-      state_keys[n][rest] = t;
-    } else {
-      KILN_FAIL(op, ": unexpected key '", key, "' (keys are param_groups.<group>.<name> and state.<param>.<name>)");
-    }
-  }
+  StateDictEntries entries = split_state_dict(dict, op);
+  auto& group_keys = entries.groups;  // group -> name -> value
+  auto& state_keys = entries.state;   // saved parameter id -> entry -> value
   KILN_CHECK(group_keys.size() == groups_.size(), op, ": the state dict has ", group_keys.size(),
              " param groups but the optimizer has ", groups_.size());
 

@@ -62,6 +62,22 @@ struct ParamGroup {
 //   AdamW opt(weight_decay_groups(model->parameters(), 0.1), AdamWOptions{.lr = 6e-4});
 std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params, double weight_decay);
 
+// An optimizer state dict's entries (Note [Optimizer state dict]) by
+// number: groups[g]["lr"], groups[g]["params"], state[i]["exp_avg"]. Throws
+// naming `op` and the key on a key that is neither. (Optimizer and
+// distributed::ZeroRedundancyOptimizer read state dicts through it.)
+struct StateDictEntries {
+  std::map<int64_t, std::map<std::string, Tensor>> groups;
+  std::map<int64_t, std::map<std::string, Tensor>> state;
+};
+StateDictEntries split_state_dict(const TensorDict& dict, std::string_view op);
+
+// Sets every grad of `params` to undefined (set_to_none) or to zeros in
+// place; a grad that carries a graph (backward with create_graph) is first
+// detached from it, as PyTorch does. What Optimizer::zero_grad does to its
+// groups.
+void zero_grads(const std::vector<Tensor>& params, bool set_to_none = true);
+
 // One hyperparameter of an Options struct, reachable by name
 // (Note [Hyperparameters by name]).
 template <class Options>

@@ -397,22 +397,7 @@ void ZeroRedundancyOptimizer::broadcast_parameters() {
   for (size_t i : in_flight) finish(i);
 }
 
-void ZeroRedundancyOptimizer::zero_grad(bool set_to_none) {
-  for (const Tensor& p : params_) {
-    Tensor grad = p.grad();
-    if (!grad.defined()) continue;
-    if (set_to_none) {
-      p.set_grad(Tensor());
-      continue;
-    }
-    // As Optimizer::zero_grad: a grad that carries a graph keeps only its data.
-    if (grad.requires_grad() || !grad.is_leaf()) {
-      grad = grad.detach();
-      p.set_grad(grad);
-    }
-    ops::zero_(grad);
-  }
-}
+void ZeroRedundancyOptimizer::zero_grad(bool set_to_none) { optim::zero_grads(params_, set_to_none); }
 
 double ZeroRedundancyOptimizer::clip_grad_norm_(double max_norm, double norm_type) {
   KILN_CHECK(norm_type > 0.0, "ZeroRedundancyOptimizer::clip_grad_norm_: norm_type must be positive or infinity, got ",

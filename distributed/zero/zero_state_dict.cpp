@@ -18,19 +18,6 @@ namespace {
 // from anyone else's sends on the group.
 constexpr int kConsolidateTag = 2207;
 
-// Splits "<prefix><n>.<rest>" into n and rest; false when `key` has another form.
-bool split_key(const std::string& key, std::string_view prefix, int64_t& n, std::string& rest) {
-  if (key.compare(0, prefix.size(), prefix) != 0) return false;
-  const size_t dot = key.find('.', prefix.size());
-  if (dot == std::string::npos || dot == prefix.size() || dot + 1 == key.size()) return false;
-  const char* first = key.data() + prefix.size();
-  const char* last = key.data() + dot;
-  auto [end, ec] = std::from_chars(first, last, n);
-  if (ec != std::errc() || end != last || n < 0) return false;
-  rest = key.substr(dot + 1);
-  return true;
-}
-
 // One state tensor of one parameter, as a rank sends it.
 struct StateItem {
   size_t param = 0;  // the global parameter index
@@ -165,18 +152,9 @@ void ZeroRedundancyOptimizer::load_state_dict(const TensorDict& dict) {
 
   // This rank's part, in its local optimizer's numbering.
   auto localize = [&] {
-    std::map<int64_t, std::map<std::string, Tensor>> group_keys, state_keys;
-    for (const auto& [key, t] : dict) {
-      int64_t n = 0;
-      std::string rest;
-      if (split_key(key, "param_groups.", n, rest)) {
-        group_keys[n][rest] = t;
-      } else if (split_key(key, "state.", n, rest)) {
-        state_keys[n][rest] = t;
-      } else {
-        KILN_FAIL(op, ": unexpected key '", key, "' (keys are param_groups.<group>.<name> and state.<param>.<name>)");
-      }
-    }
+    optim::StateDictEntries entries = optim::split_state_dict(dict, op);
+    auto& group_keys = entries.groups;
+    auto& state_keys = entries.state;
     KILN_CHECK(group_keys.size() == groups_.size() &&
                    (groups_.empty() || group_keys.rbegin()->first == static_cast<int64_t>(groups_.size()) - 1),
                op, ": the state dict has ", group_keys.size(), " param groups but the optimizer has ", groups_.size());

@@ -21,6 +21,7 @@
 #include "distributed/checkpoint/sharded_checkpoint.h"
 #include "distributed/fsdp/fully_sharded_data_parallel.h"
 #include "distributed/fsdp/state_dict.h"
+#include "fsdp_test_util.h"
 #include "multi_process.h"
 #include "nn/linear.h"
 #include "nn/models/gpt.h"
@@ -52,34 +53,7 @@ RankOptions slow_ranks() {
   return options;
 }
 
-nn::GPTConfig tiny_gpt() {
-  nn::GPTConfig c;
-  c.vocab_size = 29;
-  c.block_size = 8;
-  c.n_layer = 3;
-  c.n_head = 2;
-  c.n_embd = 16;
-  return c;
-}
-
-std::shared_ptr<nn::GPT> make_gpt(uint64_t seed) {
-  manual_seed(seed);
-  auto model = std::make_shared<nn::GPT>(tiny_gpt());
-  model->to(DType::Float64);
-  return model;
-}
-
-std::pair<Tensor, Tensor> gpt_batch(int step) {
-  Generator gen;
-  gen.manual_seed(700 + static_cast<uint64_t>(step));
-  Tensor tokens = randint(0, 29, {kBatch, 9}, DType::Int64, &gen);
-  return {tokens.narrow(1, 0, 8).contiguous(), tokens.narrow(1, 1, 8).contiguous()};
-}
-
-Tensor rows_of(const Tensor& t, int rank, int world) {
-  const int64_t begin = rank * kBatch / world, end = (rank + 1) * kBatch / world;
-  return t.narrow(0, begin, end - begin);
-}
+std::pair<Tensor, Tensor> gpt_batch(int step) { return testing::gpt_batch(step, kBatch, 700); }
 
 // Adam over nanoGPT's two groups (matrices decay, the rest do not), built
 // from the full parameters before any wrapping.

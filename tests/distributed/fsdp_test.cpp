@@ -20,6 +20,7 @@
 #include "autograd/grad_mode.h"
 #include "distributed/ddp/distributed_data_parallel.h"
 #include "distributed/fsdp/fully_sharded_data_parallel.h"
+#include "fsdp_test_util.h"
 #include "multi_process.h"
 #include "nn/activation.h"
 #include "nn/container.h"
@@ -51,13 +52,6 @@ RankOptions slow_ranks() {
   RankOptions options;
   options.deadline = std::chrono::seconds(180);
   return options;
-}
-
-// Rows [rank * n / world, (rank + 1) * n / world) of `t`.
-Tensor rows_of(const Tensor& t, int rank, int world) {
-  const int64_t n = t.shape()[0];
-  const int64_t begin = rank * n / world, end = (rank + 1) * n / world;
-  return t.narrow(0, begin, end - begin);
 }
 
 // ---- the models ----------------------------------------------------------
@@ -104,30 +98,6 @@ std::pair<Tensor, Tensor> mlp_batch(int step, int64_t batch, DType dtype = DType
   return {randn({batch, 12}, dtype, &gen), randint(0, 5, {batch}, DType::Int64, &gen)};
 }
 
-nn::GPTConfig tiny_gpt() {
-  nn::GPTConfig c;
-  c.vocab_size = 29;
-  c.block_size = 8;
-  c.n_layer = 3;
-  c.n_head = 2;
-  c.n_embd = 16;
-  return c;
-}
-
-std::shared_ptr<nn::GPT> make_gpt(uint64_t seed) {
-  manual_seed(seed);
-  auto model = std::make_shared<nn::GPT>(tiny_gpt());
-  model->to(DType::Float64);
-  return model;
-}
-
-std::pair<Tensor, Tensor> gpt_batch(int step, int64_t batch) {
-  Generator gen;
-  gen.manual_seed(900 + static_cast<uint64_t>(step));
-  Tensor tokens = randint(0, 29, {batch, 9}, DType::Int64, &gen);
-  return {tokens.narrow(1, 0, 8).contiguous(), tokens.narrow(1, 1, 8).contiguous()};
-}
-
 // One model family: how to make it, its batches and its loss.
 struct Family {
   std::string name;
@@ -153,7 +123,7 @@ Family lenet_family() {
 
 Family gpt_family() {
   return {"GPT", [](uint64_t s) -> std::shared_ptr<nn::Module> { return make_gpt(s); },
-          [](int step, int64_t b) { return gpt_batch(step, b); }, token_loss,
+          [](int step, int64_t b) { return gpt_batch(step, b, 900); }, token_loss,
           fsdp::wrap_by_class<nn::gpt::Block>(), 12};
 }
 
