@@ -12,8 +12,8 @@
 
 #include "apps/common/checkpoint_fields.h"
 #include "apps/common/jsonl.h"
-#include "apps/common/progress.h"
 #include "apps/common/data_parallel_run.h"
+#include "apps/common/progress.h"
 #include "apps/common/run_setup.h"
 #include "apps/common/sharded_training.h"
 #include "apps/gpt/text_data.h"
@@ -295,12 +295,17 @@ void print_header(const Run& run) {
 }
 
 // Under --ddp and --fsdp every rank prints what it holds (Note [Trainers
-// under FSDP]); the peak is restarted at the start, so that the line at the
-// end shows training's.
-void print_memory(Run& run, const std::string& when) {
+// under FSDP]) before the first step, then restarts the allocator's peak so
+// that the line at the end shows training's.
+void print_memory_at_start(Run& run) {
   if (!run.dp.group) return;
-  print_memory_line(*run.rank_out, run.dp.rank, when, *run.model, run.optimizer.get(), run.device);
-  if (when == "at the start") reset_peak_memory(run.device);
+  print_memory_line(*run.rank_out, run.dp.rank, "at the start", *run.model, run.optimizer.get(), run.device);
+  reset_peak_memory(run.device);
+}
+
+void print_memory_at_end(Run& run) {
+  if (!run.dp.group) return;
+  print_memory_line(*run.rank_out, run.dp.rank, "at the end", *run.model, run.optimizer.get(), run.device);
 }
 
 // The mean loss over `batches` (each batch weighted by its windows) of
@@ -441,8 +446,8 @@ bool train_until_evaluation(Run& run) {
 // The end of training: every rank's memory line and, under FSDP, the model
 // the run returns, a plain GPT with the gathered parameters; then the
 // process group is left (if this run joined it).
-TrainingResult result_of(Run& run, RunStatus status) {
-  print_memory(run, "at the end");
+TrainingResult end_run(Run& run, RunStatus status) {
+  print_memory_at_end(run);
   if (run.fsdp) {
     auto plain = std::make_shared<nn::GPT>(run.model->config);
     plain->to(run.device);
@@ -465,7 +470,7 @@ TrainingResult interrupted(Run& run) {
     *run.out << "; checkpoint saved to " << run.o.save << " (continue with --resume " << run.o.save << ")";
   }
   *run.out << "\n" << std::flush;
-  return result_of(run, RunStatus::Interrupted);
+  return end_run(run, RunStatus::Interrupted);
 }
 
 TrainingResult finished(Run& run) {
@@ -474,7 +479,7 @@ TrainingResult finished(Run& run) {
            << last.val_loss;
   if (!run.o.save.empty()) *run.out << "; sample with kiln-gpt sample --checkpoint " << run.o.save;
   *run.out << "\n" << std::flush;
-  return result_of(run, RunStatus::Finished);
+  return end_run(run, RunStatus::Finished);
 }
 
 }  // namespace
@@ -485,7 +490,7 @@ TrainingResult run_training(const TrainOptions& o, const TrainerHooks& hooks) {
   build_model(run);
   set_up_training(run);
   print_header(run);
-  print_memory(run, "at the start");
+  print_memory_at_start(run);
   for (;;) {
     if (evaluation_due(run)) record_evaluation(run);
     if (run.pos.step == o.steps) return finished(run);

@@ -475,12 +475,12 @@ void print_header(Run& run) {
 }
 
 // Under --ddp and --fsdp every rank prints what it holds (Note [Trainers
-// under FSDP]); the peak is restarted at the start, so that the line at the
-// end shows training's.
-void print_memory(Run& run, const std::string& when) {
+// under FSDP]) before the first step, then restarts the allocator's peak so
+// that the line at the end shows training's.
+void print_memory_at_start(Run& run) {
   if (!run.dp.group) return;
-  print_memory_line(*run.rank_out, run.dp.rank, when, run.model(), run.optimizer.get(), run.device);
-  if (when == "at the start") reset_peak_memory(run.device);
+  print_memory_line(*run.rank_out, run.dp.rank, "at the start", run.model(), run.optimizer.get(), run.device);
+  reset_peak_memory(run.device);
 }
 
 // Skips the batches of the epoch in progress that a resumed run already trained on.
@@ -586,7 +586,9 @@ void finish_epoch(Run& run) {
 // The end of training: every rank's memory line and, under FSDP, the model
 // the run returns, a plain LeNet with the gathered parameters.
 void end_training(Run& run) {
-  print_memory(run, "at the end");
+  if (run.dp.group) {
+    print_memory_line(*run.rank_out, run.dp.rank, "at the end", run.model(), run.optimizer.get(), run.device);
+  }
   if (!run.fsdp) return;
   auto plain = std::make_shared<nn::LeNet>();
   plain->to(run.device);
@@ -635,7 +637,7 @@ TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) 
   if (o.eval_only) return evaluate_only(run);
   set_up_training(run);
   print_header(run);
-  print_memory(run, "at the start");
+  print_memory_at_start(run);
   Position& pos = run.pos;
   for (; pos.epoch < o.epochs; ++pos.epoch) {
     if (!train_epoch(run)) {
