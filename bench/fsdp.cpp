@@ -107,8 +107,8 @@ Options parse(int argc, char** argv) {
       usage();
     }
   }
-  KILN_CHECK(options.mode == "fsdp" || options.mode == "ddp", "fsdp: --mode must be fsdp or ddp, got '",
-             options.mode, "'");
+  KILN_CHECK(options.mode == "fsdp" || options.mode == "ddp", "fsdp: --mode must be fsdp or ddp, got '", options.mode,
+             "'");
   KILN_CHECK(options.world >= 1, "fsdp: --world must be at least 1, got ", options.world);
   KILN_CHECK(options.steps >= 1 && options.warmup >= 0, "fsdp: --steps must be >= 1 and --warmup >= 0, got ",
              options.steps, " and ", options.warmup);
@@ -173,8 +173,7 @@ int run_rank(const Options& options) {
   const int rank = dist::get_rank();
   Config config = config_named(options.config);
   if (options.batch > 0) config.batch = options.batch;
-  KILN_CHECK(config.batch % world == 0, "fsdp: the world size ", world, " must divide the global batch ",
-             config.batch);
+  KILN_CHECK(config.batch % world == 0, "fsdp: the world size ", world, " must divide the global batch ", config.batch);
   const int64_t batch = config.batch / world, block = config.model.block_size;
 
   kiln::Generator gen(1);
@@ -219,9 +218,9 @@ int run_rank(const Options& options) {
     loss = step(s);
     step_seconds.push_back(seconds_between(start, Clock::now()));
   }
-  const std::vector<double> peaks = max_over_ranks(
-      {static_cast<double>(kiln::cpu_peak_allocated_bytes()),
-       static_cast<double>(std::max(peak_resident_bytes(), resident_before) - resident_before)});
+  const std::vector<double> peaks =
+      max_over_ranks({static_cast<double>(kiln::cpu_peak_allocated_bytes()),
+                      static_cast<double>(std::max(peak_resident_bytes(), resident_before) - resident_before)});
   if (rank == 0) {
     const double step_s = median(step_seconds);
     std::printf(

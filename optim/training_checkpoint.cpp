@@ -39,9 +39,9 @@ uint64_t parse_u64(const std::string& path, const std::map<std::string, std::str
 }  // namespace
 
 void save_training_checkpoint(const std::string& path, const TrainingState& state) {
-  save_training_checkpoint(path, TrainingStateDicts{state.model.state_dict(), state.optimizer.state_dict(),
-                                                    state.optimizer.name(), state.scheduler, state.step, state.extra,
-                                                    state.grad_scaler});
+  save_training_checkpoint(
+      path, TrainingStateDicts{state.model.state_dict(), state.optimizer.state_dict(), state.optimizer.name(),
+                               state.scheduler, state.step, state.extra, state.grad_scaler});
 }
 
 void save_training_checkpoint(const std::string& path, const TrainingStateDicts& state) {

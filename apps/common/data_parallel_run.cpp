@@ -55,8 +55,8 @@ void check_outputs_on_main(const std::vector<std::pair<std::string, std::string>
     }
   }
   const bool failed = run.group ? distributed::any_rank_wants(!problem.empty(), *run.group) : !problem.empty();
-  KILN_CHECK(!failed, problem.empty() ? "rank 0 cannot write its outputs (--save, --log or --plot; see its error)"
-                                      : problem);
+  KILN_CHECK(!failed,
+             problem.empty() ? "rank 0 cannot write its outputs (--save, --log or --plot; see its error)" : problem);
 }
 
 }  // namespace kiln::apps

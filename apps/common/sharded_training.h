@@ -74,8 +74,7 @@ void shard_optimizer_state(distributed::fsdp::FullyShardedDataParallel& fsdp, op
 // rank 0 writes the file (with a SavingCheckpoint guard, apps/common/interrupt.h).
 void save_gathered_training_checkpoint(const std::string& path, distributed::fsdp::FullyShardedDataParallel& fsdp,
                                        const optim::Optimizer& optimizer, optim::LRScheduler* scheduler, int64_t step,
-                                       const std::map<std::string, std::string>& extra,
-                                       optim::GradScaler* grad_scaler);
+                                       const std::map<std::string, std::string>& extra, optim::GradScaler* grad_scaler);
 
 // Loads the wrapped module's full state dict into `plain`, a module of the
 // same architecture outside FSDP, on every rank. Collective.

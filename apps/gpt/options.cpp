@@ -56,18 +56,18 @@ void validate(const TrainOptions& o) {
   KILN_CHECK(o.eval_batches >= 1, "--eval-batches must be at least 1, got ", o.eval_batches);
   KILN_CHECK(o.threads >= 0, "--threads must be non-negative (0: all cores), got ", o.threads);
   check_device_flag(o.device);
-  KILN_CHECK(!(o.ddp && o.fsdp), "--ddp and --fsdp exclude each other: DDP keeps the whole model on every "
-                                 "process, FSDP shards it over them; give one");
+  KILN_CHECK(!(o.ddp && o.fsdp),
+             "--ddp and --fsdp exclude each other: DDP keeps the whole model on every "
+             "process, FSDP shards it over them; give one");
   check_fsdp_flags(o.fsdp, o.fsdp_strategy, o.amp, o.device);
   KILN_CHECK(o.backend == "gloo" || o.backend == "mpi" || o.backend == "nccl", "--backend: unknown backend '",
              o.backend, "' (expected gloo, mpi or nccl)");
   KILN_CHECK(o.ddp || o.fsdp || o.backend == "gloo", "--backend ", o.backend, " only goes with --ddp or --fsdp");
   const std::pair<const char*, double> timeouts[] = {{"--timeout", o.timeout},
-                                                      {"--heartbeat-timeout", o.heartbeat_timeout}};
+                                                     {"--heartbeat-timeout", o.heartbeat_timeout}};
   for (auto [flag, seconds] : timeouts) {
     KILN_CHECK(std::isfinite(seconds) && seconds >= 0 && seconds <= kMaxTimeoutSeconds, flag,
-               " must be a positive number of seconds up to ", kMaxTimeoutSeconds, " (0: the default), got ",
-               seconds);
+               " must be a positive number of seconds up to ", kMaxTimeoutSeconds, " (0: the default), got ", seconds);
     KILN_CHECK(seconds == 0 || o.ddp || o.fsdp, flag, " only goes with --ddp or --fsdp");
   }
 }

@@ -11,8 +11,8 @@
 #include <utility>
 
 #include "apps/common/checkpoint_fields.h"
-#include "apps/common/jsonl.h"
 #include "apps/common/data_parallel_run.h"
+#include "apps/common/jsonl.h"
 #include "apps/common/progress.h"
 #include "apps/common/run_setup.h"
 #include "apps/common/sharded_training.h"
@@ -167,10 +167,9 @@ struct Run {
 // the outputs before anything is read.
 Run::Run(const TrainOptions& options, const TrainerHooks& hooks)
     : o((validate(options), options)),
-      dp(o.ddp || o.fsdp ? start_data_parallel({.backend = o.backend,
-                                                .timeout = o.timeout,
-                                                .heartbeat_timeout = o.heartbeat_timeout},
-                                               o.fsdp ? "--fsdp" : "--ddp")
+      dp(o.ddp || o.fsdp ? start_data_parallel(
+                               {.backend = o.backend, .timeout = o.timeout, .heartbeat_timeout = o.heartbeat_timeout},
+                               o.fsdp ? "--fsdp" : "--ddp")
                          : DataParallelRun{}),
       out(dp.is_main() ? hooks.out : &silent),
       err(dp.is_main() ? hooks.err : &silent),
@@ -277,10 +276,10 @@ void set_up_training(Run& run) {
 void print_header(const Run& run) {
   const TrainOptions& o = run.o;
   const TextData& d = run.data;
-  *run.out << "GPT (" << run.parameters << " parameters: " << o.n_layer << " layers, " << o.n_head
-           << " heads, width " << o.n_embd << ", block " << o.block_size << ") on " << run.corpus.description << ": "
-           << d.tokenizer->name() << " tokenizer of " << d.tokenizer->vocab_size() << " tokens, "
-           << d.train->num_tokens() << " training and " << d.val->num_tokens() << " validation tokens\n"
+  *run.out << "GPT (" << run.parameters << " parameters: " << o.n_layer << " layers, " << o.n_head << " heads, width "
+           << o.n_embd << ", block " << o.block_size << ") on " << run.corpus.description << ": " << d.tokenizer->name()
+           << " tokenizer of " << d.tokenizer->vocab_size() << " tokens, " << d.train->num_tokens() << " training and "
+           << d.val->num_tokens() << " validation tokens\n"
            << recipe(o, run.dp.world_size) << ", " << get_num_threads() << " threads, device " << run.device.str()
            << (o.amp ? ", mixed precision " + std::string(dtype_name(run.amp_dtype)) : std::string());
   if (run.dp.group) {

@@ -79,7 +79,7 @@ enum class RunStatus { Finished, Interrupted };
 struct TrainingResult {
   RunStatus status = RunStatus::Finished;
   std::vector<EvalRecord> history;  // every evaluation, resumed ones included
-  std::shared_ptr<nn::GPT> model;  // a plain GPT with the trained parameters (also after --fsdp)
+  std::shared_ptr<nn::GPT> model;   // a plain GPT with the trained parameters (also after --fsdp)
   std::shared_ptr<data::Tokenizer> tokenizer;
   int64_t step = 0;  // optimizer steps taken in the whole run
 };

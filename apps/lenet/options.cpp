@@ -95,12 +95,14 @@ void validate(const TrainerOptions& o) {
              o.backend, "' (expected gloo, mpi or nccl)");
   KILN_CHECK(!(o.ddp && o.eval_only), "--eval-only runs in one process; drop --ddp");
   KILN_CHECK(!(o.fsdp && o.eval_only), "--eval-only runs in one process; drop --fsdp");
-  KILN_CHECK(!(o.ddp && o.fsdp), "--ddp and --fsdp exclude each other: DDP keeps the whole model on every "
-                                 "process, FSDP shards it over them; give one");
+  KILN_CHECK(!(o.ddp && o.fsdp),
+             "--ddp and --fsdp exclude each other: DDP keeps the whole model on every "
+             "process, FSDP shards it over them; give one");
   KILN_CHECK(!(o.ddp && o.dp), "--ddp and --dp exclude each other: one process per replica, or one process "
                                "for all of them");
-  KILN_CHECK(!(o.fsdp && o.dp), "--fsdp and --dp exclude each other: --fsdp shards the model over processes, "
-                                "--dp replicates it in one process");
+  KILN_CHECK(!(o.fsdp && o.dp),
+             "--fsdp and --dp exclude each other: --fsdp shards the model over processes, "
+             "--dp replicates it in one process");
   check_fsdp_flags(o.fsdp, o.fsdp_strategy, o.amp, o.device);
   KILN_CHECK(o.replicas >= 1, "--replicas must be at least 1, got ", o.replicas);
   KILN_CHECK(o.ddp || o.fsdp || o.backend == "gloo", "--backend ", o.backend, " only goes with --ddp or --fsdp");

@@ -460,8 +460,7 @@ void print_header(Run& run) {
   out << "LeNet (" << run.parameters << " parameters) on " << run.data.description << ": " << run.data.train->size()
       << " training, " << run.data.test->size() << " test images\n"
       << recipe(o) << ", " << o.workers << " loader workers, " << get_num_threads() << " threads, device "
-      << run.device.str()
-      << (o.amp ? ", mixed precision " + std::string(dtype_name(run.amp_dtype)) : std::string());
+      << run.device.str() << (o.amp ? ", mixed precision " + std::string(dtype_name(run.amp_dtype)) : std::string());
   if (run.data_parallel) out << ", DataParallel over " << run.data_parallel->devices().size() << " replicas";
   if (run.dp.group) {
     out << ", " << run.dp.world_size << " processes (" << run.dp.group->backend_name() << "), global batch "
