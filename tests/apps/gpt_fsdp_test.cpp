@@ -212,6 +212,31 @@ TEST(GptTrainerFsdp, FourRanksHybridShardTrainAsDdpAndAsOneProcess) {
   expect_fsdp_run_matches_ddp_and_one_process(4, "hybrid_shard");
 }
 
+// A text whose validation split holds 5 windows: evaluated in batches of 2
+// over 2 ranks, the last batch has one row, which rank 1 evaluates while
+// rank 0 runs the model on a row it does not count (under FSDP every rank
+// must run it). The validation loss is still the one process's.
+TEST(GptTrainerFsdp, AShortLastEvaluationBatchIsEvaluatedOnceOverTheRanks) {
+  distributed::testing::RankOptions options;
+  options.deadline = std::chrono::seconds(120);
+  run_on_ranks(2, [](int rank) {
+    distributed::init_process_group("gloo", "file://" + test_store_dir() + "/init", 2, rank, std::chrono::seconds(30));
+    TrainOptions o = tiny_run_on_ranks(rank);
+    std::ofstream(o.data) << testing::small_text().substr(0, 900);  // 90 validation tokens: 5 windows of 16
+    o.eval_batches = 10;
+    o.batch_size = 1;
+    o.fsdp = true;
+    const Trained fsdp = train(o);
+    distributed::destroy_process_group();
+    if (rank != 0) return;
+    o.fsdp = false;
+    o.batch_size = 2;
+    const Trained one = train(o);
+    expect_same_history(fsdp.result.history, one.result.history, kLossTolerance);
+    EXPECT_LE(max_difference(*fsdp.result.model, *one.result.model), kWeightTolerance);
+  }, options);
+}
+
 // A 2-rank --fsdp run stopped after step 6 of 12 resumes under --fsdp bit
 // for bit, and under --ddp (2 ranks) and in one process (batch 4) within
 // float32 rounding of the uninterrupted run.
