@@ -409,6 +409,43 @@ TEST(ProcessGroupGloo, SharedMemoryAllReduceIsTheRankOrderReductionOnEveryRank) 
   }
 }
 
+// Note [Same-host all-gather and reduce-scatter]: the same slots carry FSDP's
+// collectives. Every rank's all-gather must hold every rank's input in rank
+// order, and each rank's reduce-scatter block the rank-order sum of that
+// block, bitwise, over one element, a partial chunk and several chunks with
+// a remainder (the reduce-scatter's chunk is a slot over the world size).
+TEST(ProcessGroupGloo, SharedMemoryAllGatherAndReduceScatterMatchTheRankOrderResults) {
+  const int64_t chunk = static_cast<int64_t>(gloo_backend::kSharedMemorySlotBytes / 4);  // float32 elements
+  for (int world : {2, 3}) {
+    run_on_ranks(world, [=](int rank) {
+      auto group = make_gloo_group_on_path("1", milliseconds(20000));
+      for (int64_t n : {int64_t{1}, int64_t{1000}, 2 * chunk + 333}) {
+        Tensor gathered = empty({world * n}, DType::Float32);
+        group->all_gather_into_tensor(gathered, rank_values(rank, n))->wait();
+        for (int r = 0; r < world; ++r) {
+          EXPECT_TRUE(equal(gathered.narrow(0, r * n, n), rank_values(r, n))) << "block " << r << ", " << n;
+        }
+        // Rank r's input: world blocks of n, block d = rank_values(r + 10 d, n).
+        auto input_of = [&](int r) {
+          std::vector<Tensor> blocks;
+          for (int d = 0; d < world; ++d) blocks.push_back(rank_values(r + 10 * d, n));
+          return cat(blocks, 0);
+        };
+        Tensor mine = empty({n}, DType::Float32);
+        group->reduce_scatter_tensor(mine, input_of(rank))->wait();
+        Tensor in_rank_order = input_of(0).narrow(0, rank * n, n);
+        for (int r = 1; r < world; ++r) in_rank_order = in_rank_order + input_of(r).narrow(0, rank * n, n);
+        EXPECT_TRUE(equal(mine, in_rank_order)) << n << " elements";
+      }
+      // 8-byte elements and another op, exact.
+      Tensor big = full({world * chunk}, double(5 * rank + 1), DType::Int64);
+      Tensor out = empty({chunk}, DType::Int64);
+      group->reduce_scatter_tensor(out, big, ReduceOp::Max)->wait();
+      EXPECT_TRUE(equal(out, full({chunk}, double(5 * (world - 1) + 1), DType::Int64)));
+    });
+  }
+}
+
 TEST(ProcessGroupGloo, SharedMemoryIsOffForTheWholeGroupWhenOneRankTurnsItOff) {
   run_on_ranks(2, [](int rank) {
     ::setenv("KILN_GLOO_SHM", rank == 1 ? "0" : "1", 1);

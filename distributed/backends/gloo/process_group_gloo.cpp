@@ -322,7 +322,15 @@ WorkPtr ProcessGroupGloo::run_all_gather(const Tensor& output, const Tensor& inp
   Tensor host_output = host_buffer(output, false);
   const CollectiveCall call =
       CollectiveCall::make(sequence_number(), CollectiveKind::AllGather, input.dtype(), elements(input));
-  return enqueue_collective(call, [context = context_, output, host_input, host_output](uint32_t tag) {
+  auto body = [context = context_, shared_memory = shared_memory_, seen = calls_seen_, output, host_input,
+               host_output, call, timeout = timeout(), group = group_name_](uint32_t tag) {
+    // Note [Same-host all-gather and reduce-scatter]: the segment checks the call.
+    if (shared_memory && host_input.numel() > 0) {
+      shared_memory->all_gather(host_output.data_ptr(), host_input.data_ptr(), host_input.nbytes(), call, timeout);
+      copy_to_device(output, host_output);
+      return;
+    }
+    agree(context, shared_memory, *seen, call, tag, timeout, *group);
     if (host_input.numel() == 0) return;
     ::gloo::AllgatherOptions options(context);
     with_words(host_output, [&](auto* data) {
@@ -333,7 +341,8 @@ WorkPtr ProcessGroupGloo::run_all_gather(const Tensor& output, const Tensor& inp
     options.setTag(tag);
     ::gloo::allgather(options);
     copy_to_device(output, host_output);
-  });
+  };
+  return enqueue_collective(call, std::move(body), Agreement::InBody);
 }
 
 WorkPtr ProcessGroupGloo::run_reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
@@ -342,13 +351,22 @@ WorkPtr ProcessGroupGloo::run_reduce_scatter(const Tensor& output, const Tensor&
   Tensor host_output = host_buffer(output, false);
   const CollectiveCall call = CollectiveCall::make_reduction(sequence_number(), CollectiveKind::ReduceScatter,
                                                              output.dtype(), elements(output), op);
-  return enqueue_collective(call, [context = context_, output, host_input, host_output, reduce,
-                                   timeout = timeout()](uint32_t tag) {
+  auto body = [context = context_, shared_memory = shared_memory_, seen = calls_seen_, output, host_input,
+               host_output, reduce, call, timeout = timeout(), group = group_name_](uint32_t tag) {
+    // Note [Same-host all-gather and reduce-scatter]: the segment checks the call.
+    if (shared_memory && host_output.numel() > 0) {
+      shared_memory->reduce_scatter(host_output.data_ptr(), host_input.data_ptr(), elements(host_output),
+                                    host_output.element_size(), reduce, call, timeout);
+      copy_to_device(output, host_output);
+      return;
+    }
+    agree(context, shared_memory, *seen, call, tag, timeout, *group);
     if (host_output.numel() == 0) return;
     gloo_backend::ring_reduce_scatter(context, host_input.data_ptr(), host_output.data_ptr(), elements(host_output),
                                       host_output.element_size(), reduce, tag, timeout);
     copy_to_device(output, host_output);
-  });
+  };
+  return enqueue_collective(call, std::move(body), Agreement::InBody);
 }
 
 WorkPtr ProcessGroupGloo::run_gather(const Tensor& output, const Tensor& input, int root) {

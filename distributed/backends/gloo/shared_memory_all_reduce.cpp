@@ -373,4 +373,70 @@ void SharedMemoryAllReduce::all_reduce_chunk(uint8_t* data, size_t elements, siz
   state(rank_).done.store(s, std::memory_order_release);
 }
 
+// ---- all-gather and reduce-scatter (Note [Same-host all-gather and reduce-scatter]) -----------
+
+void SharedMemoryAllReduce::all_gather(void* output, const void* input, size_t bytes, const CollectiveCall& call,
+                                       std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  auto* out = static_cast<uint8_t*>(output);
+  const auto* in = static_cast<const uint8_t*>(input);
+  announce(call);
+  for (size_t first = 0; first < bytes; first += kSharedMemorySlotBytes) {
+    const size_t n = std::min(kSharedMemorySlotBytes, bytes - first);
+    const uint64_t s = ++chunks_;
+    auto all_at = [&](std::atomic<uint64_t> RankState::*counter, uint64_t target, const char* what) {
+      wait_for_all([&](int r) { return (state(r).*counter).load(std::memory_order_acquire) >= target; }, what, call,
+                   deadline, timeout);
+    };
+    // 1. My chunk into my slot, once every rank has read the previous one.
+    all_at(&RankState::done, s - 1, "copied its results out of the previous chunk");
+    std::memcpy(slot(rank_), in + first, n);
+    state(rank_).arrived.store(s, std::memory_order_release);
+    // 2. Every rank's chunk into its place, once all have arrived (and
+    // announced a call, which must be mine before any byte is taken).
+    all_at(&RankState::arrived, s, "copied its input into shared memory");
+    if (first == 0) check_agreement(call);
+    for (int r = 0; r < size_; ++r) {
+      std::memcpy(out + static_cast<size_t>(r) * bytes + first, r == rank_ ? in + first : slot(r), n);
+    }
+    state(rank_).reduced.store(s, std::memory_order_release);
+    state(rank_).done.store(s, std::memory_order_release);
+  }
+}
+
+void SharedMemoryAllReduce::reduce_scatter(void* output, const void* input, size_t elements, size_t element_size,
+                                           const ReduceFunction& reduce, const CollectiveCall& call,
+                                           std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  auto* out = static_cast<uint8_t*>(output);
+  const auto* in = static_cast<const uint8_t*>(input);
+  // m elements of each of the size_ blocks per chunk.
+  const size_t m = std::max<size_t>(1, kSharedMemorySlotBytes / (static_cast<size_t>(size_) * element_size));
+  announce(call);
+  for (size_t first = 0; first < elements; first += m) {
+    const size_t n = std::min(m, elements - first), piece = n * element_size;
+    const uint64_t s = ++chunks_;
+    auto all_at = [&](std::atomic<uint64_t> RankState::*counter, uint64_t target, const char* what) {
+      wait_for_all([&](int r) { return (state(r).*counter).load(std::memory_order_acquire) >= target; }, what, call,
+                   deadline, timeout);
+    };
+    // 1. My chunk of every block into my slot, block d at d * piece.
+    all_at(&RankState::done, s - 1, "copied its results out of the previous chunk");
+    for (int d = 0; d < size_; ++d) {
+      std::memcpy(slot(rank_) + static_cast<size_t>(d) * piece,
+                  in + (static_cast<size_t>(d) * elements + first) * element_size, piece);
+    }
+    state(rank_).arrived.store(s, std::memory_order_release);
+    // 2. My block's chunk, reduced over every rank's slot in rank order.
+    all_at(&RankState::arrived, s, "copied its input into shared memory");
+    if (first == 0) check_agreement(call);
+    const size_t mine = static_cast<size_t>(rank_) * piece;
+    uint8_t* target = out + first * element_size;
+    reduce(target, slot(0) + mine, slot(1) + mine, n);
+    for (int r = 2; r < size_; ++r) reduce(target, target, slot(r) + mine, n);
+    state(rank_).reduced.store(s, std::memory_order_release);
+    state(rank_).done.store(s, std::memory_order_release);
+  }
+}
+
 }  // namespace kiln::distributed::gloo_backend
