@@ -46,6 +46,8 @@ fi
 # At the paths bench/cifar_binary.sh and gpu-run.sh look for them under a build.
 cp "$build/apps/lenet/kiln-lenet" "$kit/apps/lenet/"
 cp "$build/apps/gpt/kiln-gpt" "$kit/apps/gpt/"
+mkdir -p "$kit/apps/kiln-run"
+cp "$build/apps/kiln-run/kiln-run" "$kit/apps/kiln-run/"
 cp "$build/apps/tools/kiln-image-folder-to-cifar" "$kit/apps/tools/"
 strip --strip-unneeded "$kit"/lib/libkiln.so.0 "$kit"/tests/* "$kit"/bench/* "$kit"/apps/*/*
 # libkiln's system libraries, for a GPU machine whose image lacks them

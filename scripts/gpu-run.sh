@@ -16,7 +16,8 @@
 #    only for its CUDA tests: the others run in CI, and several need Gloo,
 #    which the kit is built without); on a machine with a GPU the Cuda*, CudaGraph*,
 #    Nccl* ... tests run instead of skipping;
-# 4. waits for the trainer and prints each run's final test accuracy;
+# 4. waits for the trainer and prints each run's final test accuracy, then
+#    trains kiln-gpt under FSDP over NCCL with CPU offload (issue 22);
 # 5. then, with the GPU to themselves, the CUDA benchmarks:
 #    bench/lenet_vs_pytorch.sh --device cuda (Kiln eager and with a CUDA
 #    graph against PyTorch eager: with the defaults, Kiln's direct
@@ -199,6 +200,24 @@ if ((${#trainer_pids[@]} > 0)); then
     say "trainer $run: ${last:-no epoch finished; its last line: $(tail -n 1 "$out/lenet_$run.out")}"
     rm -f "$out/lenet_$run.out"
   done
+fi
+
+# 4b. FSDP on the GPU (issue 22): kiln-gpt under kiln-run, one rank over
+# NCCL, with the shards, gradients and AdamW state in host memory
+# (--fsdp-cpu-offload), 200 steps on the repository's docs as text.
+if [[ -x "$kit/apps/kiln-run/kiln-run" && -x "$kit/apps/gpt/kiln-gpt" ]]; then
+  cat "$root"/docs/*.md >"$out/docs.txt"
+  {
+    echo "==== kiln-run --nproc-per-node 1 kiln-gpt train --fsdp --fsdp-cpu-offload --backend nccl --device cuda"
+    timeout 180 "$kit/apps/kiln-run/kiln-run" --nproc-per-node 1 "$kit/apps/gpt/kiln-gpt" train --data "$out/docs.txt" \
+      --fsdp --fsdp-cpu-offload --backend nccl --device cuda --steps 200 --eval-interval 100 --warmup-steps 20
+    echo "==== exit $?"
+  } >"$out/fsdp_gpt.out" 2>&1
+  cat "$out/fsdp_gpt.out" >>"$log"
+  say "fsdp gpt (nccl, cpu offload): $(grep -E 'val|exit' "$out/fsdp_gpt.out" | tail -n 2 | tr '\n' ' ')"
+  rm -f "$out/docs.txt"
+else
+  say "fsdp gpt: not run (the kit has no kiln-run or kiln-gpt)"
 fi
 
 # 5. The benchmarks, alone on the GPU.

@@ -52,7 +52,8 @@ void shard_optimizer_state(fsdp::FullyShardedDataParallel& fsdp, optim::Optimize
         Tensor local = value;
         if (value.shape() == s.global_shape) {
           // The flattened parameter's elements [offset, offset + local_numel).
-          local = value.contiguous().reshape({value.numel()}).narrow(0, s.offset, s.local_numel).clone();
+          // On the shard's device: the host under cpu_offload.
+          local = value.contiguous().reshape({value.numel()}).narrow(0, s.offset, s.local_numel).to(s.param.device()).clone();
         }
         dict.insert("state." + std::to_string(index) + "." + name, local);
       }

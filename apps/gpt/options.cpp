@@ -60,6 +60,9 @@ void validate(const TrainOptions& o) {
              "--ddp and --fsdp exclude each other: DDP keeps the whole model on every "
              "process, FSDP shards it over them; give one");
   check_fsdp_flags(o.fsdp, o.fsdp_strategy, o.amp, o.device);
+  KILN_CHECK(!o.fsdp_cpu_offload || (o.fsdp && o.device.starts_with("cuda")),
+             "--fsdp-cpu-offload only goes with --fsdp on a CUDA --device (the shards move to host memory and each "
+             "unit is gathered onto the GPU), got ", o.fsdp ? "" : "no --fsdp and ", "--device ", o.device);
   KILN_CHECK(o.backend == "gloo" || o.backend == "mpi" || o.backend == "nccl", "--backend: unknown backend '",
              o.backend, "' (expected gloo, mpi or nccl)");
   KILN_CHECK(o.ddp || o.fsdp || o.backend == "gloo", "--backend ", o.backend, " only goes with --ddp or --fsdp");
@@ -146,6 +149,9 @@ void add_train_flags(CLI::App& app, TrainOptions& o) {
                  "with --fsdp: full_shard, shard_grad_op (parameters kept gathered from forward to backward), "
                  "no_shard (as DDP) or hybrid_shard (sharded within a machine, replicated across machines)")
       ->capture_default_str();
+  app.add_flag("--fsdp-cpu-offload", o.fsdp_cpu_offload,
+               "with --fsdp on a CUDA --device: keep the shards, their gradients and AdamW's state in host memory "
+               "and gather each unit onto the GPU to compute");
   app.add_option("--backend", o.backend, "the process group's backend with --ddp or --fsdp: gloo, mpi or nccl")
       ->capture_default_str();
   app.add_option("--timeout", o.timeout,

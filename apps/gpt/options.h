@@ -68,6 +68,10 @@ struct TrainOptions {
   bool ddp = false;
   bool fsdp = false;
   std::string fsdp_strategy = "full_shard";
+  // With --fsdp on a CUDA --device: the shards, gradients and AdamW state in
+  // host memory, each unit gathered onto the GPU to compute (Note [FSDP mixed
+  // precision] in distributed/fsdp/flat_param.h).
+  bool fsdp_cpu_offload = false;
   std::string backend = "gloo";  // of the process group: gloo, mpi or nccl
   // With --ddp or --fsdp, in seconds: the rendezvous's and each collective's
   // limit, and how long a silent peer is waited for (0: the environment's,

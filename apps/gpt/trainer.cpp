@@ -235,6 +235,8 @@ void wrap_model(Run& run) {
     options.group = run.dp.group;
     options.strategy = distributed::fsdp::parse_sharding_strategy(run.o.fsdp_strategy);
     options.wrap_policy = distributed::fsdp::wrap_by_class<nn::gpt::Block>();
+    options.cpu_offload = run.o.fsdp_cpu_offload;
+    options.compute_device = run.device;
     run.fsdp = std::make_shared<distributed::fsdp::FullyShardedDataParallel>(run.model, options);
     run.trained = run.fsdp.get();
     shard_optimizer_state(*run.fsdp, *run.optimizer);

@@ -73,6 +73,12 @@ TEST(GptFsdpOptions, FlagsThatExcludeEachOtherAreRefused) {
             "or hybrid_shard");
   EXPECT_TRUE(contains(parse_error({"train", "--fsdp", "--amp", "--device", "cuda:0"}),
                        "--fsdp with --amp on cuda:0 is not supported"));
+  EXPECT_EQ(parse_error({"train", "--fsdp", "--fsdp-cpu-offload"}),
+            "--fsdp-cpu-offload only goes with --fsdp on a CUDA --device (the shards move to host memory and each "
+            "unit is gathered onto the GPU), got --device cpu");
+  EXPECT_EQ(parse_error({"train", "--fsdp-cpu-offload", "--device", "cuda"}),
+            "--fsdp-cpu-offload only goes with --fsdp on a CUDA --device (the shards move to host memory and each "
+            "unit is gathered onto the GPU), got no --fsdp and --device cuda");
   EXPECT_EQ(parse_error({"train", "--backend", "nccl"}), "--backend nccl only goes with --ddp or --fsdp");
   EXPECT_EQ(parse_error({"train", "--ddp", "--backend", "tcp"}),
             "--backend: unknown backend 'tcp' (expected gloo, mpi or nccl)");
