@@ -13,6 +13,7 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "distributed/fsdp/flat_param.h"
+#include "distributed/fsdp/state_dict.h"
 #include "distributed/init.h"
 #include "distributed/replica_sync.h"
 #include "nn/container.h"
@@ -96,6 +97,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> m
   }
   make_groups();
   build_units();
+  register_state_dict_hooks();
   // Buffers live where the units compute (with cpu_offload the model may
   // have been built in host memory).
   Device compute = units_.front()->compute_device();
@@ -269,6 +271,44 @@ void FullyShardedDataParallel::begin_backward() {
   in_backward_ = true;
   autograd::queue_callback([this] { finish_backward(); });
   if (has_root_unit_) pre_backward(0);
+}
+
+// The wrapper's state_dict() is the model's full one under "module." keys
+// (gathered: collective), and its load_state_dict() takes one, each rank
+// keeping its shard's part: what a PyTorch user expects of the wrapper. The
+// wrapped module's own state_dict() still shows the shards as they are.
+void FullyShardedDataParallel::register_state_dict_hooks() {
+  hooks_.push_back(register_state_dict_hook([this](const nn::Module&, TensorDict& state, const std::string& prefix) {
+    const TensorDict full = full_state_dict(*this, /*rank0_only=*/false);
+    for (const auto& [name, value] : full) state.insert_or_assign(prefix + "module." + name, value);
+  }));
+  hooks_.push_back(register_load_state_dict_pre_hook([this](nn::Module&, TensorDict& state, const std::string& prefix) {
+    std::unordered_map<const TensorImpl*, ParamShard> shard_of;
+    for (ParamShard& s : parameter_shards()) shard_of.emplace(s.param.impl(), s);
+    // Every name of every parameter, a tied one's second name included.
+    std::unordered_map<std::string, const ParamShard*> by_name;
+    for (const auto& [module_name, m] : module_->named_modules()) {
+      for (const auto& [name, p] : m->named_parameters(/*recurse=*/false)) {
+        auto it = shard_of.find(p.impl());
+        if (it != shard_of.end()) by_name[module_name.empty() ? name : module_name + "." + name] = &it->second;
+      }
+    }
+    const std::string inner = prefix + "module.";
+    TensorDict local;
+    for (const auto& [key, value] : state) {
+      Tensor part = value;
+      auto it = key.starts_with(inner) ? by_name.find(key.substr(inner.size())) : by_name.end();
+      // A full tensor for a parameter that is now its shard part: that part.
+      if (it != by_name.end()) {
+        const ParamShard& s = *it->second;
+        if (value.shape() == s.global_shape && s.param.shape() != s.global_shape) {
+          part = value.contiguous().reshape({value.numel()}).narrow(0, s.offset, s.local_numel);
+        }
+      }
+      local.insert(key, part);
+    }
+    state = local;
+  }));
 }
 
 void FullyShardedDataParallel::record(FSDPEvent::Kind kind, size_t unit, bool gather_was_complete) {

@@ -216,6 +216,14 @@ class FullyShardedDataParallel : public nn::Module {
   Tensor forward(const Tensor& input) override;
   nn::TensorList forward_many(const nn::TensorList& inputs) override;
 
+  // state_dict() of the wrapper is the wrapped model's full state dict,
+  // under "module." keys as DDP's: the parameters gathered, so every rank
+  // must call it (PyTorch's FULL_STATE_DICT). load_state_dict() takes such a
+  // dict (or a plain model's, prefixed "module."); each rank keeps its
+  // shard's part, without communication. The wrapped module's own
+  // state_dict() shows the parameters as they are: 1-d shard parts.
+  // distributed/fsdp/state_dict.h has the rank-0-only and sharded forms.
+
   nn::Module& module() { return *module_; }
   const std::shared_ptr<nn::Module>& module_ptr() const { return module_; }
   ProcessGroup& group() { return *group_; }
@@ -271,6 +279,7 @@ class FullyShardedDataParallel : public nn::Module {
 
  private:
   void make_groups();
+  void register_state_dict_hooks();
   void build_units();
   void register_hooks(const std::vector<std::shared_ptr<nn::Module>>& unit_modules);
   void gather(size_t unit);

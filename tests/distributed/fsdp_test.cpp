@@ -313,6 +313,35 @@ TEST(FSDP, TheOptimizerMayBeMadeAfterWrappingAndParametersKeepTheirHandles) {
   });
 }
 
+TEST(FSDP, TheWrappersStateDictIsTheFullModelAndLoadsBackIntoShards) {
+  run_on_ranks(3, [](int rank) {
+    set_num_threads(1);
+    auto group = make_test_group("gloo", kTimeout);
+    auto gpt = make_gpt(4);
+    const TensorDict plain = gpt->state_dict();  // before wrapping: full tensors, tied head included
+    std::vector<Tensor> expected;
+    for (const auto& [name, t] : plain) expected.push_back(t.clone());
+    auto fsdp = std::make_shared<FullyShardedDataParallel>(gpt, opts(group, fsdp::wrap_by_class<nn::gpt::Block>()));
+    const TensorDict full = fsdp->state_dict();  // collective
+    ASSERT_EQ(full.size(), plain.size());
+    size_t i = 0;
+    for (const auto& [name, t] : plain) {
+      ASSERT_TRUE(full.contains("module." + name)) << name;
+      EXPECT_TRUE(equal(full.at("module." + name), expected[i++])) << name;
+    }
+    // Into another FSDP model (other weights): each rank keeps its part.
+    auto other = make_gpt(5);
+    auto fsdp2 = std::make_shared<FullyShardedDataParallel>(other, opts(group, fsdp::wrap_by_class<nn::gpt::Block>()));
+    fsdp2->load_state_dict(full);
+    EXPECT_EQ(relative_difference(full_parameters(*fsdp2), full_parameters(*fsdp)), 0.0);
+    // A wrong shape is still an error naming the key.
+    TensorDict bad = full;
+    bad.insert_or_assign("module.transformer.wpe.weight", zeros({3, 3}, DType::Float64));
+    EXPECT_THROW(fsdp2->load_state_dict(bad), Error);
+    (void)rank;
+  });
+}
+
 // ---- no_sync, clipping, checkpointing, mixed precision --------------------
 
 TEST(FSDP, NoSyncAccumulatesMicroBatchesAsOneBigBatch) {
