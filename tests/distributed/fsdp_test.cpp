@@ -468,21 +468,22 @@ TEST(FSDP, Float32TrainingStaysWithinTheSingleProcessRunsOwnDrift) {
   });
 }
 
-TEST(FSDP, Bfloat16MixedPrecisionTrainsNearFloat32Training) {
-  run_on_ranks(2, [](int rank) {
+// Compute (and gathers) in `low`, reductions and master shards in float32.
+void expect_mixed_precision_near_float32(DType low) {
+  run_on_ranks(2, [low](int rank) {
     auto group = make_test_group("gloo", kTimeout);
     const int steps = 30;
     auto model = make_mlp(31, DType::Float32);
     optim::Adam opt(model->parameters(), adam());
     FSDPOptions options = opts(group, mlp_policy());
-    options.mixed_precision.param_dtype = DType::BFloat16;
+    options.mixed_precision.param_dtype = low;
     options.mixed_precision.reduce_dtype = DType::Float32;
     auto fsdp = std::make_shared<FullyShardedDataParallel>(model, options);
     for (int s = 0; s < steps; ++s) {
       auto [x, y] = mlp_batch(s, 12, DType::Float32);
       opt.zero_grad();
       Tensor logits = fsdp->forward(rows_of(x, rank, 2));
-      EXPECT_EQ(logits.dtype(), DType::BFloat16);
+      EXPECT_EQ(logits.dtype(), low);
       F::cross_entropy(logits.to(DType::Float32), rows_of(y, rank, 2)).backward();
       for (const Tensor& p : model->parameters()) {
         EXPECT_EQ(p.dtype(), DType::Float32);  // the master shard
@@ -502,7 +503,7 @@ TEST(FSDP, Bfloat16MixedPrecisionTrainsNearFloat32Training) {
     }
     // The stated tolerance. Adam moves a weight by about lr per step
     // whatever the gradient's size, so two runs can differ by up to
-    // 2 * steps * lr = 0.06 in any weight; bfloat16's 8-bit mantissa flips
+    // 2 * steps * lr = 0.06 in any weight; a narrow mantissa (bfloat16's 8 bits) flips
     // the sign of small gradients now and then, which is what the largest
     // differences are. On average a weight must stay within 0.1 * steps * lr
     // (0.003) of float32's, and no weight may differ by more than 0.5 *
@@ -514,13 +515,17 @@ TEST(FSDP, Bfloat16MixedPrecisionTrainsNearFloat32Training) {
       count += static_cast<double>(ref[i].numel());
     }
     const double mean = total / count, worst = relative_difference(mine, ref);
-    std::printf("bfloat16 compute, float32 reduction: weights differ from float32 training by %.3g on average, "
-                "%.3g at most\n", mean, worst);
+    std::printf("%s compute, float32 reduction: weights differ from float32 training by %.3g on average, "
+                "%.3g at most\n", std::string(dtype_name(low)).c_str(), mean, worst);
     EXPECT_LE(mean, 0.1 * steps * 1e-3);
     EXPECT_LE(worst, 0.5 * steps * 1e-3);
     EXPECT_GT(worst, 0.0);
   });
 }
+
+TEST(FSDP, Bfloat16MixedPrecisionTrainsNearFloat32Training) { expect_mixed_precision_near_float32(DType::BFloat16); }
+
+TEST(FSDP, Float16MixedPrecisionTrainsNearFloat32Training) { expect_mixed_precision_near_float32(DType::Float16); }
 
 // ---- memory, as the allocator counts it --------------------------------------
 
