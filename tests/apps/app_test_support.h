@@ -1,5 +1,6 @@
 // Shared by the tests of the apps (kiln-lenet, kiln-gpt): a temporary
-// folder, reading files back, and running an app as a child process.
+// folder, one shared with rank processes, reading files back, the error of
+// a command line, and running an app as a child process.
 #pragma once
 
 #include <fcntl.h>
@@ -8,12 +9,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "tensor/error.h"
 
 namespace kiln::apps::testing {
 
@@ -32,6 +36,31 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// A folder shared by the test process and the rank processes it starts
+// (tests/distributed/multi_process.h): "<tmp>/<name>-<pid of the test
+// process>". Neither made nor removed here.
+inline std::string shared_folder(const std::string& name) {
+  const char* parent = std::getenv("KILN_TEST_PARENT_PID");
+  const std::string pid = parent ? parent : std::to_string(::getpid());
+  return (std::filesystem::temp_directory_path() / (name + "-" + pid)).string();
+}
+
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// The message of the kiln::Error that `parse` (an app's parse_command_line)
+// throws for the command line `program` `args`..., or "" when it accepts it.
+template <class Parse>
+std::string command_line_error(Parse parse, const std::string& program, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {program};
+  argv.insert(argv.end(), args.begin(), args.end());
+  try {
+    parse(argv);
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "";
+}
 
 inline std::string read_text(const std::string& path) {
   std::ifstream in(path);

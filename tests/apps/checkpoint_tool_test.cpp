@@ -38,8 +38,6 @@ ToolResult tool(std::vector<std::string> args) {
   return {status, out.str(), err.str()};
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 TensorDict tensors() {
   Generator gen;
   gen.manual_seed(11);

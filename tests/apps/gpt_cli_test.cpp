@@ -9,17 +9,7 @@ namespace kiln::apps::gpt {
 namespace {
 
 using testing::TempDir;
-
-std::string parse_error(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"kiln-gpt"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  try {
-    parse_command_line(argv);
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "";
-}
+using testing::parse_error;
 
 TEST(GptOptions, DefaultsAreTheRecipe) {
   CommandLine cl = parse_command_line(std::vector<std::string>{"kiln-gpt", "train"});

@@ -30,19 +30,8 @@ namespace kiln::apps::gpt {
 namespace {
 
 using testing::TempDir;
-
-std::string parse_error(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"kiln-gpt"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  try {
-    parse_command_line(argv);
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using testing::contains;
+using testing::parse_error;
 
 TEST(GptFsdpOptions, DdpFsdpAndTheirFlagsAreRead) {
   const CommandLine cl = parse_command_line(std::vector<std::string>{
@@ -249,11 +238,7 @@ TEST(GptTrainerFsdp, AShortLastEvaluationBatchIsEvaluatedOnceOverTheRanks) {
 TEST(GptTrainerFsdp, CheckpointResumesUnderFsdpExactlyUnderDdpAndInOneProcess) {
   distributed::testing::RankOptions options;
   options.deadline = std::chrono::seconds(180);
-  const char* parent = std::getenv("KILN_TEST_PARENT_PID");
-  const std::string root =
-      (std::filesystem::temp_directory_path() /
-       ("kiln-gpt-fsdp-resume-" + (parent ? std::string(parent) : std::to_string(::getpid()))))
-          .string();
+  const std::string root = apps::testing::shared_folder("kiln-gpt-fsdp-resume");
   if (!distributed::testing::in_rank_process()) {
     std::filesystem::remove_all(root);
     std::filesystem::create_directories(root);

@@ -18,10 +18,17 @@
 
 namespace kiln::apps::gpt::testing {
 
+using apps::testing::contains;
 using apps::testing::ProcessResult;
 using apps::testing::read_lines;
 using apps::testing::read_text;
 using apps::testing::TempDir;
+
+// The message of the error kiln-gpt's parse_command_line throws for `args`, or "".
+inline std::string parse_error(const std::vector<std::string>& args) {
+  return apps::testing::command_line_error([](const std::vector<std::string>& argv) { parse_command_line(argv); },
+                                           "kiln-gpt", args);
+}
 
 // About 20 KB of sentences built from a few words in a fixed order: a
 // vocabulary of some 30 characters and patterns a tiny model picks up fast.

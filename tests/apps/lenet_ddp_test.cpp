@@ -20,6 +20,7 @@
 #include "distributed/file_store.h"
 #include "distributed/init.h"
 #include "distributed/multi_process.h"
+#include "lenet_distributed_test_data.h"
 #include "lenet_test_data.h"
 
 namespace kiln::apps::lenet::testing {
@@ -28,40 +29,12 @@ namespace {
 using distributed::testing::run_on_ranks;
 using distributed::testing::test_store_dir;
 
-// The synthetic CIFAR-10 folder, written once by rank 0 for both ranks.
-std::string shared_data(int rank) {
-  const std::string root = test_store_dir() + "/data";
-  distributed::FileStore meeting(test_store_dir() + "/meeting", -1, std::chrono::seconds(20));
-  if (rank == 0) {
-    write_synthetic_cifar(root);
-    meeting.set("data written", std::string("1"));
-  }
-  meeting.wait({"data written"});
-  return root;
-}
-
 TrainerOptions run_on(const std::string& data) {
   TrainerOptions o;
   o.data = data;
   o.epochs = 2;
   o.threads = 1;
   return o;
-}
-
-TrainingResult train(const TrainerOptions& o, std::function<bool(int64_t)> should_stop = {}) {
-  std::ostringstream out, err;
-  TrainerHooks hooks;
-  hooks.out = &out;
-  hooks.err = &err;  // 4 processes on 2 cores are warned about
-  hooks.should_stop = std::move(should_stop);
-  return run_training(o, hooks);
-}
-
-double max_difference(const nn::Module& a, const nn::Module& b) {
-  const auto pa = a.parameters(), pb = b.parameters();
-  double worst = 0;
-  for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, max(abs(pa[i] - pb[i])).item<double>());
-  return worst;
 }
 
 // The same run in one process with the global batch and, in `world`
@@ -76,12 +49,12 @@ void expect_ddp_run_matches_one_process(int64_t per_rank, int64_t accum_steps) {
     o.batch_size = per_rank;
     o.accum_steps = accum_steps;
     o.log = test_store_dir() + "/ddp.jsonl";
-    const TrainingResult ddp = train(o);
+    const TrainingResult ddp = train(o).result;
     distributed::destroy_process_group();
 
     TrainerOptions single = run_on(data);
     single.batch_size = per_rank * accum_steps * 2;
-    const TrainingResult one = train(single);
+    const TrainingResult one = train(single).result;
 
     // float32, 20 steps: the two sum their gradients in other orders.
     EXPECT_LE(max_difference(*ddp.model, *one.model), 2e-5);
@@ -163,28 +136,6 @@ TEST(LenetDataParallel, ACarriedEpochTrainsEachStepOnTheSavedRunsImages) {
   }
 }
 
-// A folder shared by the test process and the rank processes it starts.
-std::string shared_folder(const std::string& name) {
-  const char* parent = std::getenv("KILN_TEST_PARENT_PID");
-  const std::string pid = parent ? parent : std::to_string(::getpid());
-  return (std::filesystem::temp_directory_path() / (name + "-" + pid)).string();
-}
-
-// Weights and history from a kiln-lenet checkpoint.
-struct Checkpointed {
-  nn::LeNet model;
-  std::vector<EpochRecord> history;
-  explicit Checkpointed(const std::string& path) {
-    std::map<std::string, std::string> metadata;
-    TensorDict weights;
-    for (const auto& [name, t] : load_safetensors(path, &metadata)) {
-      if (name.starts_with("model.")) weights.insert(name.substr(6), t);
-    }
-    model.load_state_dict(weights);
-    history = history_from_json(metadata.at("extra.history"));
-  }
-};
-
 // An epoch of 195 images over 2 processes with a global batch of 4: 49
 // steps, the last of 4 images (one repeated: the order is padded to 196 for
 // 2 processes), where one process alone would take 3. Stopped at step 32
@@ -193,7 +144,7 @@ struct Checkpointed {
 // would have, and ends with the weights and losses of the 2 processes that
 // never stopped.
 TEST(LenetTrainerDdp, TwoProcessCheckpointResumesOnOneAndOnFourProcesses) {
-  const std::string root = shared_folder("kiln-lenet-reshard");
+  const std::string root = apps::testing::shared_folder("kiln-lenet-reshard");
   if (!distributed::testing::in_rank_process()) {
     std::filesystem::remove_all(root);
     write_synthetic_cifar(root, 39);
@@ -209,9 +160,9 @@ TEST(LenetTrainerDdp, TwoProcessCheckpointResumesOnOneAndOnFourProcesses) {
     distributed::init_process_group("gloo", "file://" + test_store_dir() + "/init", 2, rank, std::chrono::seconds(20));
     TrainerOptions o = options(2);
     o.save = root + "/whole.ckpt";
-    EXPECT_EQ(train(o).global_step, 49);
+    EXPECT_EQ(train(o).result.global_step, 49);
     o.save = root + "/two.ckpt";
-    const TrainingResult r = train(o, [](int64_t step) { return step >= 20; });  // agreed at step 32
+    const TrainingResult r = train(o, [](int64_t step) { return step >= 20; }).result;  // agreed at step 32
     distributed::destroy_process_group();
     EXPECT_EQ(r.status, RunStatus::Interrupted);
     EXPECT_EQ(r.step_in_epoch, 32);
@@ -223,7 +174,7 @@ TEST(LenetTrainerDdp, TwoProcessCheckpointResumesOnOneAndOnFourProcesses) {
     TrainerOptions o = options(4);
     o.resume = root + "/two.ckpt";
     o.save = root + "/four.ckpt";
-    const TrainingResult r = train(o);
+    const TrainingResult r = train(o).result;
     distributed::destroy_process_group();
     EXPECT_EQ(r.status, RunStatus::Finished);
     EXPECT_EQ(r.global_step, 49);
@@ -232,7 +183,7 @@ TEST(LenetTrainerDdp, TwoProcessCheckpointResumesOnOneAndOnFourProcesses) {
 
   TrainerOptions one = options(1);
   one.resume = root + "/two.ckpt";
-  const TrainingResult on_one = train(one);
+  const TrainingResult on_one = train(one).result;
   EXPECT_EQ(on_one.global_step, 49);
   const Checkpointed whole(root + "/whole.ckpt"), on_four(root + "/four.ckpt");
 
@@ -256,7 +207,7 @@ TEST(LenetTrainer, AccumulatingTwoBatchesOf10TrainsAsOneBatchOf20) {
   accumulated.accum_steps = 2;
   TrainerOptions whole = small_run(dir);
   whole.batch_size = 20;
-  const TrainingResult a = train(accumulated), w = train(whole);
+  const TrainingResult a = train(accumulated).result, w = train(whole).result;
   EXPECT_EQ(a.global_step, w.global_step);
   EXPECT_LE(max_difference(*a.model, *w.model), 2e-5);
 }
@@ -267,7 +218,7 @@ TEST(LenetTrainer, DataParallelOverTwoCpuReplicasTrainsAsOneModule) {
   TrainerOptions split = small_run(dir);
   split.dp = true;
   split.replicas = 2;
-  const TrainingResult d = train(split), w = train(small_run(dir));
+  const TrainingResult d = train(split).result, w = train(small_run(dir)).result;
   EXPECT_EQ(d.global_step, w.global_step);
   EXPECT_LE(max_difference(*d.model, *w.model), 2e-5);
   EXPECT_EQ(d.evaluation.accuracy, w.evaluation.accuracy);

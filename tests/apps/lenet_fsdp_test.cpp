@@ -24,23 +24,11 @@
 #include "distributed/file_store.h"
 #include "distributed/init.h"
 #include "distributed/multi_process.h"
+#include "lenet_distributed_test_data.h"
 #endif
 
 namespace kiln::apps::lenet::testing {
 namespace {
-
-std::string parse_error(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"kiln-lenet"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  try {
-    parse_command_line(argv);
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 TEST(LenetFsdpOptions, FsdpAndItsStrategyAreRead) {
   const CommandLine cl =
@@ -130,44 +118,6 @@ TEST(LenetFsdpEvaluation, MissingBatchesRunTheModelOnABlankImageAndCountNothing)
 using distributed::testing::run_on_ranks;
 using distributed::testing::test_store_dir;
 
-// The synthetic CIFAR-10 folder, written once by rank 0 for both ranks.
-std::string shared_data(int rank) {
-  const std::string root = test_store_dir() + "/data";
-  distributed::FileStore meeting(test_store_dir() + "/meeting", -1, std::chrono::seconds(20));
-  if (rank == 0) {
-    write_synthetic_cifar(root);
-    meeting.set("data written", std::string("1"));
-  }
-  meeting.wait({"data written"});
-  return root;
-}
-
-struct Trained {
-  TrainingResult result;
-  std::string out;
-};
-
-Trained train(const TrainerOptions& o, std::function<bool(int64_t)> should_stop = {}) {
-  std::ostringstream out, err;
-  TrainerHooks hooks;
-  hooks.out = &out;
-  hooks.err = &err;
-  hooks.should_stop = std::move(should_stop);
-  TrainingResult r = run_training(o, hooks);
-  return {std::move(r), out.str()};
-}
-
-double max_difference(const nn::Module& a, const nn::Module& b) {
-  const auto pa = a.parameters(), pb = b.parameters();
-  EXPECT_EQ(pa.size(), pb.size());
-  double worst = 0;
-  for (size_t i = 0; i < pa.size() && i < pb.size(); ++i) {
-    EXPECT_EQ(pa[i].shape(), pb[i].shape());
-    worst = std::max(worst, max(abs(pa[i] - pb[i])).item<double>());
-  }
-  return worst;
-}
-
 // Two epochs on two ranks with `per_rank` x accum_steps images per rank and
 // step, under --ddp and under --fsdp with `strategy`: the same losses,
 // accuracy and weights within float32 rounding (the gradients are summed in
@@ -227,23 +177,6 @@ TEST(LenetTrainerFsdp, TwoRanksAccumulatingUnderShardGradOpTrainAsUnderDdp) {
 
 TEST(LenetTrainerFsdp, NoShardTrainsAsDdp) { expect_fsdp_run_matches_ddp(10, 1, "no_shard"); }
 
-// Weights, optimizer state and history from a kiln-lenet checkpoint.
-struct Checkpointed {
-  nn::LeNet model;
-  std::vector<EpochRecord> history;
-  TensorDict tensors;
-  explicit Checkpointed(const std::string& path) {
-    std::map<std::string, std::string> metadata;
-    tensors = load_safetensors(path, &metadata);
-    TensorDict weights;
-    for (const auto& [name, t] : tensors) {
-      if (name.starts_with("model.")) weights.insert(name.substr(6), t);
-    }
-    model.load_state_dict(weights);
-    history = history_from_json(metadata.at("extra.history"));
-  }
-};
-
 // A 2-rank --fsdp run of 50 steps (global batch 4) stopped at step 32 (the
 // ranks agree to stop every kStopCheckSteps) and resumed under --fsdp ends
 // bit for bit where the uninterrupted one does, and its checkpoint (the
@@ -253,11 +186,7 @@ struct Checkpointed {
 TEST(LenetTrainerFsdp, CheckpointResumesUnderFsdpExactlyAndInOneProcess) {
   distributed::testing::RankOptions options;
   options.deadline = std::chrono::seconds(120);
-  const std::string root = (std::filesystem::temp_directory_path() /
-                            ("kiln-lenet-fsdp-resume-" +
-                             std::string(std::getenv("KILN_TEST_PARENT_PID") ? std::getenv("KILN_TEST_PARENT_PID")
-                                                                              : std::to_string(::getpid()))))
-                               .string();
+  const std::string root = apps::testing::shared_folder("kiln-lenet-fsdp-resume");
   if (!distributed::testing::in_rank_process()) {
     std::filesystem::remove_all(root);
     write_synthetic_cifar(root);

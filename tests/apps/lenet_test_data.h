@@ -26,9 +26,16 @@
 
 namespace kiln::apps::lenet::testing {
 
+using apps::testing::contains;
 using apps::testing::ProcessResult;
 using apps::testing::read_lines;
 using apps::testing::read_text;
+
+// The message of the error kiln-lenet's parse_command_line throws for `args`, or "".
+inline std::string parse_error(const std::vector<std::string>& args) {
+  return apps::testing::command_line_error([](const std::vector<std::string>& argv) { parse_command_line(argv); },
+                                           "kiln-lenet", args);
+}
 
 // apps::testing::TempDir, as a type of this namespace so that calls such as
 // small_run(dir) find this namespace's helpers by argument-dependent lookup.
