@@ -1,5 +1,6 @@
 #include "apps/common/data_parallel_run.h"
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -20,6 +21,34 @@ std::chrono::milliseconds to_milliseconds(double seconds) {
 }
 
 }  // namespace
+
+void check_process_group_flags(const ProcessGroupFlags& flags, bool distributed) {
+  KILN_CHECK(flags.backend == "gloo" || flags.backend == "mpi" || flags.backend == "nccl",
+             "--backend: unknown backend '", flags.backend, "' (expected gloo, mpi or nccl)");
+  KILN_CHECK(distributed || flags.backend == "gloo", "--backend ", flags.backend, " only goes with --ddp or --fsdp");
+  const std::pair<const char*, double> timeouts[] = {{"--timeout", flags.timeout},
+                                                     {"--heartbeat-timeout", flags.heartbeat_timeout}};
+  for (auto [flag, seconds] : timeouts) {
+    KILN_CHECK(std::isfinite(seconds) && seconds >= 0 && seconds <= kMaxTimeoutSeconds, flag,
+               " must be a positive number of seconds up to ", kMaxTimeoutSeconds, " (0: the default), got ", seconds);
+    KILN_CHECK(seconds == 0 || distributed, flag, " only goes with --ddp or --fsdp");
+  }
+}
+
+void add_data_parallel_flags(CLI::App& app, const DataParallelFlagTargets& targets, const std::string& command) {
+  app.add_flag("--ddp", targets.ddp,
+               "train with DistributedDataParallel over the processes kiln-run starts (kiln-run --nproc-per-node N " +
+                   command + " --ddp ...); --batch-size is per process, rank 0 prints and saves");
+  app.add_flag("--fsdp", targets.fsdp,
+               "train with FullyShardedDataParallel over the processes kiln-run starts, each holding 1/N of the "
+               "parameters, gradients and optimizer state; otherwise as --ddp");
+  app.add_option("--fsdp-strategy", targets.fsdp_strategy,
+                 "with --fsdp: full_shard, shard_grad_op (parameters kept gathered from forward to backward), "
+                 "no_shard (as DDP) or hybrid_shard (sharded within a machine, replicated across machines)")
+      ->capture_default_str();
+  app.add_option("--backend", targets.backend, "the process group's backend with --ddp or --fsdp: gloo, mpi or nccl")
+      ->capture_default_str();
+}
 
 DataParallelRun start_data_parallel(const ProcessGroupFlags& flags, const std::string& mode_flag) {
   DataParallelRun run;

@@ -16,6 +16,10 @@
 
 #include "distributed/process_group.h"
 
+namespace CLI {
+class App;
+}
+
 namespace kiln::apps {
 
 struct DataParallelRun {
@@ -37,6 +41,34 @@ struct ProcessGroupFlags {
   double timeout = 0;
   double heartbeat_timeout = 0;
 };
+
+// No run comes near it; above it seconds x 1000 (the milliseconds
+// init_process_group takes) would overflow int64.
+inline constexpr double kMaxTimeoutSeconds = 1e9;
+
+// Checks of the process-group flags both trainers make: --backend is gloo,
+// mpi or nccl, and other than gloo only when `distributed` (--ddp or
+// --fsdp); --timeout and --heartbeat-timeout are 0 (the default) or
+// seconds up to kMaxTimeoutSeconds, and other than 0 only when
+// `distributed`. Throws kiln::Error naming the flag and its value.
+void check_process_group_flags(const ProcessGroupFlags& flags, bool distributed);
+
+// An app's options behind the flags that choose how its processes train
+// together (both trainers' options hold these fields).
+struct DataParallelFlagTargets {
+  bool& ddp;
+  bool& fsdp;
+  std::string& fsdp_strategy;  // parse_sharding_strategy's spellings
+  std::string& backend;
+};
+
+// Registers --ddp, --fsdp, --fsdp-strategy and --backend on `app`, writing
+// into `targets`; `command` is how the app is called ("kiln-gpt train"),
+// for --ddp's help. The checks are the app's validate() (with
+// check_process_group_flags and check_fsdp_flags, sharded_training.h).
+//
+//   add_data_parallel_flags(app, {o.ddp, o.fsdp, o.fsdp_strategy, o.backend}, "kiln-lenet");
+void add_data_parallel_flags(CLI::App& app, const DataParallelFlagTargets& targets, const std::string& command);
 
 // Joins the default process group through env:// (the variables kiln-run
 // sets), or reuses it when the program (a test) has already joined one.

@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "apps/common/cli.h"
+#include "apps/common/data_parallel_run.h"
 #include "apps/common/run_setup.h"
 #include "apps/common/sharded_training.h"
 #include "tensor/error.h"
@@ -17,9 +18,6 @@ namespace {
 
 // No run comes near it; above it steps x tokens per step could overflow int64.
 constexpr int64_t kMaxSteps = 1'000'000'000;
-// No run comes near them either; above them seconds x 1000 (the
-// milliseconds init_process_group takes) would overflow int64.
-constexpr double kMaxTimeoutSeconds = 1e9;
 
 bool finite_at_least(double v, double lo) { return std::isfinite(v) && v >= lo; }
 
@@ -63,16 +61,8 @@ void validate(const TrainOptions& o) {
   KILN_CHECK(!o.fsdp_cpu_offload || (o.fsdp && o.device.starts_with("cuda")),
              "--fsdp-cpu-offload only goes with --fsdp on a CUDA --device (the shards move to host memory and each "
              "unit is gathered onto the GPU), got ", o.fsdp ? "" : "no --fsdp and ", "--device ", o.device);
-  KILN_CHECK(o.backend == "gloo" || o.backend == "mpi" || o.backend == "nccl", "--backend: unknown backend '",
-             o.backend, "' (expected gloo, mpi or nccl)");
-  KILN_CHECK(o.ddp || o.fsdp || o.backend == "gloo", "--backend ", o.backend, " only goes with --ddp or --fsdp");
-  const std::pair<const char*, double> timeouts[] = {{"--timeout", o.timeout},
-                                                     {"--heartbeat-timeout", o.heartbeat_timeout}};
-  for (auto [flag, seconds] : timeouts) {
-    KILN_CHECK(std::isfinite(seconds) && seconds >= 0 && seconds <= kMaxTimeoutSeconds, flag,
-               " must be a positive number of seconds up to ", kMaxTimeoutSeconds, " (0: the default), got ", seconds);
-    KILN_CHECK(seconds == 0 || o.ddp || o.fsdp, flag, " only goes with --ddp or --fsdp");
-  }
+  check_process_group_flags({.backend = o.backend, .timeout = o.timeout, .heartbeat_timeout = o.heartbeat_timeout},
+                            o.ddp || o.fsdp);
 }
 
 double learning_rate(const TrainOptions& o, int64_t step) {
@@ -139,21 +129,10 @@ void add_train_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--resume", o.resume, "continue the run saved in checkpoint FILE, with the same flags");
   app.add_option("--log", o.log, "write one JSON object per evaluation to FILE.jsonl (--resume appends)");
   app.add_option("--plot", o.plot, "write an SVG chart of the train and validation loss to FILE.svg");
-  app.add_flag("--ddp", o.ddp,
-               "train with DistributedDataParallel over the processes kiln-run starts (kiln-run --nproc-per-node N "
-               "kiln-gpt train --ddp ...); --batch-size is per process, rank 0 prints and saves");
-  app.add_flag("--fsdp", o.fsdp,
-               "train with FullyShardedDataParallel over the processes kiln-run starts, each holding 1/N of the "
-               "parameters, gradients and optimizer state; otherwise as --ddp");
-  app.add_option("--fsdp-strategy", o.fsdp_strategy,
-                 "with --fsdp: full_shard, shard_grad_op (parameters kept gathered from forward to backward), "
-                 "no_shard (as DDP) or hybrid_shard (sharded within a machine, replicated across machines)")
-      ->capture_default_str();
+  add_data_parallel_flags(app, {o.ddp, o.fsdp, o.fsdp_strategy, o.backend}, "kiln-gpt train");
   app.add_flag("--fsdp-cpu-offload", o.fsdp_cpu_offload,
                "with --fsdp on a CUDA --device: keep the shards, their gradients and AdamW's state in host memory "
                "and gather each unit onto the GPU to compute");
-  app.add_option("--backend", o.backend, "the process group's backend with --ddp or --fsdp: gloo, mpi or nccl")
-      ->capture_default_str();
   app.add_option("--timeout", o.timeout,
                  "with --ddp or --fsdp: seconds the rendezvous and each collective may take (0: "
                  "KILN_DISTRIBUTED_TIMEOUT, else 300)")

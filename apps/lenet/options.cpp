@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "apps/common/cli.h"
+#include "apps/common/data_parallel_run.h"
 #include "apps/common/run_setup.h"
 #include "apps/common/sharded_training.h"
 #include "tensor/error.h"
@@ -49,10 +50,8 @@ ScheduleKind parse_schedule(const std::string& name) {
 
 namespace {
 
-// No run comes near them; above them epochs x steps or seconds x 1000 (the
-// milliseconds init_process_group takes) would overflow int64.
+// No run comes near it; above it epochs x steps could overflow int64.
 constexpr int64_t kMaxEpochs = 1'000'000'000;
-constexpr double kMaxTimeoutSeconds = 1e9;
 
 // A timeout flag given on the command line: a positive, finite number of seconds.
 CLI::Option* add_timeout(CLI::App& app, const std::string& flag, double& target, const std::string& description) {
@@ -77,22 +76,14 @@ void validate(const TrainerOptions& o) {
   KILN_CHECK(o.momentum >= 0 && o.momentum < 1, "--momentum must be in [0, 1), got ", o.momentum);
   KILN_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
              "--weight-decay must be non-negative and finite, got ", o.weight_decay);
-  const std::pair<const char*, double> timeouts[] = {{"--timeout", o.timeout},
-                                                      {"--heartbeat-timeout", o.heartbeat_timeout}};
-  for (auto [flag, seconds] : timeouts) {
-    KILN_CHECK(std::isfinite(seconds) && seconds >= 0 && seconds <= kMaxTimeoutSeconds, flag,
-               " must be a positive number of seconds up to ", kMaxTimeoutSeconds, " (0: the default), got ",
-               seconds);
-    KILN_CHECK(seconds == 0 || o.ddp || o.fsdp, flag, " only goes with --ddp or --fsdp");
-  }
+  check_process_group_flags({.backend = o.backend, .timeout = o.timeout, .heartbeat_timeout = o.heartbeat_timeout},
+                            o.ddp || o.fsdp);
   KILN_CHECK(o.threads >= 0, "--threads must be non-negative (0: all cores), got ", o.threads);
   KILN_CHECK(o.workers >= 0, "--workers must be non-negative (0: load batches on the training thread), got ",
              o.workers);
   KILN_CHECK(!o.data.empty(), "--data must name a data set");
   check_device_flag(o.device);
   KILN_CHECK(o.accum_steps >= 1, "--accum-steps must be at least 1, got ", o.accum_steps);
-  KILN_CHECK(o.backend == "gloo" || o.backend == "mpi" || o.backend == "nccl", "--backend: unknown backend '",
-             o.backend, "' (expected gloo, mpi or nccl)");
   KILN_CHECK(!(o.ddp && o.eval_only), "--eval-only runs in one process; drop --ddp");
   KILN_CHECK(!(o.fsdp && o.eval_only), "--eval-only runs in one process; drop --fsdp");
   KILN_CHECK(!(o.ddp && o.fsdp),
@@ -105,7 +96,6 @@ void validate(const TrainerOptions& o) {
              "--dp replicates it in one process");
   check_fsdp_flags(o.fsdp, o.fsdp_strategy, o.amp, o.device);
   KILN_CHECK(o.replicas >= 1, "--replicas must be at least 1, got ", o.replicas);
-  KILN_CHECK(o.ddp || o.fsdp || o.backend == "gloo", "--backend ", o.backend, " only goes with --ddp or --fsdp");
   KILN_CHECK(!o.eval_only || !o.resume.empty() || !o.weights.empty(),
              "--eval-only needs the model to evaluate: give --resume CHECKPOINT or --weights FILE.safetensors");
   KILN_CHECK(o.resume.empty() || o.weights.empty(), "--resume and --weights exclude each other: a checkpoint '",
@@ -161,22 +151,11 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   app.add_option("--weights", o.weights, "a model state dict (.safetensors) to evaluate with --eval-only");
   app.add_flag("--eval-only", o.eval_only,
                "only evaluate the test set (the model of --resume or --weights) and print the per-class table");
-  app.add_flag("--ddp", o.ddp,
-               "train with DistributedDataParallel over the processes kiln-run starts (kiln-run "
-               "--nproc-per-node N kiln-lenet --ddp ...); --batch-size is per process, rank 0 prints and saves");
-  app.add_flag("--fsdp", o.fsdp,
-               "train with FullyShardedDataParallel over the processes kiln-run starts, each holding 1/N of the "
-               "parameters, gradients and optimizer state; otherwise as --ddp");
-  app.add_option("--fsdp-strategy", o.fsdp_strategy,
-                 "with --fsdp: full_shard, shard_grad_op (parameters kept gathered from forward to backward), "
-                 "no_shard (as DDP) or hybrid_shard (sharded within a machine, replicated across machines)")
-      ->capture_default_str();
+  add_data_parallel_flags(app, {o.ddp, o.fsdp, o.fsdp_strategy, o.backend}, "kiln-lenet");
   app.add_flag("--dp", o.dp,
                "train with DataParallel in this process: one replica per GPU with --device cuda, else "
                "--replicas replicas on the CPU, each batch split between them");
   add_integer(app, "--replicas", o.replicas, "DataParallel replicas on the CPU with --dp");
-  app.add_option("--backend", o.backend, "the process group's backend with --ddp or --fsdp: gloo, mpi or nccl")
-      ->capture_default_str();
   add_integer(app, "--accum-steps", o.accum_steps,
               "batches per optimizer step (gradient accumulation; with --ddp only the last one communicates)");
   add_timeout(app, "--timeout", o.timeout,
