@@ -60,7 +60,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -196,10 +195,7 @@ struct StepTimes {
 
 int run_rank(const Options& options) {
   kiln::set_num_threads(1);
-  const char* store = std::getenv("KILN_BENCH_STORE");
-  // The driver's file store, or the launcher's env:// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
-  dist::init_process_group("gloo", store ? store : "env://", store ? std::atoi(std::getenv("WORLD_SIZE")) : -1,
-                           store ? std::atoi(std::getenv("RANK")) : -1, std::chrono::seconds(120));
+  kiln::bench::init_rank_process_group();
   const int world = dist::get_world_size();
   const int rank = dist::get_rank();
   KILN_CHECK(kGlobalBatch % world == 0, "the world size ", world, " must divide the global batch ",
@@ -272,35 +268,12 @@ int run_rank(const Options& options) {
   return 0;
 }
 
-// ---- the driver ---------------------------------------------------------------------------
-
-// Starts this program `world` times with the same arguments and
-// KILN_BENCH_STORE set (bench/rank_processes.h). The ranks share this
-// process's stdout; only rank 0 writes to it.
-int run_driver(int argc, char** argv, int world) {
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("kiln_ddp_lenet_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  std::vector<std::string> args{self};
-  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
-  const kiln::bench::RankRun run = kiln::bench::run_ranks(args, world, {{"KILN_BENCH_STORE", "file://" + (dir / "store").string()}},
-                                              /*capture_rank0=*/false);
-  std::filesystem::remove_all(dir);
-  if (run.failed_rank >= 0) {
-    std::fprintf(stderr, "ddp_lenet: rank %d of %d failed (its message is above); stopped the others\n",
-                 run.failed_rank, world);
-    return 1;
-  }
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) try {
   const Options options = parse(argc, argv);
   if (std::getenv("RANK")) return run_rank(options);
-  return run_driver(argc, argv, options.world);
+  return kiln::bench::run_self_on_ranks(argc, argv, options.world, "ddp_lenet");
 } catch (const std::exception& e) {
   const char* rank = std::getenv("RANK");
   std::fprintf(stderr, "ddp_lenet%s%s: %s\n", rank ? " rank " : "", rank ? rank : "", e.what());

@@ -34,10 +34,7 @@ Usage: /usr/bin/python3 bench/ddp_lenet_torch.py [--world N] [--steps S] [--cifa
 import argparse
 import importlib.util
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 
 import torch
@@ -49,6 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # lenet_torch.py of its own, the single-process benchmark.
 sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
 from lenet_torch import LeNet  # noqa: E402
+from rank_processes import init_rank_process_group, run_self_on_ranks  # noqa: E402
 
 
 def _single_process_bench():
@@ -91,12 +89,7 @@ def sampled_overlap(model):
 
 def run_rank(args):
     torch.set_num_threads(1)
-    store = os.environ.get("KILN_BENCH_STORE")
-    if store:
-        dist.init_process_group("gloo", init_method=store, rank=int(os.environ["RANK"]),
-                                world_size=int(os.environ["WORLD_SIZE"]))
-    else:
-        dist.init_process_group("gloo", init_method="env://")
+    init_rank_process_group()
     world, rank = dist.get_world_size(), dist.get_rank()
     if GLOBAL_BATCH % world:
         sys.exit(f"ddp_lenet_torch: the world size {world} must divide the global batch {GLOBAL_BATCH}")
@@ -164,31 +157,6 @@ def run_rank(args):
     dist.destroy_process_group()
 
 
-def run_driver(args):
-    """Starts --world ranks of this script; when one fails, stops the others, which would wait for it."""
-    folder = tempfile.mkdtemp(prefix="kiln_ddp_lenet_torch_")
-    try:
-        ranks = []
-        for rank in range(args.world):
-            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(args.world), OMP_NUM_THREADS="1",
-                       KILN_BENCH_STORE="file://" + os.path.join(folder, "store"))
-            ranks.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + sys.argv[1:], env=env))
-        failed = None
-        while any(p.returncode is None for p in ranks):
-            for rank, p in enumerate(ranks):
-                if p.returncode is None and p.poll() is not None and p.returncode != 0 and failed is None:
-                    failed = rank
-                    for other in ranks:
-                        if other.poll() is None:
-                            other.terminate()
-            time.sleep(0.05)
-        if failed is not None:
-            sys.exit(f"ddp_lenet_torch: rank {failed} of {args.world} failed (its message is above); "
-                     "stopped the others")
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--world", type=int, default=2, help="ranks the driver starts (not with RANK set)")
@@ -204,7 +172,7 @@ def main():
     if "RANK" in os.environ:
         run_rank(args)
     else:
-        run_driver(args)
+        run_self_on_ranks(args.world, "ddp_lenet_torch")
 
 
 if __name__ == "__main__":

@@ -47,12 +47,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "bench/gpt_configs.h"
 #include "bench/rank_processes.h"
 #include "distributed/ddp/distributed_data_parallel.h"
 #include "distributed/fsdp/fully_sharded_data_parallel.h"
@@ -66,8 +66,7 @@ namespace {
 namespace dist = kiln::distributed;
 using kiln::Tensor;
 using Clock = std::chrono::steady_clock;
-
-constexpr int64_t kVocab = 65;
+using kiln::bench::kVocab;
 
 struct Options {
   std::string mode = "fsdp";
@@ -115,23 +114,6 @@ Options parse(int argc, char** argv) {
   return options;
 }
 
-struct Config {
-  kiln::nn::GPTConfig model;
-  int64_t batch;  // global
-};
-
-// bench/gpt.cpp's configs.
-Config config_named(const std::string& name) {
-  kiln::nn::GPTConfig model{.vocab_size = kVocab, .dropout = 0.0, .bias = false};
-  if (name == "small") {
-    model.n_layer = 4, model.n_head = 4, model.n_embd = 128, model.block_size = 128;
-    return {model, 32};
-  }
-  KILN_CHECK(name == "baby", "fsdp: --config must be small or baby, got '", name, "'");
-  model.n_layer = 6, model.n_head = 6, model.n_embd = 384, model.block_size = 256;
-  return {model, 64};
-}
-
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
@@ -165,13 +147,10 @@ std::vector<double> max_over_ranks(std::vector<double> values) {
 
 int run_rank(const Options& options) {
   kiln::set_num_threads(1);
-  const char* store = std::getenv("KILN_BENCH_STORE");
-  // The driver's file store, or the launcher's env:// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
-  dist::init_process_group("gloo", store ? store : "env://", store ? std::atoi(std::getenv("WORLD_SIZE")) : -1,
-                           store ? std::atoi(std::getenv("RANK")) : -1, std::chrono::seconds(120));
+  kiln::bench::init_rank_process_group();
   const int world = dist::get_world_size();
   const int rank = dist::get_rank();
-  Config config = config_named(options.config);
+  kiln::bench::GPTBenchConfig config = kiln::bench::gpt_config_named(options.config, "fsdp");
   if (options.batch > 0) config.batch = options.batch;
   KILN_CHECK(config.batch % world == 0, "fsdp: the world size ", world, " must divide the global batch ", config.batch);
   const int64_t batch = config.batch / world, block = config.model.block_size;
@@ -235,33 +214,12 @@ int run_rank(const Options& options) {
   return 0;
 }
 
-// Starts this program `world` times with the same arguments and
-// KILN_BENCH_STORE set (bench/rank_processes.h). The ranks share this
-// process's stdout; only rank 0 writes to it.
-int run_driver(int argc, char** argv, int world) {
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("kiln_fsdp_bench_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  std::vector<std::string> args{self};
-  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
-  const kiln::bench::RankRun run = kiln::bench::run_ranks(
-      args, world, {{"KILN_BENCH_STORE", "file://" + (dir / "store").string()}}, /*capture_rank0=*/false);
-  std::filesystem::remove_all(dir);
-  if (run.failed_rank >= 0) {
-    std::fprintf(stderr, "fsdp: rank %d of %d failed (its message is above); stopped the others\n", run.failed_rank,
-                 world);
-    return 1;
-  }
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) try {
   const Options options = parse(argc, argv);
   if (std::getenv("RANK")) return run_rank(options);
-  return run_driver(argc, argv, options.world);
+  return kiln::bench::run_self_on_ranks(argc, argv, options.world, "fsdp");
 } catch (const std::exception& e) {
   const char* rank = std::getenv("RANK");
   std::fprintf(stderr, "fsdp%s%s: %s\n", rank ? " rank " : "", rank ? rank : "", e.what());

@@ -42,10 +42,7 @@ Usage: python bench/fsdp_torch.py [--world N] [--config small|baby] [--steps N] 
 import argparse
 import os
 import resource
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 
 import torch
@@ -53,6 +50,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 from gpt_torch import GPT, Block, GPTConfig  # noqa: E402
+from rank_processes import init_rank_process_group, run_self_on_ranks  # noqa: E402
 
 try:
     from torch.distributed.fsdp import fully_shard
@@ -78,12 +76,7 @@ def peak_resident_bytes():
 
 def run_rank(args):
     torch.set_num_threads(1)
-    store = os.environ.get("KILN_BENCH_STORE")
-    if store:
-        dist.init_process_group("gloo", init_method=store, rank=int(os.environ["RANK"]),
-                                world_size=int(os.environ["WORLD_SIZE"]))
-    else:
-        dist.init_process_group("gloo", init_method="env://")
+    init_rank_process_group()
     world, rank = dist.get_world_size(), dist.get_rank()
     n_layer, n_head, n_embd, block, global_batch = CONFIGS[args.config]
     if args.batch:
@@ -136,30 +129,6 @@ def run_rank(args):
     dist.destroy_process_group()
 
 
-def run_driver(args):
-    """Starts --world ranks of this script; when one fails, stops the others, which would wait for it."""
-    folder = tempfile.mkdtemp(prefix="kiln_fsdp_torch_")
-    try:
-        ranks = []
-        for rank in range(args.world):
-            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(args.world), OMP_NUM_THREADS="1",
-                       KILN_BENCH_STORE="file://" + os.path.join(folder, "store"))
-            ranks.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + sys.argv[1:], env=env))
-        failed = None
-        while any(p.returncode is None for p in ranks):
-            for rank, p in enumerate(ranks):
-                if p.returncode is None and p.poll() is not None and p.returncode != 0 and failed is None:
-                    failed = rank
-                    for other in ranks:
-                        if other.poll() is None:
-                            other.terminate()
-            time.sleep(0.05)
-        if failed is not None:
-            sys.exit(f"fsdp_torch: rank {failed} of {args.world} failed (its message is above); stopped the others")
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--world", type=int, default=2, help="ranks the driver starts (not with RANK set)")
@@ -173,7 +142,7 @@ def main():
     if "RANK" in os.environ:
         run_rank(args)
     else:
-        run_driver(args)
+        run_self_on_ranks(args.world, "fsdp_torch")
 
 
 if __name__ == "__main__":

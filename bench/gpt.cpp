@@ -20,6 +20,7 @@
 #include <cstring>
 #include <string>
 
+#include "bench/gpt_configs.h"
 #include "kiln.h"
 #include "nn/models/gpt.h"
 
@@ -27,8 +28,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using kiln::Tensor;
+using kiln::bench::kVocab;
+using Config = kiln::bench::GPTBenchConfig;
 
-constexpr int64_t kVocab = 65;
 constexpr int kWarmupSteps = 3;
 
 struct Options {
@@ -40,22 +42,6 @@ struct Options {
   int64_t batch = 0;
   kiln::Device device = kiln::kCPU;
 };
-
-struct Config {
-  kiln::nn::GPTConfig model;
-  int64_t batch;
-};
-
-Config config_named(const std::string& name) {
-  kiln::nn::GPTConfig model{.vocab_size = kVocab, .dropout = 0.0, .bias = false};
-  if (name == "small") {
-    model.n_layer = 4, model.n_head = 4, model.n_embd = 128, model.block_size = 128;
-    return {model, 32};
-  }
-  KILN_CHECK(name == "baby", "gpt: --config must be small or baby, got '", name, "'");
-  model.n_layer = 6, model.n_head = 6, model.n_embd = 384, model.block_size = 256;
-  return {model, 64};
-}
 
 Options parse(int argc, char** argv) {
   Options options;
@@ -146,7 +132,7 @@ int main(int argc, char** argv) {
   try {
     const Options options = parse(argc, argv);
     if (options.threads > 0) kiln::set_num_threads(options.threads);
-    Config config = config_named(options.config);
+    Config config = kiln::bench::gpt_config_named(options.config, "gpt");
     if (options.batch > 0) config.batch = options.batch;
     if (options.generate) {
       generate(options, config);

@@ -1,8 +1,9 @@
 // The benchmarks' own launcher: starts one process per rank of a
 // multi-process benchmark and waits for them (bench/allreduce.cpp,
-// bench/ddp_lenet.cpp). kiln-run does the same for a user's job; a benchmark
-// starts its ranks itself so that one command runs both Kiln's side and the
-// PyTorch anchor's, round after round.
+// bench/ddp_lenet.cpp, bench/fsdp.cpp), and joins a rank to the others.
+// kiln-run does the same for a user's job; a benchmark starts its ranks
+// itself so that one command runs both Kiln's side and the PyTorch
+// anchor's, round after round.
 //
 //   RankRun run = run_ranks({"/usr/bin/python3", "bench/x.py"}, 2, {{"KILN_BENCH_STORE", store}}, true);
 //   if (run.failed_rank >= 0) ...;   // run.rank0_output holds rank 0's stdout
@@ -13,13 +14,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "distributed/init.h"
 
 namespace kiln::bench {
 
@@ -87,6 +92,38 @@ inline RankRun run_ranks(const std::vector<std::string>& argv, int world_size,
     }
   }
   return run;
+}
+
+// The driver of a benchmark that starts its own ranks (bench/ddp_lenet.cpp,
+// bench/fsdp.cpp): runs this program `world` times with the same arguments
+// and KILN_BENCH_STORE naming a file store in a fresh temporary folder.
+// The ranks share this process's stdout; only rank 0 writes to it. Returns
+// the exit code: 0, or 1 after saying which rank failed (as `program`).
+inline int run_self_on_ranks(int argc, char** argv, int world, const std::string& program) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kiln_" + program + "_bench_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> args{self};
+  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+  const RankRun run =
+      run_ranks(args, world, {{"KILN_BENCH_STORE", "file://" + (dir / "store").string()}}, /*capture_rank0=*/false);
+  std::filesystem::remove_all(dir);
+  if (run.failed_rank >= 0) {
+    std::fprintf(stderr, "%s: rank %d of %d failed (its message is above); stopped the others\n", program.c_str(),
+                 run.failed_rank, world);
+    return 1;
+  }
+  return 0;
+}
+
+// A rank's gloo process group: through the driver's file store
+// (KILN_BENCH_STORE, with RANK and WORLD_SIZE) or, started by a launcher
+// such as kiln-run, through env:// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+inline void init_rank_process_group() {
+  const char* store = std::getenv("KILN_BENCH_STORE");
+  distributed::init_process_group("gloo", store ? store : "env://", store ? std::atoi(std::getenv("WORLD_SIZE")) : -1,
+                                  store ? std::atoi(std::getenv("RANK")) : -1, std::chrono::seconds(120));
 }
 
 }  // namespace kiln::bench
