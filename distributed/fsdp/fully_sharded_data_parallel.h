@@ -5,8 +5,9 @@
 //   distributed::init_process_group("gloo");
 //   auto model = std::make_shared<nn::GPT>(config);
 //   optim::AdamW opt(optim::weight_decay_groups(model->parameters(), 0.1), {.lr = 6e-4});
-//   auto fsdp = std::make_shared<fsdp::FullyShardedDataParallel>(
-//       model, fsdp::FSDPOptions{.wrap_policy = fsdp::wrap_by_class<nn::GPTBlock>()});
+//   fsdp::FSDPOptions options;
+//   options.wrap_policy = fsdp::wrap_by_class<nn::gpt::Block>();
+//   auto fsdp = std::make_shared<fsdp::FullyShardedDataParallel>(model, options);
 //   for (...) {
 //     opt.zero_grad();
 //     Tensor logits = (*fsdp)(x);                  // units gathered one at a time
@@ -52,20 +53,22 @@
 // Note [FSDP execution order]
 // Unit 0 is the root: the parameters of no wrapped submodule (a GPT's
 // embeddings, final norm and tied head). It is gathered when the wrapper's
-// forward starts and kept until backward has finished, since the tied head
-// needs it at both ends. Each wrapped unit is gathered by a forward pre-hook
-// and resharded by its forward hook (FULL_SHARD), gathered again by a
-// backward pre-hook when its output's gradient arrives, and its gradients
-// are reduce-scattered once all of them have been accumulated
-// (post-accumulate hooks counting them); an end-of-backward callback
-// reduces what never received a gradient (unused parameters, as zeros),
-// waits for every reduction, and hands each parameter its gradient shard.
-// The first training forward records the order in which units run;
-// prefetching then issues the next unit's all-gather (the next in forward,
-// the previous in backward) before the current unit computes, with at most
-// `max_gathers_in_flight` gathered-but-unused units, so that communication
-// overlaps computation. Activation checkpointing composes: a unit's forward
-// re-run inside backward does not reshard it.
+// forward starts and kept until its last gradient has arrived, since the
+// tied head needs it at both ends. Each wrapped unit is gathered by a
+// forward pre-hook and resharded by its forward hook (FULL_SHARD), gathered
+// again by a backward pre-hook when its output's gradient arrives, and its
+// gradients are reduce-scattered, and it is resharded, once all of them
+// have been accumulated (post-accumulate hooks counting them); one
+// reduction is in flight at a time, overlapping the next unit's backward.
+// An end-of-backward callback reduces what never received a gradient
+// (unused parameters, as zeros), waits for the last reductions, and hands
+// each parameter its gradient shard. The first training forward records the
+// order in which units run; prefetching then issues the next unit's
+// all-gather (the next in forward, the previous in backward) before the
+// current unit computes, with at most `max_gathers_in_flight` units gathered
+// besides the one computing, so that communication overlaps computation.
+// Activation checkpointing composes: a unit's forward re-run inside
+// backward does not reshard it.
 // Every rank must run the same units in the same order. Each unit's shard is
 // padded to a size no other unit has (Note [FSDP unit padding]), so a rank
 // that skips a unit or runs units in another order calls a collective whose
