@@ -334,10 +334,19 @@ void FullyShardedDataParallel::gather(size_t u) {
 void FullyShardedDataParallel::prefetch(size_t u, bool backward) {
   if (forward_order_.empty()) return;
   if (backward ? !options_.backward_prefetch : !options_.forward_prefetch) return;
-  auto it = backward ? std::find(forward_order_.rbegin(), forward_order_.rend(), u).base() - 1
-                     : std::find(forward_order_.begin(), forward_order_.end(), u);
-  if (it == forward_order_.end()) return;
-  auto position = static_cast<int64_t>(it - forward_order_.begin());
+  // Where `u` ran (its last run, in backward). The root runs outside the
+  // order: its backward begins the whole backward, before the last unit's,
+  // so from it backward prefetches the last units of the forward order.
+  const auto count = static_cast<int64_t>(forward_order_.size());
+  int64_t position = -1;
+  if (backward) {
+    auto found = std::find(forward_order_.rbegin(), forward_order_.rend(), u);
+    position = found == forward_order_.rend() ? count : count - 1 - (found - forward_order_.rbegin());
+  } else {
+    auto found = std::find(forward_order_.begin(), forward_order_.end(), u);
+    if (found == forward_order_.end()) return;
+    position = found - forward_order_.begin();
+  }
   // Units gathered now besides the root: the one computing, those
   // prefetched, and in backward the one before it, not yet resharded while
   // its gradients are still being accumulated. The limit counts them all,
@@ -353,7 +362,7 @@ void FullyShardedDataParallel::prefetch(size_t u, bool backward) {
   };
   for (int k = 1; k <= options_.max_gathers_in_flight; ++k) {
     int64_t next = backward ? position - k : position + k;
-    if (next < 0 || next >= static_cast<int64_t>(forward_order_.size())) break;
+    if (next < 0 || next >= count) break;
     size_t v = forward_order_[next];
     if (backward && backward_begun_[v]) continue;
     FlatParamUnit& unit = *units_[v];

@@ -64,11 +64,11 @@
 // (unused parameters, as zeros), waits for the last reductions, and hands
 // each parameter its gradient shard. The first training forward records the
 // order in which units run; prefetching then issues the next unit's
-// all-gather (the next in forward, the previous in backward) before the
-// current unit computes, with at most `max_gathers_in_flight` units gathered
-// besides the one computing, so that communication overlaps computation.
-// Activation checkpointing composes: a unit's forward re-run inside
-// backward does not reshard it.
+// all-gather (the next in forward, the previous in backward, the last ones
+// as backward begins) before the current unit computes, with at most
+// `max_gathers_in_flight` units gathered besides the one computing, so that
+// communication overlaps computation. Activation checkpointing composes: a
+// unit's forward re-run inside backward does not reshard it.
 // Every rank must run the same units in the same order. Each unit's shard is
 // padded to a size no other unit has (Note [FSDP unit padding]), so a rank
 // that skips a unit or runs units in another order calls a collective whose
@@ -214,6 +214,10 @@ class FullyShardedDataParallel : public nn::Module {
   // other parameter shapes is named). With sync_module_states, rank 0's
   // values are taken.
   explicit FullyShardedDataParallel(std::shared_ptr<nn::Module> module, FSDPOptions options = {});
+  // Removes FSDP's hooks. The wrapped module keeps its parameters as they
+  // are then, this rank's shard parts: gathering them back would be a
+  // collective, which a destructor cannot wait for safely. Take what is
+  // needed first (state_dict(), full_state_dict, with_full_parameters).
   ~FullyShardedDataParallel() override;
 
   Tensor forward(const Tensor& input) override;

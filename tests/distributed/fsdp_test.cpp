@@ -699,7 +699,10 @@ TEST(FSDP, PrefetchIssuesTheNextUnitsGatherBeforeTheCurrentUnitComputes) {
     // Forward: unit 2's gather is in flight while unit 1 computes, unit 3's while unit 2 does.
     EXPECT_LT(when(K::GatherIssued, 2, false), when(K::ForwardBegin, 1, false));
     EXPECT_LT(when(K::GatherIssued, 3, false), when(K::ForwardBegin, 2, false));
-    // Backward: unit 2's gather is issued as unit 3's backward begins, before unit 3's reduction.
+    // Backward: the last unit's gather is issued as backward begins (from
+    // the root), before that unit's own backward does; unit 2's as unit 3's
+    // backward begins, before unit 3's reduction.
+    EXPECT_LT(when(K::GatherIssued, 3, true), when(K::BackwardBegin, 3, true));
     EXPECT_LT(when(K::GatherIssued, 2, true), when(K::ReduceIssued, 3, true));
     EXPECT_LT(when(K::GatherIssued, 1, true), when(K::ReduceIssued, 2, true));
     for (const auto& e : fsdp->events()) {
