@@ -105,17 +105,6 @@ double relative_difference(const Tensor& a, const Tensor& b) {
   return ops::max(ops::abs(ops::sub(x, y))).item<double>() / scale;
 }
 
-// The wrapped module's parameters gathered, as copies.
-std::vector<Tensor> full_parameters(FullyShardedDataParallel& fsdp) {
-  std::vector<Tensor> out;
-  fsdp.with_full_parameters(
-      [&] {
-        for (const Tensor& p : fsdp.module().parameters()) out.push_back(p.detach().clone());
-      },
-      /*writeback=*/false);
-  return out;
-}
-
 // ---- the relay: 4 ranks -> 2 -> 3 -> one process -------------------------------
 
 constexpr int kStepsPerLeg = 3;

@@ -152,17 +152,6 @@ double relative_difference(const std::vector<Tensor>& a, const std::vector<Tenso
   return worst;
 }
 
-// The wrapped module's parameters gathered, as copies.
-std::vector<Tensor> full_parameters(FullyShardedDataParallel& fsdp) {
-  std::vector<Tensor> out;
-  fsdp.with_full_parameters(
-      [&] {
-        for (const Tensor& p : fsdp.module().parameters()) out.push_back(p.detach().clone());
-      },
-      /*writeback=*/false);
-  return out;
-}
-
 std::vector<Tensor> train_single(const Family& family, int steps) {
   auto model = family.make(11);
   optim::Adam opt(model->parameters(), adam());

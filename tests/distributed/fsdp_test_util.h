@@ -1,12 +1,14 @@
 // Shared by the FSDP tests (fsdp_test.cpp, fsdp_state_dict_test.cpp): a
-// tiny float64 GPT, its batches of token windows, and a batch's rows for
-// one rank.
+// tiny float64 GPT, its batches of token windows, a batch's rows for one
+// rank, and an FSDP model's parameters gathered.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <utility>
+#include <vector>
 
+#include "distributed/fsdp/fully_sharded_data_parallel.h"
 #include "nn/models/gpt.h"
 #include "tensor/factory.h"
 #include "tensor/random.h"
@@ -46,6 +48,17 @@ inline Tensor rows_of(const Tensor& t, int rank, int world) {
   const int64_t n = t.shape()[0];
   const int64_t begin = rank * n / world, end = (rank + 1) * n / world;
   return t.narrow(0, begin, end - begin);
+}
+
+// The wrapped module's parameters gathered (collective), as copies.
+inline std::vector<Tensor> full_parameters(fsdp::FullyShardedDataParallel& wrapper) {
+  std::vector<Tensor> out;
+  wrapper.with_full_parameters(
+      [&] {
+        for (const Tensor& p : wrapper.module().parameters()) out.push_back(p.detach().clone());
+      },
+      /*writeback=*/false);
+  return out;
 }
 
 }  // namespace kiln::distributed::testing
