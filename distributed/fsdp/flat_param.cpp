@@ -138,6 +138,7 @@ void FlatParamUnit::reshard() {
   for (Member& m : members_) m.param.impl()->set_storage(shard_part(m, shard_), {m.local_end - m.local_begin});
   full_ = Tensor();
   state_ = State::Sharded;
+  assign_gradients();
 }
 
 void FlatParamUnit::prepare_gradients() {
@@ -230,12 +231,22 @@ void FlatParamUnit::finish_reduce() {
     ops::add_(grad_shard, grad_stash_);
     grad_stash_ = Tensor();
   }
+  // A unit with frozen parameters is still gathered here (its reshard waits
+  // for the end of backward): its gradients are handed out when it reshards.
+  pending_grad_shard_ = grad_shard;
+  if (state_ == State::Sharded || !needs_gather_) assign_gradients();
+}
+
+void FlatParamUnit::assign_gradients() {
+  if (!pending_grad_shard_.defined()) return;
   for (Member& m : members_) {
-    Tensor part = shard_part(m, grad_shard);
+    if (!m.param.requires_grad()) continue;  // a frozen parameter gets none, as without FSDP
+    Tensor part = shard_part(m, pending_grad_shard_);
     // The parameter has the shape of its shard part once resharded, or its
     // full shape when the unit stays gathered (NO_SHARD).
     m.param.set_grad(part.view(m.param.shape()));
   }
+  pending_grad_shard_ = Tensor();
 }
 
 double FlatParamUnit::local_grad_norm_term(double p) const {

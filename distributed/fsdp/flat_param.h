@@ -175,8 +175,10 @@ class FlatParamUnit {
   // gradients either way. Parameters without a gradient count as zeros.
   void start_reduce(bool sync);
   bool reduce_pending() const { return reduce_in_flight_; }
-  // Waits for the reduction, averages, and gives each parameter its part
-  // of the gradient shard (plus any stashed gradient) as its .grad().
+  // Waits for the reduction, averages, and gives each parameter that
+  // requires grad its part of the gradient shard (plus any stashed
+  // gradient) as its .grad(): at once, or when the unit reshards if it is
+  // still gathered (a unit with frozen parameters reshards last).
   void finish_reduce();
 
   // The part of the gradient norm held here: sum over this rank's gradient
@@ -209,6 +211,8 @@ class FlatParamUnit {
   Tensor flat_grad_;            // (S * shard_numel) reduce dtype: this backward's gradients (and no_sync's)
   Tensor reduce_input_;         // (S * shard_numel) reduce dtype: alive while reducing
   Tensor reduce_output_;        // (shard_numel) reduce dtype
+  Tensor pending_grad_shard_;   // (shard_numel) master dtype: reduced, not yet handed out
+  void assign_gradients();
   WorkPtr reduce_work_;
   bool reduce_in_flight_ = false;
 };

@@ -336,6 +336,47 @@ TEST(FSDP, TheWrappersStateDictIsTheFullModelAndLoadsBackIntoShards) {
 
 // ---- no_sync, clipping, checkpointing, mixed precision --------------------
 
+// Frozen parameters (requires_grad false) get no gradient and are not
+// stepped, as without FSDP: a unit frozen whole (fc1) and one frozen in part
+// (fc2's bias), which reshards only when backward ends.
+TEST(FSDP, FrozenParametersStayAsTheyWereAndTheRestTrainsAsOneProcess) {
+  auto freeze = [](WideMlp& m) {
+    m.fc1->weight.requires_grad_(false);
+    m.fc1->bias.requires_grad_(false);
+    m.fc2->bias.requires_grad_(false);
+  };
+  run_on_ranks(3, [&](int rank) {
+    auto group = make_test_group("gloo", kTimeout);
+    auto model = make_mlp(9);
+    freeze(*model);
+    const Tensor fc1_before = model->fc1->weight.detach().clone();
+    optim::Adam opt(model->parameters(), adam());
+    auto fsdp = std::make_shared<FullyShardedDataParallel>(model, opts(group, mlp_policy()));
+    for (int s = 0; s < 10; ++s) {
+      auto [x, y] = mlp_batch(s, 12);
+      opt.zero_grad();
+      F::cross_entropy(fsdp->forward(rows_of(x, rank, 3)), rows_of(y, rank, 3)).backward();
+      EXPECT_FALSE(model->fc1->weight.grad().defined());
+      EXPECT_FALSE(model->fc2->bias.grad().defined());
+      EXPECT_TRUE(model->fc2->weight.grad().defined());
+      opt.step();
+    }
+    std::vector<Tensor> mine = full_parameters(*fsdp);
+    if (rank != 0) return;
+    EXPECT_TRUE(equal(mine[0], fc1_before));  // fc1.weight, first in order
+    auto reference = make_mlp(9);
+    freeze(*reference);
+    optim::Adam ref_opt(reference->parameters(), adam());
+    for (int s = 0; s < 10; ++s) {
+      auto [x, y] = mlp_batch(s, 12);
+      ref_opt.zero_grad();
+      F::cross_entropy(reference->forward(x), y).backward();
+      ref_opt.step();
+    }
+    EXPECT_LE(relative_difference(mine, reference->parameters()), 1e-12);
+  });
+}
+
 TEST(FSDP, NoSyncAccumulatesMicroBatchesAsOneBigBatch) {
   run_on_ranks(2, [](int rank) {
     auto group = make_test_group("gloo", kTimeout);
