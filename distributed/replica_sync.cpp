@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <mutex>
+#include <unordered_map>
 #include <tuple>
 
 #include "autograd/grad_mode.h"
@@ -103,6 +105,39 @@ void broadcast_from_rank0(ProcessGroup& group, const std::vector<Tensor>& tensor
       offset += t.numel();
     }
   }
+}
+
+namespace {
+
+// The live claims: parameter -> the wrapper reducing its gradient.
+std::mutex& claims_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::unordered_map<const TensorImpl*, std::string>& claims() {
+  static auto* table = new std::unordered_map<const TensorImpl*, std::string>;  // never destroyed: see allocator.cpp
+  return *table;
+}
+
+}  // namespace
+
+GradientReductionClaim::GradientReductionClaim(const TensorDict& named, std::string who) {
+  std::lock_guard<std::mutex> lock(claims_mutex());
+  auto& table = claims();
+  for (const auto& [name, p] : named) {
+    auto it = table.find(p.impl());
+    KILN_CHECK(it == table.end(), who, ": parameter '", name, "' already has its gradient reduced by ", it->second,
+               "; one gradient reduced by both would be averaged twice (ZeroRedundancyOptimizer goes with DDP at "
+               "stage 1 only, and FullyShardedDataParallel reduces its own gradients: wrap the model in one of them)");
+  }
+  for (const auto& [name, p] : named) {
+    if (table.emplace(p.impl(), who).second) claimed_.push_back(p.impl());
+  }
+}
+
+GradientReductionClaim::~GradientReductionClaim() {
+  std::lock_guard<std::mutex> lock(claims_mutex());
+  for (const TensorImpl* p : claimed_) claims().erase(p);
 }
 
 }  // namespace kiln::distributed

@@ -16,6 +16,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   KILN_CHECK(module_ != nullptr, "DistributedDataParallel: the module is null");
   if (!group_) group_ = default_group_ptr();
   register_module("module", module_);
+  claim_ = std::make_unique<GradientReductionClaim>(module_->named_parameters(), "DistributedDataParallel");
   check_same_parameters_on_every_rank(*group_, module_->named_parameters(), "DistributedDataParallel");
   // Every replica starts from rank 0's state.
   std::vector<Tensor> state = module_->parameters();

@@ -33,6 +33,7 @@
 #include "distributed/ddp/comm_hook.h"
 #include "distributed/ddp/reducer.h"
 #include "distributed/process_group.h"
+#include "distributed/replica_sync.h"
 #include "nn/module.h"
 
 namespace kiln::distributed {
@@ -101,6 +102,7 @@ class DistributedDataParallel : public nn::Module {
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<ProcessGroup> group_;
   DDPOptions options_;
+  std::unique_ptr<GradientReductionClaim> claim_;  // its parameters' gradients are reduced here
   std::unique_ptr<Reducer> reducer_;
   bool sync_ = true;
 };

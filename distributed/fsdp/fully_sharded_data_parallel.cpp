@@ -83,6 +83,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Module> m
              options_.max_gathers_in_flight);
   if (!group_) group_ = default_group_ptr();
   register_module("module", module_);
+  claim_ = std::make_unique<GradientReductionClaim>(module_->named_parameters(), "FSDP");
   check_same_parameters_on_every_rank(*group_, module_->named_parameters(), "FSDP");
   if (options_.sync_module_states) {
     std::vector<Tensor> state = module_->parameters();

@@ -88,6 +88,7 @@
 #include <vector>
 
 #include "distributed/process_group.h"
+#include "distributed/replica_sync.h"
 #include "nn/module.h"
 
 namespace kiln::distributed::fsdp {
@@ -305,6 +306,7 @@ class FullyShardedDataParallel : public nn::Module {
   std::shared_ptr<ProcessGroup> shard_group_;
   std::shared_ptr<ProcessGroup> replicate_group_;
   FSDPOptions options_;
+  std::unique_ptr<GradientReductionClaim> claim_;  // its parameters' gradients are reduced here
   std::vector<std::unique_ptr<FlatParamUnit>> units_;  // [0] is the root unit
   std::vector<nn::HookHandle> hooks_;
   std::vector<int64_t> grad_hook_ids_;

@@ -112,6 +112,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<optim::ParamGroup> 
       named.insert("group " + std::to_string(g) + " #" + std::to_string(j), groups_[g].params[j]);
     }
   }
+  if (options_.stage == 2) claim_ = std::make_unique<GradientReductionClaim>(named, "ZeroRedundancyOptimizer (stage 2)");
   check_same_parameters_on_every_rank(*group_, named, "ZeroRedundancyOptimizer");
   KILN_CHECK(params_.size() >= static_cast<size_t>(group_->size()), "ZeroRedundancyOptimizer: ", params_.size(),
              " parameters cannot be shared by ", group_->size(), " ranks: each rank must own at least one");

@@ -94,6 +94,7 @@
 #include <vector>
 
 #include "distributed/process_group.h"
+#include "distributed/replica_sync.h"
 #include "optim/optimizer.h"
 #include "tensor/tensor.h"
 #include "tensor/tensor_dict.h"
@@ -242,6 +243,7 @@ class ZeroRedundancyOptimizer {
 
   std::shared_ptr<ProcessGroup> group_;
   ZeroOptions options_;
+  std::unique_ptr<GradientReductionClaim> claim_;  // stage 2: its parameters' gradients are reduced here
   std::vector<optim::ParamGroup> groups_;
   std::vector<Tensor> params_;        // every group's, in order
   std::vector<size_t> group_of_;      // parameter -> its group

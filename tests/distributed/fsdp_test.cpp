@@ -20,6 +20,7 @@
 #include "autograd/grad_mode.h"
 #include "distributed/ddp/distributed_data_parallel.h"
 #include "distributed/fsdp/fully_sharded_data_parallel.h"
+#include "distributed/zero/zero_redundancy_optimizer.h"
 #include "fsdp_test_util.h"
 #include "multi_process.h"
 #include "nn/activation.h"
@@ -823,6 +824,48 @@ TEST(FSDP, BadOptionsAreRefusedNamingWhatIsWrong) {
                 std::string::npos)
           << e.what();
     }
+  });
+}
+
+// A gradient reduced by two wrappers would be averaged twice: DDP, ZeRO's
+// stage 2 and FSDP each claim their parameters while they live.
+TEST(FSDP, AParameterWhoseGradientAnotherWrapperReducesIsRefused) {
+  run_on_ranks(2, [](int) {
+    auto group = make_test_group("gloo", kTimeout);
+    auto model = make_mlp(1);
+    auto adam_factory = optimizer_factory<optim::Adam>(adam());
+    ZeroOptions stage2;
+    stage2.group = group;
+    stage2.stage = 2;
+    auto expect_refused = [](const std::function<void()>& make, const std::string& expected) {
+      try {
+        make();
+        ADD_FAILURE() << "no error";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+      }
+    };
+    {
+      DDPOptions options;
+      options.group = group;
+      auto ddp = std::make_shared<DistributedDataParallel>(model, options);
+      expect_refused([&] { ZeroRedundancyOptimizer zero(model->parameters(), adam_factory, stage2); },
+                     "ZeroRedundancyOptimizer (stage 2): parameter 'group 0 #0' already has its gradient reduced by "
+                     "DistributedDataParallel; one gradient reduced by both would be averaged twice");
+      expect_refused([&] { FullyShardedDataParallel fsdp(model, opts(group)); },
+                     "FSDP: parameter 'fc1.weight' already has its gradient reduced by DistributedDataParallel");
+      // Stage 1 goes with DDP: it reduces nothing itself.
+      ZeroOptions stage1;
+      stage1.group = group;
+      ZeroRedundancyOptimizer zero(model->parameters(), adam_factory, stage1);
+    }
+    // Once DDP is gone its claim is too.
+    ZeroRedundancyOptimizer zero(model->parameters(), adam_factory, stage2);
+    DDPOptions options;
+    options.group = group;
+    expect_refused([&] { DistributedDataParallel ddp(model, options); },
+                   "DistributedDataParallel: parameter 'fc1.weight' already has its gradient reduced by "
+                   "ZeroRedundancyOptimizer (stage 2)");
   });
 }
 
