@@ -135,18 +135,6 @@ void pack_b_sliver(int64_t n, int64_t kc, const T* b, int64_t rsb, int64_t csb, 
   }
 }
 
-// The packers are specialised on the tile so their inner loops unroll; the
-// tiles in use are the ones gemm_kernel_*() return.
-template <class T>
-void pack_a(int64_t mr, int64_t m, int64_t kc, const T* a, int64_t rsa, int64_t csa, T* dst) {
-  switch (mr) {
-    case 4: return pack_a_sliver<4>(m, kc, a, rsa, csa, dst);
-    case 6: return pack_a_sliver<6>(m, kc, a, rsa, csa, dst);
-    case 12: return pack_a_sliver<12>(m, kc, a, rsa, csa, dst);
-  }
-  KILN_FAIL("gemm: no A packer for a tile of ", mr, " rows");
-}
-
 // dst: an A block of rows [0, mc) as its slivers one after another, full ones
 // (kc, MR) and the last (kc, mc % MR), as pack_a_sliver lays them out. A
 // transposed A (rsa == 1: a weight gradient's g.t()) holds each k's rows
@@ -169,6 +157,9 @@ void pack_a_block(int64_t mc, int64_t kc, const T* a, int64_t rsa, int64_t csa, 
   }
 }
 
+// The packers are specialised on the tile so their inner loops unroll; the
+// tiles in use are the ones gemm_kernel_*() return. One sliver is a block of
+// mc <= MR rows.
 template <class T>
 void pack_a_block(int64_t mr, int64_t mc, int64_t kc, const T* a, int64_t rsa, int64_t csa, T* dst) {
   switch (mr) {
@@ -259,7 +250,7 @@ void gemm_direct_b(const GemmArgs<T>& g, const GemmKernel<T>& kern, int nthreads
   T* apack = static_cast<T*>(thread_workspace().get(sizeof(T) * (apack_size + k * nr)));
   T* btail = apack + apack_size;
   for (int64_t r = 0; packed_a && r < mslivers; ++r) {
-    pack_a(mr, std::min(mr, g.m - r * mr), k, g.a + r * mr * g.rsa, g.rsa, g.csa, apack + r * mr * k);
+    pack_a_block(mr, std::min(mr, g.m - r * mr), k, g.a + r * mr * g.rsa, g.rsa, g.csa, apack + r * mr * k);
   }
   if (full_slivers < nslivers) {
     pack_b(kern, g.n - full_slivers * nr, k, g.b + full_slivers * nr, g.rsb, g.csb, btail);
