@@ -217,10 +217,7 @@ TEST(FSDPStateDict, FullStateDictsLoadIntoAPlainModuleAndOptimizer) {
         auto group = make_test_group("gloo", kTimeout);
         auto model = make_gpt(11);
         auto opt = make_adam(*model);
-        FSDPOptions options;
-        options.group = group;
-        options.wrap_policy = fsdp::wrap_by_class<nn::gpt::Block>();
-        auto fsdp = std::make_shared<FullyShardedDataParallel>(model, options);
+        auto fsdp = shard_by_block(model, group);
         for (int s = 0; s < 2; ++s) fsdp_step(*fsdp, *opt, *group, s);
 
         const TensorDict on_rank0 = fsdp::full_state_dict(*fsdp);
@@ -267,10 +264,7 @@ TEST(FSDPStateDict, AFullStateDictLoadsInPyTorch) {
         auto group = make_test_group("gloo", kTimeout);
         auto model = make_gpt(11);
         auto opt = make_adam(*model);
-        FSDPOptions options;
-        options.group = group;
-        options.wrap_policy = fsdp::wrap_by_class<nn::gpt::Block>();
-        auto fsdp = std::make_shared<FullyShardedDataParallel>(model, options);
+        auto fsdp = shard_by_block(model, group);
         for (int s = 0; s < 2; ++s) fsdp_step(*fsdp, *opt, *group, s);
         const TensorDict full = fsdp::full_state_dict(*fsdp);
         if (rank == 0) save_safetensors(shared / "full.safetensors", full);

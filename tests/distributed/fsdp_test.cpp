@@ -314,7 +314,7 @@ TEST(FSDP, TheWrappersStateDictIsTheFullModelAndLoadsBackIntoShards) {
     const TensorDict plain = gpt->state_dict();  // before wrapping: full tensors, tied head included
     std::vector<Tensor> expected;
     for (const auto& [name, t] : plain) expected.push_back(t.clone());
-    auto fsdp = std::make_shared<FullyShardedDataParallel>(gpt, opts(group, fsdp::wrap_by_class<nn::gpt::Block>()));
+    auto fsdp = shard_by_block(gpt, group);
     const TensorDict full = fsdp->state_dict();  // collective
     ASSERT_EQ(full.size(), plain.size());
     size_t i = 0;
@@ -324,7 +324,7 @@ TEST(FSDP, TheWrappersStateDictIsTheFullModelAndLoadsBackIntoShards) {
     }
     // Into another FSDP model (other weights): each rank keeps its part.
     auto other = make_gpt(5);
-    auto fsdp2 = std::make_shared<FullyShardedDataParallel>(other, opts(group, fsdp::wrap_by_class<nn::gpt::Block>()));
+    auto fsdp2 = shard_by_block(other, group);
     fsdp2->load_state_dict(full);
     EXPECT_EQ(relative_difference(full_parameters(*fsdp2), full_parameters(*fsdp)), 0.0);
     // A wrong shape is still an error naming the key.

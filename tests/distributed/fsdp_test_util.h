@@ -50,6 +50,15 @@ inline Tensor rows_of(const Tensor& t, int rank, int world) {
   return t.narrow(0, begin, end - begin);
 }
 
+// `model` under FULL_SHARD over `group`, every block a unit.
+inline std::shared_ptr<fsdp::FullyShardedDataParallel> shard_by_block(std::shared_ptr<nn::GPT> model,
+                                                                      std::shared_ptr<ProcessGroup> group) {
+  fsdp::FSDPOptions options;
+  options.group = std::move(group);
+  options.wrap_policy = fsdp::wrap_by_class<nn::gpt::Block>();
+  return std::make_shared<fsdp::FullyShardedDataParallel>(std::move(model), options);
+}
+
 // The wrapped module's parameters gathered (collective), as copies.
 inline std::vector<Tensor> full_parameters(fsdp::FullyShardedDataParallel& wrapper) {
   std::vector<Tensor> out;
