@@ -310,6 +310,13 @@ void SharedMemoryAllReduce::agree(const CollectiveCall& call, std::chrono::milli
   check_agreement(call);
 }
 
+void SharedMemoryAllReduce::all_at(std::atomic<uint64_t> RankState::*counter, uint64_t target, const char* what,
+                                   const CollectiveCall& call, Clock::time_point deadline,
+                                   std::chrono::milliseconds timeout) const {
+  wait_for_all([&](int r) { return (state(r).*counter).load(std::memory_order_acquire) >= target; }, what, call,
+               deadline, timeout);
+}
+
 // ---- the all-reduce --------------------------------------------------------------------------
 
 void SharedMemoryAllReduce::all_reduce(void* data, size_t elements, size_t element_size, const ReduceFunction& reduce,
@@ -330,10 +337,6 @@ void SharedMemoryAllReduce::all_reduce_chunk(uint8_t* data, size_t elements, siz
                                              std::chrono::milliseconds timeout) {
   const uint64_t s = ++chunks_;
   // The steps of the Note, each waited for on every other rank.
-  auto all_at = [&](std::atomic<uint64_t> RankState::*counter, uint64_t target, const char* what) {
-    wait_for_all([&](int r) { return (state(r).*counter).load(std::memory_order_acquire) >= target; }, what, call,
-                 deadline, timeout);
-  };
 
   const size_t bytes = elements * element_size;
   // Each rank's share: a range of whole 64-byte lines, so that two ranks
@@ -345,14 +348,14 @@ void SharedMemoryAllReduce::all_reduce_chunk(uint8_t* data, size_t elements, siz
   auto count_of = [&](int r) { return std::min(elements, first_of(r) + share) - first_of(r); };
 
   // 1. My input into my slot, once every rank has read the previous chunk out of it.
-  all_at(&RankState::done, s - 1, "copied its results out of the previous chunk");
+  all_at(&RankState::done, s - 1, "copied its results out of the previous chunk", call, deadline, timeout);
   std::memcpy(slot(rank_), data, bytes);
   state(rank_).arrived.store(s, std::memory_order_release);
 
   // 2. My share, reduced over every slot in rank order, once every rank has
   // arrived: by then every rank has announced its call, which must be mine
   // before any byte of theirs is summed.
-  all_at(&RankState::arrived, s, "copied its input into shared memory");
+  all_at(&RankState::arrived, s, "copied its input into shared memory", call, deadline, timeout);
   if (first_chunk) check_agreement(call);
   if (const size_t n = count_of(rank_); n > 0) {
     const size_t offset = first_of(rank_) * element_size;
@@ -364,7 +367,7 @@ void SharedMemoryAllReduce::all_reduce_chunk(uint8_t* data, size_t elements, siz
   state(rank_).reduced.store(s, std::memory_order_release);
 
   // 3. Every other rank's share of the results.
-  all_at(&RankState::reduced, s, "reduced its share");
+  all_at(&RankState::reduced, s, "reduced its share", call, deadline, timeout);
   for (int r = 0; r < size_; ++r) {
     if (r == rank_ || count_of(r) == 0) continue;
     const size_t offset = first_of(r) * element_size;
@@ -384,17 +387,13 @@ void SharedMemoryAllReduce::all_gather(void* output, const void* input, size_t b
   for (size_t first = 0; first < bytes; first += kSharedMemorySlotBytes) {
     const size_t n = std::min(kSharedMemorySlotBytes, bytes - first);
     const uint64_t s = ++chunks_;
-    auto all_at = [&](std::atomic<uint64_t> RankState::*counter, uint64_t target, const char* what) {
-      wait_for_all([&](int r) { return (state(r).*counter).load(std::memory_order_acquire) >= target; }, what, call,
-                   deadline, timeout);
-    };
     // 1. My chunk into my slot, once every rank has read the previous one.
-    all_at(&RankState::done, s - 1, "copied its results out of the previous chunk");
+    all_at(&RankState::done, s - 1, "copied its results out of the previous chunk", call, deadline, timeout);
     std::memcpy(slot(rank_), in + first, n);
     state(rank_).arrived.store(s, std::memory_order_release);
     // 2. Every rank's chunk into its place, once all have arrived (and
     // announced a call, which must be mine before any byte is taken).
-    all_at(&RankState::arrived, s, "copied its input into shared memory");
+    all_at(&RankState::arrived, s, "copied its input into shared memory", call, deadline, timeout);
     if (first == 0) check_agreement(call);
     for (int r = 0; r < size_; ++r) {
       std::memcpy(out + static_cast<size_t>(r) * bytes + first, r == rank_ ? in + first : slot(r), n);
@@ -416,19 +415,15 @@ void SharedMemoryAllReduce::reduce_scatter(void* output, const void* input, size
   for (size_t first = 0; first < elements; first += m) {
     const size_t n = std::min(m, elements - first), piece = n * element_size;
     const uint64_t s = ++chunks_;
-    auto all_at = [&](std::atomic<uint64_t> RankState::*counter, uint64_t target, const char* what) {
-      wait_for_all([&](int r) { return (state(r).*counter).load(std::memory_order_acquire) >= target; }, what, call,
-                   deadline, timeout);
-    };
     // 1. My chunk of every block into my slot, block d at d * piece.
-    all_at(&RankState::done, s - 1, "copied its results out of the previous chunk");
+    all_at(&RankState::done, s - 1, "copied its results out of the previous chunk", call, deadline, timeout);
     for (int d = 0; d < size_; ++d) {
       std::memcpy(slot(rank_) + static_cast<size_t>(d) * piece,
                   in + (static_cast<size_t>(d) * elements + first) * element_size, piece);
     }
     state(rank_).arrived.store(s, std::memory_order_release);
     // 2. My block's chunk, reduced over every rank's slot in rank order.
-    all_at(&RankState::arrived, s, "copied its input into shared memory");
+    all_at(&RankState::arrived, s, "copied its input into shared memory", call, deadline, timeout);
     if (first == 0) check_agreement(call);
     const size_t mine = static_cast<size_t>(rank_) * piece;
     uint8_t* target = out + first * element_size;

@@ -157,6 +157,10 @@ class SharedMemoryAllReduce {
   template <class Reached>
   void wait_for_all(const Reached& reached, const char* what, const CollectiveCall& mine, Clock::time_point deadline,
                     std::chrono::milliseconds timeout) const;
+  // wait_for_all until every other rank's `counter` has reached `target`
+  // (a step of chunk `target`, Note [Same-host all-reduce through shared memory]).
+  void all_at(std::atomic<uint64_t> RankState::*counter, uint64_t target, const char* what,
+              const CollectiveCall& call, Clock::time_point deadline, std::chrono::milliseconds timeout) const;
   void all_reduce_chunk(uint8_t* data, size_t elements, size_t element_size, const ReduceFunction& reduce,
                         const CollectiveCall& call, bool first_chunk, Clock::time_point deadline,
                         std::chrono::milliseconds timeout);
