@@ -113,6 +113,8 @@ struct AttentionParams {
 // Words the error for an index value outside its range (check_index_range).
 using IndexErrorMessage = std::function<std::string(int64_t value)>;
 
+class QuantizedKernels;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -335,6 +337,10 @@ class Backend {
   // not depend on threads or device.
   virtual void random(const Tensor& out, Distribution dist, double a, double b, uint64_t seed,
                       uint64_t offset) = 0;
+
+  // ---- the optional int8 group (Note [Quantized kernel group] in tensor/quantized_kernels.h) ----
+  // nullptr where the backend has no quantized kernels.
+  virtual QuantizedKernels* quantized() { return nullptr; }
 };
 
 // The backend that runs kernels for `device`; throws kiln::Error naming the

@@ -192,6 +192,8 @@ class Tensor {
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
   bool is_contiguous() const;
   bool is_floating_point() const { return is_floating(dtype()); }
+  // A UInt8, Int8 or Int32 tensor carrying QuantParams (tensor/quantize.h).
+  bool is_quantized() const { return checked_impl().quant_params() != nullptr && is_integral(dtype()) && dtype() != DType::Int64; }
 
   // ---- raw data ----
   // Address of element (0, 0, ...).

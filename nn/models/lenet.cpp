@@ -25,12 +25,19 @@ Tensor LeNet::forward(const Tensor& x) {
   // after relu, and a window with no positive value ends at 0 either way
   // (with a zero gradient). Pooling first makes relu and its backward run
   // on a quarter of the elements.
-  Tensor h = F::relu((*pool)((*conv1)(x)));  // (N, 6, 14, 14)
-  h = F::relu((*pool)((*conv2)(h)));         // (N, 16, 5, 5)
-  h = F::flatten(h, 1);                      // (N, 400)
-  h = F::relu((*fc1)(h));                    // (N, 120)
-  h = F::relu((*fc2)(h));                    // (N, 84)
-  return (*fc3)(h);                          // (N, 10)
+  //
+  // The layers are called through the registry (get_submodule), not the
+  // members: a module put in place by replace_module is then the one that
+  // runs, as when quantization's prepare and convert swap Conv2d for its
+  // observed and int8 forms (quant/quantize.h). The members stay the typed
+  // handles for building and reading the float model.
+  auto layer = [this](const char* name) -> Module& { return *get_submodule(name); };
+  Tensor h = F::relu(layer("pool")(layer("conv1")(x)));  // (N, 6, 14, 14)
+  h = F::relu(layer("pool")(layer("conv2")(h)));         // (N, 16, 5, 5)
+  h = F::flatten(h, 1);                                  // (N, 400)
+  h = F::relu(layer("fc1")(h));                          // (N, 120)
+  h = F::relu(layer("fc2")(h));                          // (N, 84)
+  return layer("fc3")(h);                                // (N, 10)
 }
 
 }  // namespace kiln::nn

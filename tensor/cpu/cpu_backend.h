@@ -88,6 +88,9 @@ class CpuBackend final : public Backend {
                           const Tensor& logsumexp, const Tensor& mask, const AttentionParams& params) override;
 
   void random(const Tensor& out, Distribution dist, double a, double b, uint64_t seed, uint64_t offset) override;
+
+  // The int8 group, tensor/cpu/cpu_quantized.h.
+  QuantizedKernels* quantized() override;
 };
 
 CpuBackend& backend();

@@ -1,0 +1,90 @@
+// The int8 GEMM: u8 x s8 -> s32, with the output stage of a quantized conv
+// or linear fused into the store.
+//
+//   acc[m][n] = sum_k A[m][k] * W[n][k] - a_zero_point * colsum[n] + bias[n]
+//
+// A (M x K, uint8, row-major with leading dimension lda) is the activations,
+// W (N x K, int8) the weights, packed once (pack_qweight) into the layout of
+// one kernel path together with colsum[n] = sum_k W[n][k]. Each output then
+// goes through one of QGemmOutput's stages (Note [Quantization arithmetic] in
+// tensor/quant_math.h) and is written at out + m * stride_m + n * stride_n,
+// so that a conv writes its (O, oh*ow) NCHW plane and a linear its (M, N) rows
+// from the same kernel.
+//
+// Note [Int8 GEMM paths]
+// Which instructions multiply is chosen at run time, per CPU:
+//   Scalar      the reference, plain C++; every other path equals it bit for bit
+//   Avx2        vpmovzxbw / vpmovsxbw then vpmaddwd: int16 products summed in
+//               pairs into int32, exact for the full u8 x s8 range (no
+//               vpmaddubsw, whose int16 saturation would make the result
+//               depend on the data unless activations were 7-bit)
+//   AvxVnni     vpdpbusd on 256-bit registers (VEX-encoded AVX-VNNI)
+//   Avx512Vnni  vpdpbusd on 512-bit registers
+//   Amx         AMX-INT8 tiles (tdpbusd), after asking the kernel for the tile
+//               state with arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)
+// qgemm_path() is the best path the CPU has and the caps allow: KILN_SIMD
+// (scalar|avx2|avx512, as for every kernel) and KILN_QGEMM
+// (scalar|avx2|avxvnni|avx512vnni|amx), which picks one path for comparisons;
+// a path the CPU lacks is never chosen. qgemm_paths_available() lists every
+// path this CPU can run, which the tests compare with Scalar.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+namespace kiln::cpu {
+
+enum class QGemmPath { Scalar, Avx2, AvxVnni, Avx512Vnni, Amx };
+
+std::string_view qgemm_path_name(QGemmPath path);  // "scalar", "avx2", "avxvnni", "avx512vnni", "amx"
+QGemmPath qgemm_path();                            // the best allowed; computed once
+std::vector<QGemmPath> qgemm_paths_available();    // every path this CPU runs, Scalar first
+
+// W packed for one path. Immutable once built; shared by threads.
+class PackedQWeight {
+ public:
+  virtual ~PackedQWeight() = default;
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  QGemmPath path() const { return path_; }
+  const std::vector<int32_t>& colsum() const { return colsum_; }  // sum_k W[n][k], N values
+
+ protected:
+  PackedQWeight(int64_t n, int64_t k, QGemmPath path, std::vector<int32_t> colsum)
+      : n_(n), k_(k), path_(path), colsum_(std::move(colsum)) {}
+
+ private:
+  int64_t n_, k_;
+  QGemmPath path_;
+  std::vector<int32_t> colsum_;
+};
+
+// w: N x K int8, row-major with leading dimension ldw (>= K).
+std::shared_ptr<const PackedQWeight> pack_qweight(const int8_t* w, int64_t n, int64_t k, int64_t ldw,
+                                                  QGemmPath path = qgemm_path());
+
+// What happens to acc[m][n] on its way out.
+struct QGemmOutput {
+  enum class Kind { Int32, Float, UInt8 };
+  Kind kind = Kind::Int32;
+  int32_t a_zero_point = 0;      // subtracts a_zero_point * colsum[n]
+  const int32_t* bias = nullptr;  // N values added to acc, or none
+  // Float:  out = float(acc) * scale[n] + float_bias[n]   (a multiply, then an add)
+  // UInt8:  out = quant_math::requantize_value(acc, scale[n], zero_point, lo, hi)
+  // scale: N values, or one when scale_per_channel is false; float_bias: N values or none.
+  const float* scale = nullptr;
+  bool scale_per_channel = false;
+  const float* float_bias = nullptr;
+  int32_t zero_point = 0, lo = 0, hi = 255;
+  // Where acc[m][n] goes: (T*)out + m * stride_m + n * stride_n, T = int32_t, float or uint8_t.
+  void* out = nullptr;
+  int64_t stride_m = 0, stride_n = 1;
+};
+
+// Runs on the calling thread only (the callers parallelise over images or
+// row blocks): M rows of A against every column of the packed W.
+void qgemm(int64_t m, const uint8_t* a, int64_t lda, const PackedQWeight& w, const QGemmOutput& out);
+
+}  // namespace kiln::cpu

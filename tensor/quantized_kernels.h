@@ -1,0 +1,89 @@
+// QuantizedKernels: the optional group of int8 kernels a backend may offer.
+//
+// Note [Quantized kernel group]
+// The quantized kernels are a separate interface rather than more methods on
+// Backend, so that a backend without them (CUDA today) needs no change:
+// Backend::quantized() returns nullptr there, and every quantized front-end
+// asks quantized_kernels_for(device, op), which throws
+//   "quantized linear: quantized kernels are not supported on cuda:0"
+// naming the op and the device. The CPU backend implements the group in
+// tensor/cpu/ (cpu_quantized.h) on the int8 GEMM of tensor/cpu/qgemm.h.
+//
+// Conventions, beyond Note [Device dispatch]'s:
+// - A quantized tensor is a UInt8 (quint8), Int8 (qint8) or Int32 (qint32)
+//   tensor that carries QuantParams (Tensor::is_quantized()); its params are
+//   read from the tensor, the output's included: the front-end allocates the
+//   output with the params it must have, and the kernel writes values for them.
+// - Activations into conv and linear are quint8 with one scale; weights are
+//   qint8, symmetric (zero point 0), per tensor or per output channel.
+// - Every rounding is one of Note [Quantization arithmetic]'s
+//   (tensor/quant_math.h): kernels on every SIMD path agree with the scalar
+//   reference bit for bit.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "tensor/backend.h"
+
+namespace kiln {
+
+// A conv or linear weight prepared once for a backend's GEMM (packed into the
+// layout its micro-kernel reads, with the per-channel sums that the input's
+// zero point needs: sum_k (x - zx) * w = sum_k x * w - zx * sum_k w).
+class PackedQuantizedWeight {
+ public:
+  virtual ~PackedQuantizedWeight() = default;
+  // The qint8 weight it was packed from: (N, K) for linear, (O, C/groups, kh, kw) for conv.
+  virtual const Tensor& weight() const = 0;
+};
+
+class QuantizedKernels {
+ public:
+  virtual ~QuantizedKernels() = default;
+
+  // ---- conversions (tensor/cpu/quantize.cpp) ----
+  // out (quantized, any of the three dtypes, its own params) <- in (float32, same shape).
+  virtual void quantize(const Tensor& out, const Tensor& in) = 0;
+  // out (float32) <- in (quantized).
+  virtual void dequantize(const Tensor& out, const Tensor& in) = 0;
+  // out (quantized) <- in (quantized, other params): dequantize then quantize, per element.
+  virtual void requantize(const Tensor& out, const Tensor& in) = 0;
+
+  // ---- conv and linear (tensor/cpu/quantized_linear.cpp, quantized_conv.cpp) ----
+  // weight: qint8, 2-d (N, K) or 4-d (O, C/groups, kh, kw), symmetric, per
+  // tensor or per channel along axis 0.
+  virtual std::shared_ptr<const PackedQuantizedWeight> pack_weight(const Tensor& weight) = 0;
+  // Static: x quint8 (M, K); bias float32 (N) or undefined; out quint8 (M, N)
+  // with the output params; relu clamps at the output's zero point.
+  virtual void linear(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
+                      bool relu) = 0;
+  // Dynamic: x float32 (M, K), quantized here to quint8 with the scale of its
+  // own min and max (the whole tensor), reduce_range as the observers';
+  // out float32 (M, N) = dequantized accumulator + bias.
+  virtual void linear_dynamic(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w,
+                              const Tensor& bias, bool reduce_range) = 0;
+  // Static: x quint8 (N, C, H, W), out quint8 (N, O, oh, ow); groups from
+  // the weight's shape (C / weight.size(1)).
+  virtual void conv2d(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
+                      const ConvGeometry& g, bool relu) = 0;
+  // Dynamic, as linear_dynamic: x and out float32.
+  virtual void conv2d_dynamic(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w,
+                              const Tensor& bias, const ConvGeometry& g, bool reduce_range) = 0;
+
+  // ---- pooling and elementwise (tensor/cpu/quantized_pool.cpp, quantized_binary.cpp) ----
+  // x and out quantized (N, C, H, W) with the same params and dtype.
+  virtual void max_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g) = 0;
+  virtual void avg_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool count_include_pad,
+                          std::optional<int64_t> divisor_override) = 0;
+  virtual void adaptive_avg_pool2d(const Tensor& out, const Tensor& x) = 0;
+  // out = a + b on out's grid (quant_math::add_value); a, b, out same shape.
+  virtual void add(const Tensor& out, const Tensor& a, const Tensor& b, bool relu) = 0;
+};
+
+// The quantized kernels of `device`'s backend; throws kiln::Error naming
+// `op` and the device when that backend has none.
+QuantizedKernels& quantized_kernels_for(Device device, std::string_view op);
+
+}  // namespace kiln
