@@ -316,7 +316,12 @@ def make_model(name, state, quantizable=False):
     else:
         plain, quant = _resnet20_classes()
         net = quant() if quantizable else plain()
-    net.load_state_dict(state)  # strict: names and shapes must match
+    # Strict, but for BatchNorm's step counters, which only training reads
+    # and which a Kiln checkpoint need not hold.
+    missing, unexpected = net.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.endswith("num_batches_tracked")]
+    if missing or unexpected:
+        raise KeyError(f"the weights do not fit {name}: missing {missing}, unexpected {unexpected}")
     return net.eval()
 
 
