@@ -1,0 +1,266 @@
+// The int8 GEMM's front door (tensor/cpu/qgemm.h): which paths this CPU
+// runs, packing W for one of them (Note [Int8 GEMM packing] in
+// qgemm_kernels.h), the output stage laid out for whole vectors, and the
+// Scalar path, the reference every other path equals bit for bit.
+#include "tensor/cpu/qgemm.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "tensor/cpu/cpu_features.h"
+#include "tensor/cpu/qgemm_kernels.h"
+#include "tensor/error.h"
+#include "tensor/quant_math.h"
+
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace kiln::cpu {
+
+std::string_view qgemm_path_name(QGemmPath path) {
+  switch (path) {
+    case QGemmPath::Scalar: return "scalar";
+    case QGemmPath::Avx2: return "avx2";
+    case QGemmPath::AvxVnni: return "avxvnni";
+    case QGemmPath::Avx512Vnni: return "avx512vnni";
+    case QGemmPath::Amx: return "amx";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// Linux hands out the AMX tile state (8 KiB per thread) only to processes
+// that ask: until then the first tile instruction is a fatal signal. The
+// permission is for the whole process, so asking once is enough.
+[[maybe_unused]] bool request_amx_permission() {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+
+std::vector<QGemmPath> detect_paths() {
+  const Int8Features& f = int8_features();
+  std::vector<QGemmPath> paths{QGemmPath::Scalar};
+  (void)f;
+  return paths;
+}
+
+std::string path_list(const std::vector<QGemmPath>& paths) {
+  std::string s;
+  for (QGemmPath p : paths) s += (s.empty() ? "" : ", ") + std::string(qgemm_path_name(p));
+  return s;
+}
+
+}  // namespace
+
+std::vector<QGemmPath> qgemm_paths_available() {
+  static const std::vector<QGemmPath> paths = detect_paths();
+  return paths;
+}
+
+QGemmPath qgemm_path() {
+  static const QGemmPath path =
+      qgemm_detail::choose_path(qgemm_paths_available(), std::getenv("KILN_SIMD"), std::getenv("KILN_QGEMM"));
+  return path;
+}
+
+namespace qgemm_detail {
+
+QGemmPath choose_path(const std::vector<QGemmPath>& available, const char* simd_cap, const char* qgemm_cap) {
+  // The highest path allowed; a 256-bit path (AvxVnni) counts as AVX2 for KILN_SIMD.
+  QGemmPath limit = QGemmPath::Amx;
+  if (simd_cap) {
+    std::string want(simd_cap);
+    if (want == "scalar") limit = QGemmPath::Scalar;
+    else if (want == "avx2") limit = QGemmPath::AvxVnni;
+  }
+  if (qgemm_cap) {
+    std::string want(qgemm_cap);
+    const QGemmPath all[] = {QGemmPath::Scalar, QGemmPath::Avx2, QGemmPath::AvxVnni, QGemmPath::Avx512Vnni,
+                             QGemmPath::Amx};
+    auto named = std::find_if(std::begin(all), std::end(all), [&](QGemmPath p) { return qgemm_path_name(p) == want; });
+    KILN_CHECK(named != std::end(all), "KILN_QGEMM=", want,
+               ": expected one of scalar, avx2, avxvnni, avx512vnni, amx");
+    limit = std::min(limit, *named);
+  }
+  QGemmPath best = QGemmPath::Scalar;
+  for (QGemmPath p : available)
+    if (p <= limit) best = std::max(best, p);
+  return best;
+}
+
+// colsum[n] = sum_k w[n][k], which the output stage needs for a_zero_point.
+static std::vector<int32_t> column_sums(const int8_t* w, int64_t n, int64_t k, int64_t ldw) {
+  std::vector<int32_t> colsum(n, 0);
+  for (int64_t row = 0; row < n; ++row)
+    for (int64_t kk = 0; kk < k; ++kk) colsum[row] += w[row * ldw + kk];
+  return colsum;
+}
+
+PackedPanels::PackedPanels(const int8_t* w, int64_t n, int64_t k, int64_t ldw, QGemmPath path, int lanes,
+                           int group, int kgroup_multiple)
+    : PackedQWeight(n, k, path, column_sums(w, n, k, ldw)), lanes_(lanes), group_(group) {
+  const int elem = path == QGemmPath::Avx2 ? 2 : 1;  // Avx2 stores int16
+  panels_ = (n + lanes - 1) / lanes;
+  kgroups_ = (k + group - 1) / group;
+  kgroups_ = (kgroups_ + kgroup_multiple - 1) / kgroup_multiple * kgroup_multiple;
+  panel_bytes_ = kgroups_ * lanes * group * elem;
+  if (lanes > 1) panel_bytes_ = (panel_bytes_ + 63) / 64 * 64;
+  size_t bytes = static_cast<size_t>(std::max<int64_t>(panels_ * panel_bytes_, 64) + 63) / 64 * 64;
+  data_ = std::aligned_alloc(64, bytes);
+  KILN_CHECK(data_ != nullptr, "pack_qweight: cannot allocate ", bytes, " bytes for a ", n, " x ", k, " weight");
+  std::memset(data_, 0, bytes);
+  auto* out = static_cast<char*>(data_);
+  for (int64_t row = 0; row < n; ++row) {
+    const int64_t p = row / lanes, l = row % lanes;
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const int64_t g = kk / group, e = kk % group;
+      const int64_t at = p * panel_bytes_ + ((g * lanes + l) * group + e) * elem;
+      const int8_t v = w[row * ldw + kk];
+      if (elem == 2) {
+        const int16_t v16 = v;
+        std::memcpy(out + at, &v16, 2);
+      } else {
+        out[at] = static_cast<char>(v);
+      }
+    }
+  }
+}
+
+PackedPanels::~PackedPanels() { std::free(data_); }
+
+void store_scalar(const Epilogue& e, int64_t m, int64_t n, int32_t acc) {
+  const int64_t at = m * e.stride_m + n * e.stride_n;
+  switch (e.kind) {
+    case QGemmOutput::Kind::Int32: static_cast<int32_t*>(e.out)[at] = acc; break;
+    case QGemmOutput::Kind::Float: {
+      float f = static_cast<float>(acc) * e.scale[n];
+      if (e.float_bias) f = f + e.float_bias[n];
+      static_cast<float*>(e.out)[at] = f;
+      break;
+    }
+    case QGemmOutput::Kind::UInt8:
+      static_cast<uint8_t*>(e.out)[at] =
+          static_cast<uint8_t>(quant_math::requantize_value(acc, e.scale[n], e.zero_point, e.lo, e.hi));
+      break;
+  }
+}
+
+// The reference: a plain triple loop, summed in int64 and wrapped to int32
+// as the SIMD paths' int32 lanes wrap.
+void qgemm_scalar(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& w, const Epilogue& e) {
+  const auto* wd = static_cast<const int8_t*>(w.data());
+  const int64_t k = w.k();
+  for (int64_t i = 0; i < m; ++i) {
+    const uint8_t* ar = a + i * lda;
+    for (int64_t j = 0; j < e.n; ++j) {
+      const int8_t* wr = wd + j * w.panel_bytes();
+      int64_t s = e.offset[j];
+      for (int64_t kk = 0; kk < k; ++kk) s += static_cast<int32_t>(ar[kk]) * static_cast<int32_t>(wr[kk]);
+      store_scalar(e, i, j, static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(s))));
+    }
+  }
+}
+
+}  // namespace qgemm_detail
+
+std::shared_ptr<const PackedQWeight> pack_qweight(const int8_t* w, int64_t n, int64_t k, int64_t ldw,
+                                                  QGemmPath path) {
+  KILN_CHECK(n >= 0 && k >= 0, "pack_qweight: negative size n=", n, " k=", k);
+  KILN_CHECK(ldw >= k, "pack_qweight: leading dimension ldw=", ldw, " is smaller than k=", k);
+  KILN_CHECK(w != nullptr || n * k == 0, "pack_qweight: null weight for a ", n, " x ", k, " matrix");
+  auto available = qgemm_paths_available();
+  KILN_CHECK(std::find(available.begin(), available.end(), path) != available.end(), "pack_qweight: path ",
+             qgemm_path_name(path), " is not available on this CPU (available: ", path_list(available), ")");
+  using qgemm_detail::PackedPanels;
+  switch (path) {
+    case QGemmPath::Scalar: return std::make_shared<PackedPanels>(w, n, k, ldw, path, 1, static_cast<int>(std::max<int64_t>(k, 1)), 1);
+    case QGemmPath::Avx2: return std::make_shared<PackedPanels>(w, n, k, ldw, path, 8, 2, 1);
+    case QGemmPath::AvxVnni: return std::make_shared<PackedPanels>(w, n, k, ldw, path, 8, 4, 1);
+    case QGemmPath::Avx512Vnni: return std::make_shared<PackedPanels>(w, n, k, ldw, path, 16, 4, 1);
+    case QGemmPath::Amx: return std::make_shared<PackedPanels>(w, n, k, ldw, path, 16, 4, 16);
+  }
+  KILN_FAIL("pack_qweight: unknown path ", static_cast<int>(path));
+}
+
+namespace {
+
+void run_qgemm(int64_t m, const uint8_t* a, int64_t lda, const PackedQWeight& w, const QGemmOutput& out,
+               bool size_rule) {
+  using Kind = QGemmOutput::Kind;
+  const int64_t n = w.n(), k = w.k();
+  KILN_CHECK(m >= 0, "qgemm: negative row count m=", m);
+  KILN_CHECK(lda >= k, "qgemm: leading dimension lda=", lda, " is smaller than k=", k);
+  KILN_CHECK(a != nullptr || m * k == 0, "qgemm: null A for ", m, " rows of k=", k);
+  KILN_CHECK(out.out != nullptr || m * n == 0, "qgemm: null output for a ", m, " x ", n, " result");
+  if (out.kind != Kind::Int32)
+    KILN_CHECK(out.scale != nullptr, "qgemm: the ", out.kind == Kind::Float ? "float" : "uint8",
+               " output stage needs a scale");
+  if (out.kind == Kind::UInt8)
+    KILN_CHECK(0 <= out.lo && out.lo <= out.hi && out.hi <= 255, "qgemm: uint8 output range [", out.lo, ", ",
+               out.hi, "] is not inside [0, 255]");
+  if (m == 0 || n == 0) return;
+  const auto& packed = static_cast<const qgemm_detail::PackedPanels&>(w);
+
+  // Per-column values padded to whole panels (zero past n), so the kernels
+  // load whole vectors: offset = bias - a_zero_point * colsum in wrapping
+  // int32 (Note [Int8 GEMM packing]).
+  const int64_t padded = packed.panels() * packed.lanes();
+  thread_local std::vector<int32_t> offset;
+  thread_local std::vector<float> scale, float_bias;
+  offset.assign(padded, 0);
+  const std::vector<int32_t>& colsum = w.colsum();
+  for (int64_t j = 0; j < n; ++j) {
+    uint32_t v = static_cast<uint32_t>(out.bias ? out.bias[j] : 0) -
+                 static_cast<uint32_t>(out.a_zero_point) * static_cast<uint32_t>(colsum[j]);
+    offset[j] = static_cast<int32_t>(v);
+  }
+  qgemm_detail::Epilogue e;
+  e.kind = out.kind;
+  e.n = n;
+  e.offset = offset.data();
+  if (out.kind != Kind::Int32) {
+    scale.assign(padded, 0.0f);
+    for (int64_t j = 0; j < n; ++j) scale[j] = out.scale[out.scale_per_channel ? j : 0];
+    e.scale = scale.data();
+  }
+  if (out.kind == Kind::Float && out.float_bias) {
+    float_bias.assign(padded, 0.0f);
+    std::copy(out.float_bias, out.float_bias + n, float_bias.begin());
+    e.float_bias = float_bias.data();
+  }
+  e.zero_point = static_cast<float>(out.zero_point);
+  e.lo = static_cast<float>(out.lo);
+  e.hi = static_cast<float>(out.hi);
+  e.out = out.out;
+  e.stride_m = out.stride_m;
+  e.stride_n = out.stride_n;
+
+  switch (w.path()) {
+    case QGemmPath::Scalar: qgemm_detail::qgemm_scalar(m, a, lda, packed, e); return;
+    default: (void)size_rule; KILN_FAIL("qgemm: path ", qgemm_path_name(w.path()), " is not written yet");
+  }
+}
+
+}  // namespace
+
+void qgemm(int64_t m, const uint8_t* a, int64_t lda, const PackedQWeight& w, const QGemmOutput& out) {
+  run_qgemm(m, a, lda, w, out, true);
+}
+
+void qgemm_detail::qgemm_own_kernel(int64_t m, const uint8_t* a, int64_t lda, const PackedQWeight& w,
+                                    const QGemmOutput& out) {
+  run_qgemm(m, a, lda, w, out, false);
+}
+
+}  // namespace kiln::cpu

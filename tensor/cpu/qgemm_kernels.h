@@ -1,0 +1,101 @@
+// The pieces of the int8 GEMM (tensor/cpu/qgemm.h) that its files share:
+// the packed weight layout, the output stage resolved for one call, and each
+// path's entry point. Only qgemm*.cpp and the tests include this.
+//
+// Note [Int8 GEMM packing]
+// Every SIMD path keeps the accumulators of one output row in vector lanes,
+// one lane per column n, and multiplies a few k at once per lane:
+//   Avx2        8 lanes x 2 k: int16 pairs (w[n][k], w[n][k+1]) for vpmaddwd
+//   AvxVnni     8 lanes x 4 k: 4 int8 (w[n][k..k+3]) for vpdpbusd
+//   Avx512Vnni 16 lanes x 4 k
+//   Amx        16 lanes x 4 k, as Avx512Vnni, with k padded to a multiple of 64
+// so W is cut into panels of `lanes` columns, and a panel stores for each
+// k-group g (group = 2 or 4 values of k) the lanes side by side:
+//   panel p, group g, lane l, element e  =  w[p * lanes + l][g * group + e]
+// (zero past N and past K). One vector load then gives every lane its
+// group, and the kernel broadcasts the matching group of one row of A to all
+// lanes. A 16-lane panel is exactly the B operand of an AMX tile multiply: 16
+// groups (64 values of k) of 16 columns are one 16 x 64-byte tile, rows 64
+// bytes apart, so the AMX path and its small-problem fallback to the
+// Avx512Vnni kernels (Note [Int8 GEMM paths]) read the same packed weight.
+// Scalar keeps W as it came, N rows of K.
+//
+// The accumulator starts at offset[n] = bias[n] - a_zero_point * colsum[n]
+// rather than 0: integer addition in int32 wraps the same whatever the order,
+// so every path gets the same int32 (the exact sum whenever it fits, which it
+// does for K up to 2^31 / (255 * 128), about 65,000).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "tensor/cpu/qgemm.h"
+
+namespace kiln::cpu::qgemm_detail {
+
+// The packed W of Note [Int8 GEMM packing].
+class PackedPanels final : public PackedQWeight {
+ public:
+  // w: (N, K) int8 with rows ldw apart; lanes and group as in the Note;
+  // kgroup_multiple: the group count is rounded up to a multiple of it (16
+  // for Amx, 1 otherwise).
+  PackedPanels(const int8_t* w, int64_t n, int64_t k, int64_t ldw, QGemmPath path, int lanes, int group,
+               int kgroup_multiple);
+  ~PackedPanels() override;
+
+  const void* data() const { return data_; }  // 64-byte aligned
+  int lanes() const { return lanes_; }
+  int group() const { return group_; }
+  int64_t panels() const { return panels_; }
+  int64_t kgroups() const { return kgroups_; }        // groups per panel, padding included
+  int64_t panel_bytes() const { return panel_bytes_; }  // distance between panels
+
+ private:
+  void* data_ = nullptr;
+  int lanes_, group_;
+  int64_t panels_, kgroups_, panel_bytes_;
+};
+
+// One call's output stage (QGemmOutput) with the per-column values laid out
+// for whole vectors: every array has padded_n() entries, zero past n.
+struct Epilogue {
+  QGemmOutput::Kind kind = QGemmOutput::Kind::Int32;
+  int64_t n = 0;                      // valid columns
+  const int32_t* offset = nullptr;    // (padded N,) bias[n] - a_zero_point * colsum[n]
+  const float* scale = nullptr;       // (padded N,) scale[n], a per-tensor scale repeated; Float/UInt8
+  const float* float_bias = nullptr;  // (padded N,) or null; Float only
+  float zero_point = 0, lo = 0, hi = 255;  // UInt8 only
+  void* out = nullptr;
+  int64_t stride_m = 0, stride_n = 1;
+};
+
+// out[m][n] of the Epilogue for one accumulator (the scalar output stage,
+// which every SIMD store repeats).
+void store_scalar(const Epilogue& e, int64_t m, int64_t n, int32_t acc);
+
+// Each path's whole GEMM: rows [0, m) of A against every panel of w. Defined
+// in qgemm_<path>.cpp, compiled for that path's instruction set; call only
+// when the CPU has it.
+void qgemm_scalar(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& w, const Epilogue& e);
+void qgemm_avx2(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& w, const Epilogue& e);
+void qgemm_avxvnni(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& w, const Epilogue& e);
+void qgemm_avx512vnni(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& w, const Epilogue& e);
+void qgemm_amx(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& w, const Epilogue& e);
+
+// Whether qgemm(Amx) multiplies m rows with the tiles or hands them to the
+// Avx512Vnni kernels (Note [Int8 GEMM paths]); qgemm_amx itself always uses tiles.
+bool amx_pays(int64_t m, int64_t n, int64_t k);
+
+// qgemm without the Amx small-problem rule: the packed path's own kernel runs
+// whatever the size, so that tests reach the AMX tiles on small problems too.
+void qgemm_own_kernel(int64_t m, const uint8_t* a, int64_t lda, const PackedQWeight& w, const QGemmOutput& out);
+
+// The path qgemm_path() picks among `available` (Scalar first, in
+// QGemmPath order) under the caps KILN_SIMD (simd_cap) and KILN_QGEMM
+// (qgemm_cap), either null when unset. Throws naming a KILN_QGEMM value that
+// is not a path name.
+QGemmPath choose_path(const std::vector<QGemmPath>& available, const char* simd_cap, const char* qgemm_cap);
+
+}  // namespace kiln::cpu::qgemm_detail

@@ -1,0 +1,401 @@
+// The int8 GEMM (tensor/cpu/qgemm.h): the Scalar path against an int64
+// computation written here, and every path this CPU runs against Scalar bit
+// for bit, for every output stage, awkward sizes and both output layouts
+// (row-major rows, and the NCHW plane a convolution writes).
+#include "tensor/cpu/qgemm.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tensor/cpu/qgemm_kernels.h"
+#include "tensor/error.h"
+#include "tensor/quant_math.h"
+
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace kiln::cpu {
+namespace {
+
+using Kind = QGemmOutput::Kind;
+
+void expect_error(const std::function<void()>& fn, const std::string& expected) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos)
+        << "message was: " << e.what() << "\nexpected to contain: " << expected;
+    return;
+  }
+  ADD_FAILURE() << "expected kiln::Error containing: " << expected;
+}
+
+// One problem: A (m, k) with rows lda apart, W (n, k) with rows ldw apart;
+// the bytes between rows hold junk that must never reach a result.
+struct Problem {
+  int64_t m, n, k, lda, ldw;
+  std::vector<uint8_t> a;
+  std::vector<int8_t> w;
+  std::vector<int32_t> bias;
+  std::vector<float> scale, float_bias;
+};
+
+Problem make_problem(int64_t m, int64_t n, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Problem p{m, n, k, k + 3, k + 1, {}, {}, {}, {}, {}};
+  std::uniform_int_distribution<int> u8(0, 255), s8(-128, 127), bias(-50000, 50000);
+  p.a.resize(std::max<int64_t>(m * p.lda, 1));
+  for (auto& v : p.a) v = static_cast<uint8_t>(u8(rng));
+  p.w.resize(std::max<int64_t>(n * p.ldw, 1));
+  for (auto& v : p.w) v = static_cast<int8_t>(s8(rng));
+  for (int64_t j = 0; j < n; ++j) p.bias.push_back(bias(rng));
+  // Scales that send the outputs well past both ends of [0, 255], so that
+  // the clamps are exercised, and differ per channel.
+  std::uniform_real_distribution<float> spread(0.5f, 2.0f), fb(-3.0f, 3.0f);
+  const float base = 400.0f / (255.0f * 128.0f * std::sqrt(static_cast<float>(std::max<int64_t>(k, 1))));
+  for (int64_t j = 0; j < n; ++j) p.scale.push_back(base * spread(rng));
+  for (int64_t j = 0; j < n; ++j) p.float_bias.push_back(fb(rng));
+  return p;
+}
+
+// The output stage's settings, apart from the buffer.
+struct Stage {
+  Kind kind = Kind::Int32;
+  int32_t a_zero_point = 0;
+  bool bias = false, per_channel = false, float_bias = false;
+  int32_t zero_point = 0, lo = 0, hi = 255;
+  bool nchw = false;  // stride_m = 1, stride_n = m; else rows of n + 2
+};
+
+std::string describe(const Problem& p, const Stage& s) {
+  std::ostringstream os;
+  os << "m=" << p.m << " n=" << p.n << " k=" << p.k << " kind=" << static_cast<int>(s.kind)
+     << " a_zp=" << s.a_zero_point << " bias=" << s.bias << " per_channel=" << s.per_channel
+     << " float_bias=" << s.float_bias << " zp=" << s.zero_point << " lo=" << s.lo << " hi=" << s.hi
+     << " nchw=" << s.nchw;
+  return os.str();
+}
+
+size_t element_bytes(Kind kind) { return kind == Kind::UInt8 ? 1 : 4; }
+
+// The output buffer as bytes, pre-filled with 0xCD so that writes outside
+// the result (the gaps between rows) show up as differences.
+struct Result {
+  std::vector<uint8_t> bytes;
+  int64_t stride_m, stride_n;
+};
+
+Result run(const Problem& p, const Stage& s, const PackedQWeight& w, bool own_kernel) {
+  Result r;
+  r.stride_m = s.nchw ? 1 : p.n + 2;
+  r.stride_n = s.nchw ? p.m : 1;
+  const int64_t span = s.nchw ? p.m * p.n : p.m * (p.n + 2);
+  r.bytes.assign(std::max<int64_t>(span, 1) * element_bytes(s.kind), 0xCD);
+  QGemmOutput out;
+  out.kind = s.kind;
+  out.a_zero_point = s.a_zero_point;
+  out.bias = s.bias ? p.bias.data() : nullptr;
+  out.scale = p.scale.data();
+  out.scale_per_channel = s.per_channel;
+  out.float_bias = s.float_bias ? p.float_bias.data() : nullptr;
+  out.zero_point = s.zero_point;
+  out.lo = s.lo;
+  out.hi = s.hi;
+  out.out = r.bytes.data();
+  out.stride_m = r.stride_m;
+  out.stride_n = r.stride_n;
+  if (own_kernel) qgemm_detail::qgemm_own_kernel(p.m, p.a.data(), p.lda, w, out);
+  else qgemm(p.m, p.a.data(), p.lda, w, out);
+  return r;
+}
+
+// The same result from an int64 triple loop and the output formulas of
+// qgemm.h, written out here.
+Result reference(const Problem& p, const Stage& s) {
+  Result r;
+  r.stride_m = s.nchw ? 1 : p.n + 2;
+  r.stride_n = s.nchw ? p.m : 1;
+  const int64_t span = s.nchw ? p.m * p.n : p.m * (p.n + 2);
+  r.bytes.assign(std::max<int64_t>(span, 1) * element_bytes(s.kind), 0xCD);
+  for (int64_t i = 0; i < p.m; ++i) {
+    for (int64_t j = 0; j < p.n; ++j) {
+      int64_t acc = 0;
+      for (int64_t kk = 0; kk < p.k; ++kk)
+        acc += (int64_t{p.a[i * p.lda + kk]} - s.a_zero_point) * int64_t{p.w[j * p.ldw + kk]};
+      if (s.bias) acc += p.bias[j];
+      EXPECT_TRUE(acc >= INT32_MIN && acc <= INT32_MAX) << "the test's accumulator overflows int32";
+      const int32_t acc32 = static_cast<int32_t>(acc);
+      const float scale = p.scale[s.per_channel ? j : 0];
+      const int64_t at = i * r.stride_m + j * r.stride_n;
+      if (s.kind == Kind::Int32) {
+        std::memcpy(&r.bytes[at * 4], &acc32, 4);
+      } else if (s.kind == Kind::Float) {
+        volatile float product = static_cast<float>(acc32) * scale;  // rounded before the add
+        float f = s.float_bias ? product + p.float_bias[j] : product;
+        std::memcpy(&r.bytes[at * 4], &f, 4);
+      } else {
+        r.bytes[at] = static_cast<uint8_t>(quant_math::requantize_value(
+            acc32, scale, static_cast<float>(s.zero_point), static_cast<float>(s.lo), static_cast<float>(s.hi)));
+      }
+    }
+  }
+  return r;
+}
+
+// Where two results first differ, as "m=.. n=..", or "" when they are equal.
+std::string first_difference(const Result& got, const Result& want, const Problem& p, Kind kind) {
+  if (got.bytes == want.bytes) return "";
+  const size_t eb = element_bytes(kind);
+  for (size_t b = 0; b < got.bytes.size(); ++b) {
+    if (got.bytes[b] == want.bytes[b]) continue;
+    const int64_t at = static_cast<int64_t>(b / eb);
+    for (int64_t i = 0; i < p.m; ++i)
+      for (int64_t j = 0; j < p.n; ++j)
+        if (i * got.stride_m + j * got.stride_n == at) {
+          std::ostringstream os;
+          os << "first difference at m=" << i << " n=" << j;
+          return os.str();
+        }
+    return "first difference at element " + std::to_string(at) + ", outside the result";
+  }
+  return "sizes differ";
+}
+
+// Every stage worth telling apart.
+std::vector<Stage> all_stages() {
+  std::vector<Stage> stages;
+  for (bool nchw : {false, true}) {
+    for (int32_t azp : {0, 131}) {
+      for (bool bias : {false, true}) {
+        stages.push_back({Kind::Int32, azp, bias, false, false, 0, 0, 255, nchw});
+        for (bool pc : {false, true}) {
+          for (bool fb : {false, true}) stages.push_back({Kind::Float, azp, bias, pc, fb, 0, 0, 255, nchw});
+          stages.push_back({Kind::UInt8, azp, bias, pc, false, 0, 0, 255, nchw});
+          stages.push_back({Kind::UInt8, azp, bias, pc, false, 97, 97, 255, nchw});  // relu: lo = zero point
+          stages.push_back({Kind::UInt8, azp, bias, pc, false, 128, 3, 250, nchw});
+        }
+      }
+    }
+  }
+  return stages;
+}
+
+std::vector<QGemmPath> paths() { return qgemm_paths_available(); }
+
+std::string path_name(QGemmPath p) { return std::string(qgemm_path_name(p)); }
+
+// Every path (and for Amx its tiles even where qgemm would hand a small
+// problem to the VNNI kernels) against the Scalar path and the reference.
+void check_all_paths(const Problem& p, const std::vector<Stage>& stages) {
+  auto scalar = pack_qweight(p.w.data(), p.n, p.k, p.ldw, QGemmPath::Scalar);
+  for (const Stage& s : stages) {
+    Result want = reference(p, s);
+    Result got_scalar = run(p, s, *scalar, false);
+    std::string diff = first_difference(got_scalar, want, p, s.kind);
+    ASSERT_EQ(diff, "") << "scalar vs int64 reference, " << describe(p, s);
+  }
+  for (QGemmPath path : paths()) {
+    if (path == QGemmPath::Scalar) continue;
+    auto packed = pack_qweight(p.w.data(), p.n, p.k, p.ldw, path);
+    ASSERT_EQ(packed->colsum(), scalar->colsum()) << path_name(path);
+    for (const Stage& s : stages) {
+      Result want = run(p, s, *scalar, false);
+      for (bool own : {false, true}) {
+        if (own && path != QGemmPath::Amx) continue;
+        Result got = run(p, s, *packed, own);
+        std::string diff = first_difference(got, want, p, s.kind);
+        ASSERT_EQ(diff, "") << "path " << path_name(path) << (own ? " (tiles forced)" : "") << " vs scalar, "
+                            << describe(p, s);
+      }
+    }
+  }
+}
+
+const int64_t kSizes[] = {1, 3, 5, 17, 31, 33, 64, 75, 150};
+
+TEST(QGemm, EveryPathEqualsScalarOnAwkwardSizes) {
+  // Int32 output over a grid of sizes: K not a multiple of 4 or 64, N not
+  // a multiple of any panel, M not a multiple of any tile.
+  const Stage plain{Kind::Int32, 0, false, false, false, 0, 0, 255, false};
+  const Stage full{Kind::Int32, 77, true, false, false, 0, 0, 255, true};
+  uint32_t seed = 1;
+  for (int64_t m : kSizes)
+    for (int64_t n : {1, 3, 5, 6, 10, 16, 17, 31, 33, 64, 84, 120})
+      for (int64_t k : {1, 3, 5, 17, 31, 33, 64, 75, 150, 400, 576}) {
+        if (m * n * k > 3000000) continue;
+        check_all_paths(make_problem(m, n, k, seed++), {plain, full});
+        if (HasFatalFailure()) return;
+      }
+}
+
+TEST(QGemm, EveryPathEqualsScalarForEveryOutputStage) {
+  const int64_t shapes[][3] = {{1, 10, 84},   {1, 120, 400}, {3, 17, 33},   {17, 6, 75},  {33, 33, 150},
+                               {64, 84, 120}, {75, 16, 150}, {100, 32, 144}, {31, 64, 288}};
+  uint32_t seed = 1000;
+  for (const auto& s : shapes) {
+    check_all_paths(make_problem(s[0], s[1], s[2], seed++), all_stages());
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(QGemm, EveryPathEqualsScalarOnConvolutionShapes) {
+  // Conv as GEMM (M = output pixels, K = C*kh*kw, N = output channels) into
+  // the NCHW plane, requantized with relu, and a few products large enough
+  // for several AMX tiles in both directions.
+  const int64_t shapes[][3] = {{784, 6, 75}, {100, 16, 150}, {256, 32, 288}, {64, 64, 576}, {400, 64, 576}};
+  const Stage conv{Kind::UInt8, 113, true, true, false, 64, 64, 255, true};
+  const Stage linear{Kind::Float, 3, true, true, true, 0, 0, 255, false};
+  uint32_t seed = 2000;
+  for (const auto& s : shapes) {
+    check_all_paths(make_problem(s[0], s[1], s[2], seed++), {conv, linear});
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(QGemm, RoundsHalvesToEven) {
+  // Multiplier 0.5 on small accumulators puts half of all values exactly
+  // halfway between two integers: nearbyint must pick the even one (2.5 -> 2,
+  // 3.5 -> 4), as requantize_value does.
+  Problem p = make_problem(40, 20, 3, 7);
+  for (auto& v : p.a) v = static_cast<uint8_t>(v % 4);
+  for (auto& v : p.w) v = static_cast<int8_t>(v % 3);
+  std::fill(p.scale.begin(), p.scale.end(), 0.5f);
+  const Stage s{Kind::UInt8, 0, false, false, false, 10, 0, 255, false};
+  Result r = reference(p, s);
+  // The reference itself rounds to even: 5 * 0.5 = 2.5 -> 2, 7 * 0.5 = 3.5 -> 4.
+  EXPECT_EQ(quant_math::requantize_value(5, 0.5f, 10.0f, 0.0f, 255.0f), 12);
+  EXPECT_EQ(quant_math::requantize_value(7, 0.5f, 10.0f, 0.0f, 255.0f), 14);
+  EXPECT_EQ(quant_math::requantize_value(-5, 0.5f, 10.0f, 0.0f, 255.0f), 8);
+  check_all_paths(p, {s});
+}
+
+TEST(QGemm, ScalarMatchesHandComputedValues) {
+  // A (2, 3) = [[1, 2, 3], [255, 0, 10]], W (2, 3) = [[1, -1, 2], [-128, 127, 0]],
+  // a_zero_point 1, bias [5, -7]:
+  //   acc[0][0] = (0*1 + 1*-1 + 2*2) + 5 = 8       acc[0][1] = (0*-128 + 1*127 + 2*0) - 7 = 120
+  //   acc[1][0] = (254*1 + -1*-1 + 9*2) + 5 = 278  acc[1][1] = (254*-128 + -1*127 + 0) - 7 = -32646
+  const uint8_t a[] = {1, 2, 3, 255, 0, 10};
+  const int8_t w[] = {1, -1, 2, -128, 127, 0};
+  const int32_t bias[] = {5, -7};
+  for (QGemmPath path : paths()) {
+    auto packed = pack_qweight(w, 2, 3, 3, path);
+    EXPECT_EQ(packed->colsum(), (std::vector<int32_t>{2, -1})) << path_name(path);
+    int32_t out[4];
+    QGemmOutput o;
+    o.a_zero_point = 1;
+    o.bias = bias;
+    o.out = out;
+    o.stride_m = 2;
+    qgemm(2, a, 3, *packed, o);
+    EXPECT_EQ(std::vector<int32_t>(out, out + 4), (std::vector<int32_t>{8, 120, 278, -32646})) << path_name(path);
+    // uint8 at scale 0.25, zero point 100: 8 -> 102, 120 -> 130, 278 -> 169.5 -> 170, -32646 -> 0.
+    const float scale = 0.25f;
+    uint8_t q[4];
+    o.kind = Kind::UInt8;
+    o.scale = &scale;
+    o.zero_point = 100;
+    o.out = q;
+    qgemm(2, a, 3, *packed, o);
+    EXPECT_EQ(std::vector<int>(q, q + 4), (std::vector<int>{102, 130, 170, 0})) << path_name(path);
+  }
+}
+
+TEST(QGemm, ZeroSizesWriteNothing) {
+  Problem p = make_problem(4, 5, 0, 3);
+  for (QGemmPath path : paths()) {
+    auto packed = pack_qweight(p.w.data(), 5, 0, 1, path);
+    Stage s{Kind::Int32, 3, true, false, false, 0, 0, 255, false};
+    Result got = run(p, s, *packed, path == QGemmPath::Amx);
+    EXPECT_EQ(first_difference(got, reference(p, s), p, s.kind), "") << "k=0, path " << path_name(path);
+    auto empty = pack_qweight(p.w.data(), 0, 7, 7, path);
+    int32_t sentinel = 12345;
+    QGemmOutput o;
+    o.out = &sentinel;
+    qgemm(3, p.a.data(), 7, *empty, o);
+    qgemm(0, nullptr, 7, *packed, o);
+    EXPECT_EQ(sentinel, 12345) << path_name(path);
+  }
+}
+
+TEST(QGemm, BadArgumentsThrow) {
+  const int8_t w[6] = {};
+  const uint8_t a[6] = {};
+  expect_error([&] { pack_qweight(w, 2, 3, 2, QGemmPath::Scalar); }, "pack_qweight: leading dimension ldw=2");
+  expect_error([&] { pack_qweight(w, -1, 3, 3, QGemmPath::Scalar); }, "pack_qweight: negative size n=-1");
+  expect_error([&] { pack_qweight(nullptr, 2, 3, 3, QGemmPath::Scalar); }, "pack_qweight: null weight");
+  auto packed = pack_qweight(w, 2, 3, 3, QGemmPath::Scalar);
+  int32_t out[4];
+  QGemmOutput o;
+  o.out = out;
+  o.stride_m = 2;
+  expect_error([&] { qgemm(2, a, 2, *packed, o); }, "qgemm: leading dimension lda=2 is smaller than k=3");
+  expect_error([&] { qgemm(-1, a, 3, *packed, o); }, "qgemm: negative row count m=-1");
+  expect_error([&] { qgemm(2, nullptr, 3, *packed, o); }, "qgemm: null A");
+  QGemmOutput no_out = o;
+  no_out.out = nullptr;
+  expect_error([&] { qgemm(2, a, 3, *packed, no_out); }, "qgemm: null output");
+  QGemmOutput u8 = o;
+  u8.kind = Kind::UInt8;
+  expect_error([&] { qgemm(2, a, 3, *packed, u8); }, "qgemm: the uint8 output stage needs a scale");
+  const float scale = 1.0f;
+  u8.scale = &scale;
+  u8.lo = 10;
+  u8.hi = 300;
+  expect_error([&] { qgemm(2, a, 3, *packed, u8); }, "qgemm: uint8 output range [10, 300] is not inside [0, 255]");
+  QGemmOutput fl = o;
+  fl.kind = Kind::Float;
+  expect_error([&] { qgemm(2, a, 3, *packed, fl); }, "qgemm: the float output stage needs a scale");
+}
+
+TEST(QGemm, PackingForAPathTheCpuLacksThrows) {
+  auto available = paths();
+  const QGemmPath all[] = {QGemmPath::Avx2, QGemmPath::AvxVnni, QGemmPath::Avx512Vnni, QGemmPath::Amx};
+  const int8_t w[4] = {};
+  int missing = 0;
+  for (QGemmPath p : all) {
+    if (std::find(available.begin(), available.end(), p) != available.end()) continue;
+    ++missing;
+    expect_error([&] { pack_qweight(w, 2, 2, 2, p); },
+                 "pack_qweight: path " + path_name(p) + " is not available on this CPU (available: scalar");
+  }
+  if (missing == 0) GTEST_SKIP() << "this CPU runs every int8 GEMM path";
+}
+
+TEST(QGemm, CapsChooseThePath) {
+  using qgemm_detail::choose_path;
+  const std::vector<QGemmPath> all{QGemmPath::Scalar, QGemmPath::Avx2, QGemmPath::AvxVnni, QGemmPath::Avx512Vnni,
+                                   QGemmPath::Amx};
+  EXPECT_EQ(choose_path(all, nullptr, nullptr), QGemmPath::Amx);
+  EXPECT_EQ(choose_path(all, "scalar", nullptr), QGemmPath::Scalar);
+  EXPECT_EQ(choose_path(all, "avx2", nullptr), QGemmPath::AvxVnni);
+  EXPECT_EQ(choose_path(all, "avx512", nullptr), QGemmPath::Amx);
+  EXPECT_EQ(choose_path(all, nullptr, "avx2"), QGemmPath::Avx2);
+  EXPECT_EQ(choose_path(all, nullptr, "avx512vnni"), QGemmPath::Avx512Vnni);
+  EXPECT_EQ(choose_path(all, "avx2", "amx"), QGemmPath::AvxVnni);
+  EXPECT_EQ(choose_path(all, "scalar", "avx2"), QGemmPath::Scalar);
+  // A path the CPU lacks is never chosen: the next one below it is.
+  const std::vector<QGemmPath> no_avxvnni{QGemmPath::Scalar, QGemmPath::Avx2, QGemmPath::Avx512Vnni};
+  EXPECT_EQ(choose_path(no_avxvnni, nullptr, "avxvnni"), QGemmPath::Avx2);
+  EXPECT_EQ(choose_path(no_avxvnni, nullptr, "amx"), QGemmPath::Avx512Vnni);
+  EXPECT_EQ(choose_path({QGemmPath::Scalar, QGemmPath::Avx2}, nullptr, nullptr), QGemmPath::Avx2);
+  expect_error([&] { choose_path(all, nullptr, "vnni"); },
+               "KILN_QGEMM=vnni: expected one of scalar, avx2, avxvnni, avx512vnni, amx");
+  // qgemm_path() is that choice for this CPU and this environment.
+  EXPECT_EQ(qgemm_path(), choose_path(paths(), std::getenv("KILN_SIMD"), std::getenv("KILN_QGEMM")));
+  EXPECT_EQ(paths().front(), QGemmPath::Scalar);
+}
+
+}  // namespace
+}  // namespace kiln::cpu
