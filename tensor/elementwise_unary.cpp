@@ -1,6 +1,7 @@
 // Unary elementwise ops, clamp, and their in-place forms.
 #include "tensor/elementwise.h"
 #include "tensor/elementwise_internal.h"
+#include "tensor/quantized_grid.h"
 
 namespace kiln::ops {
 
@@ -93,7 +94,12 @@ Tensor exp(const Tensor& x) { return run_unary(kExp, x); }
 Tensor log(const Tensor& x) { return run_unary(kLog, x); }
 Tensor sqrt(const Tensor& x) { return run_unary(kSqrt, x); }
 Tensor rsqrt(const Tensor& x) { return run_unary(kRsqrt, x); }
-Tensor relu(const Tensor& x) { return run_unary(kRelu, x); }
+// relu keeps a grid (tensor/quantized_grid.h): a quantized input is clamped
+// at its zero point, a float one on a grid passes its params on.
+Tensor relu(const Tensor& x) {
+  if (x.defined() && x.is_quantized()) return quantized_relu(x);
+  return keep_grid(x, run_unary(kRelu, x));
+}
 Tensor sigmoid(const Tensor& x) { return run_unary(kSigmoid, x); }
 Tensor tanh(const Tensor& x) { return run_unary(kTanh, x); }
 Tensor gelu(const Tensor& x, bool tanh_approximation) { return run_unary(tanh_approximation ? kGeluTanh : kGelu, x); }
@@ -105,7 +111,10 @@ Tensor& abs_(Tensor& x) { return run_unary_(kAbs, x); }
 Tensor& exp_(Tensor& x) { return run_unary_(kExp, x); }
 Tensor& log_(Tensor& x) { return run_unary_(kLog, x); }
 Tensor& sqrt_(Tensor& x) { return run_unary_(kSqrt, x); }
-Tensor& relu_(Tensor& x) { return run_unary_(kRelu, x); }
+Tensor& relu_(Tensor& x) {
+  if (x.defined() && x.is_quantized()) return quantized_relu_(x);
+  return run_unary_(kRelu, x);
+}
 Tensor& sigmoid_(Tensor& x) { return run_unary_(kSigmoid, x); }
 Tensor& tanh_(Tensor& x) { return run_unary_(kTanh, x); }
 

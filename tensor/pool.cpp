@@ -7,6 +7,9 @@
 
 #include "tensor/backend.h"
 #include "tensor/factory.h"
+#include "tensor/quantize.h"
+#include "tensor/quantized_grid.h"
+#include "tensor/quantized_kernels.h"
 
 namespace kiln::ops {
 namespace {
@@ -24,7 +27,8 @@ void check_input_shape(const Shape& shape, std::string_view op, std::string_view
 void check_input(const Tensor& x, std::string_view op) {
   KILN_CHECK(x.defined(), op, ": the input is undefined");
   check_input_shape(x.shape(), op, "input");
-  KILN_CHECK(x.is_floating_point(), op, ": expected a floating point input, got ", x.dtype());
+  KILN_CHECK(x.is_floating_point() || x.is_quantized(), op, ": expected a floating point input, got ", x.dtype(),
+             " (integer tensors are pooled only when quantized)");
 }
 
 // `shape` with its last two sizes replaced by (h, w).
@@ -34,10 +38,19 @@ Shape with_plane(Shape shape, int64_t h, int64_t w) {
   return shape;
 }
 
-// A contiguous tensor seen as (planes, h, w): the kernels' layout.
+// A contiguous tensor seen as (planes, h, w): the kernels' layout. Per-tensor
+// params go along (the quantized kernels read them); per-channel ones are
+// left behind, since merging N and C would destroy their axis (Note
+// [Quantization parameters through views]) and float kernels read values only.
 Tensor as_planes(const Tensor& t) {
   int64_t h = t.size(-2), w = t.size(-1);
-  return t.view({t.numel() / (h * w), h, w});
+  Tensor base = t;
+  const auto& params = t.impl()->quant_params();
+  if (params && params->scheme == QuantParams::Scheme::PerChannel) {
+    base = t.detach();
+    base.impl()->set_quant_params(nullptr);
+  }
+  return base.view({t.numel() / (h * w), h, w});
 }
 
 // Checks the window arguments against torch's rules and the input's (H, W),
@@ -97,13 +110,36 @@ int64_t pool_output_size(int64_t input, int64_t kernel, int64_t stride, int64_t 
 
 namespace {
 
+// Pooling of a quantized x by its device's quantized kernels: the output,
+// of `out_shape`, stands on x's grid (per tensor only: the kernels see the
+// planes of all channels alike).
+template <class Run>
+Tensor quantized_pool(const Tensor& x, const Shape& out_shape, std::string_view op, const Run& run) {
+  const auto& params = x.impl()->quant_params();
+  KILN_CHECK(params->scheme == QuantParams::Scheme::PerTensor, op, ": the input is quantized per channel (axis ",
+             params->axis, "); quantized pooling takes per-tensor quantized inputs");
+  QuantizedKernels& kernels = quantized_kernels_for(x.device(), op);
+  Tensor out = Tensor::empty(out_shape, {x.dtype(), x.device()});
+  out.impl()->set_quant_params(params);
+  if (out.numel() > 0) run(kernels, as_planes(out), as_planes(x.contiguous()));
+  return out;
+}
+
 // Max pooling's values, and its indices when `with_indices`.
 PoolResult max_pool(const Tensor& x, const MaxPool2dOptions& options, bool with_indices) {
   check_input(x, "max_pool2d");
   PoolGeometry g = resolve_geometry(x.shape(), options.kernel, options.stride.value_or(options.kernel),
                                     options.padding, options.dilation, options.ceil_mode, "max_pool2d");
   Shape out_shape = with_plane(x.shape(), g.out_h, g.out_w);
-  PoolResult result{Tensor::empty(out_shape, {x.dtype(), x.device()}),
+  if (x.is_quantized()) {
+    // Inference only: no backward needs the indices, and the kernels give none.
+    KILN_CHECK(!with_indices, "max_pool2d_with_indices: the input is a quantized tensor (",
+               quantized_dtype_name(x.dtype()), "); quantized max pooling gives values only: call max_pool2d");
+    return {quantized_pool(x, out_shape, "max_pool2d",
+                           [&](QuantizedKernels& k, const Tensor& out, const Tensor& in) { k.max_pool2d(out, in, g); }),
+            Tensor()};
+  }
+  PoolResult result{keep_grid(x, Tensor::empty(out_shape, {x.dtype(), x.device()})),
                     with_indices ? Tensor::empty(out_shape, {DType::Int64, x.device()}) : Tensor()};
   if (result.values.numel() == 0) return result;
   backend_for(x.device())
@@ -145,6 +181,12 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, con
 Tensor avg_pool2d(const Tensor& x, const AvgPool2dOptions& options) {
   check_input(x, "avg_pool2d");
   PoolGeometry g = avg_geometry(x.shape(), options, "avg_pool2d");
+  if (x.is_quantized()) {
+    return quantized_pool(x, with_plane(x.shape(), g.out_h, g.out_w), "avg_pool2d",
+                          [&](QuantizedKernels& k, const Tensor& out, const Tensor& in) {
+                            k.avg_pool2d(out, in, g, options.count_include_pad, options.divisor_override);
+                          });
+  }
   Tensor out = Tensor::empty(with_plane(x.shape(), g.out_h, g.out_w), {x.dtype(), x.device()});
   if (out.numel() == 0) return out;
   backend_for(x.device())
@@ -171,6 +213,10 @@ Tensor adaptive_avg_pool2d(const Tensor& x, Size2d output_size) {
   check_input(x, "adaptive_avg_pool2d");
   KILN_CHECK(output_size.h >= 0 && output_size.w >= 0, "adaptive_avg_pool2d: output size must be non-negative, got ",
              output_size.h, " x ", output_size.w);
+  if (x.is_quantized()) {
+    return quantized_pool(x, with_plane(x.shape(), output_size.h, output_size.w), "adaptive_avg_pool2d",
+                          [](QuantizedKernels& k, const Tensor& out, const Tensor& in) { k.adaptive_avg_pool2d(out, in); });
+  }
   Tensor out = Tensor::empty(with_plane(x.shape(), output_size.h, output_size.w), {x.dtype(), x.device()});
   if (out.numel() == 0) return out;
   backend_for(x.device()).adaptive_avg_pool2d(as_planes(out), as_planes(x.contiguous()));

@@ -4,17 +4,23 @@
 #include <optional>
 
 #include "tensor/autograd_hooks.h"
+#include "tensor/quant_params_view.h"
 #include "tensor/tensor.h"
 
 namespace kiln {
 
 // A view shares its base's version counter, so that a write through either is
-// seen by both (Note [Version counter]).
-static Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset) {
+// seen by both (Note [Version counter]), and stands on its base's grid with
+// `params` (Note [Quantization parameters through views] in
+// quant_params_view.h).
+static Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset, quant_view::Params params) {
   auto impl = std::make_shared<TensorImpl>(base.storage(), base.dtype(), std::move(sizes), std::move(strides), offset,
                                            base.impl()->version_counter());
+  impl->set_quant_params(std::move(params));
   return Tensor(std::move(impl));
 }
+
+static const quant_view::Params& params_of(const Tensor& t) { return t.impl()->quant_params(); }
 
 // Every view of a tensor that takes part in autograd is reported to it with
 // a way to redo the view (Note [Autograd hooks]).
@@ -85,18 +91,25 @@ Tensor Tensor::view(const Shape& shape_arg) const {
   auto strides_or = view_strides(shape(), strides(), new_shape);
   KILN_CHECK(strides_or.has_value(), "view: cannot view a tensor of shape ", shape(), " and strides ", strides(),
              " as shape ", new_shape, "; the memory is not laid out compatibly, use reshape() to copy");
-  return recorded("view", *this, make_view(*this, std::move(new_shape), std::move(*strides_or), storage_offset()),
+  auto params = quant_view::reshaped(params_of(*this), shape(), new_shape, "view");
+  return recorded("view", *this,
+                  make_view(*this, std::move(new_shape), std::move(*strides_or), storage_offset(), std::move(params)),
                   [shape = shape_arg](const Tensor& t) { return t.view(shape); });
 }
 
-Tensor Tensor::reshape(const Shape& shape_arg) const {
-  Shape new_shape = infer_size(shape_arg, numel(), "reshape");
-  if (auto strides_or = view_strides(shape(), strides(), new_shape)) {
-    return recorded("reshape", *this, make_view(*this, std::move(new_shape), std::move(*strides_or), storage_offset()),
-                    [shape = shape_arg](const Tensor& t) { return t.view(shape); });
+// reshape, naming `op` (reshape or flatten) in its errors.
+static Tensor reshape_as(const Tensor& t, const Shape& shape_arg, std::string_view op) {
+  Shape new_shape = infer_size(shape_arg, t.numel(), op);
+  auto params = quant_view::reshaped(params_of(t), t.shape(), new_shape, op);
+  if (auto strides_or = view_strides(t.shape(), t.strides(), new_shape)) {
+    return recorded(op, t,
+                    make_view(t, std::move(new_shape), std::move(*strides_or), t.storage_offset(), std::move(params)),
+                    [shape = shape_arg](const Tensor& x) { return x.view(shape); });
   }
-  return contiguous().view(new_shape);
+  return t.contiguous().view(new_shape);
 }
+
+Tensor Tensor::reshape(const Shape& shape_arg) const { return reshape_as(*this, shape_arg, "reshape"); }
 
 Tensor Tensor::permute(const Shape& dims) const {
   KILN_CHECK(static_cast<int64_t>(dims.size()) == dim(), "permute: got ", dims.size(), " dims for a tensor of shape ",
@@ -110,7 +123,11 @@ Tensor Tensor::permute(const Shape& dims) const {
     sizes[i] = shape()[d];
     new_strides[i] = strides()[d];
   }
-  return recorded("permute", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()),
+  Shape wrapped(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) wrapped[i] = wrap_dim(dims[i], dim(), "permute");
+  return recorded("permute", *this,
+                  make_view(*this, std::move(sizes), std::move(new_strides), storage_offset(),
+                            quant_view::permuted(params_of(*this), wrapped)),
                   [dims](const Tensor& t) { return t.permute(dims); });
 }
 
@@ -121,7 +138,12 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
   Shape sizes = shape(), new_strides = strides();
   std::swap(sizes[a], sizes[b]);
   std::swap(new_strides[a], new_strides[b]);
-  return recorded("transpose", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()),
+  Shape dims(static_cast<size_t>(dim()));
+  std::iota(dims.begin(), dims.end(), 0);
+  std::swap(dims[a], dims[b]);
+  return recorded("transpose", *this,
+                  make_view(*this, std::move(sizes), std::move(new_strides), storage_offset(),
+                            quant_view::permuted(params_of(*this), dims)),
                   [dim0, dim1](const Tensor& t) { return t.transpose(dim0, dim1); });
 }
 
@@ -140,7 +162,8 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   Shape sizes = shape();
   sizes[d] = length;
   return recorded("narrow", *this,
-                  make_view(*this, std::move(sizes), strides(), storage_offset() + start * strides()[d]),
+                  make_view(*this, std::move(sizes), strides(), storage_offset() + start * strides()[d],
+                            quant_view::sliced(params_of(*this), d, start, 1, length)),
                   [d, start, length](const Tensor& t) { return t.narrow(d, start, length); });
 }
 
@@ -157,8 +180,10 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   Shape sizes = shape(), new_strides = strides();
   sizes[d] = (end - start + step - 1) / step;
   new_strides[d] *= step;
+  auto params = quant_view::sliced(params_of(*this), d, start, step, sizes[d]);
   return recorded("slice", *this,
-                  make_view(*this, std::move(sizes), std::move(new_strides), storage_offset() + start * strides()[d]),
+                  make_view(*this, std::move(sizes), std::move(new_strides), storage_offset() + start * strides()[d],
+                            std::move(params)),
                   [d, start, end, step](const Tensor& t) { return t.slice(d, start, end, step); });
 }
 
@@ -172,7 +197,8 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   int64_t offset = storage_offset() + index * strides()[d];
   sizes.erase(sizes.begin() + d);
   new_strides.erase(new_strides.begin() + d);
-  return recorded("select", *this, make_view(*this, std::move(sizes), std::move(new_strides), offset),
+  auto params = quant_view::dim_removed(params_of(*this), d, "select");
+  return recorded("select", *this, make_view(*this, std::move(sizes), std::move(new_strides), offset, std::move(params)),
                   [d, index](const Tensor& t) { return t.select(d, index); });
 }
 
@@ -195,19 +221,25 @@ Tensor Tensor::expand(const Shape& target) const {
     sizes[i] = want;
     new_strides[i] = own == want ? strides()[i - lead] : 0;
   }
+  auto params = quant_view::expanded(params_of(*this), shape(), sizes);
   return recorded(
-      "expand", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()),
+      "expand", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset(), std::move(params)),
       [target](const Tensor& t) { return t.expand(target); }, ViewKind::Expand);
 }
 
 Tensor Tensor::squeeze() const {
   Shape sizes, new_strides;
+  auto params = params_of(*this);
+  for (int64_t i = dim() - 1; i >= 0; --i) {
+    if (shape()[i] == 1) params = quant_view::dim_removed(params, i, "squeeze");
+  }
   for (int64_t i = 0; i < dim(); ++i) {
     if (shape()[i] == 1) continue;
     sizes.push_back(shape()[i]);
     new_strides.push_back(strides()[i]);
   }
-  return recorded("squeeze", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()),
+  return recorded("squeeze", *this,
+                  make_view(*this, std::move(sizes), std::move(new_strides), storage_offset(), std::move(params)),
                   [](const Tensor& t) { return t.squeeze(); });
 }
 
@@ -218,7 +250,9 @@ Tensor Tensor::squeeze(int64_t d) const {
   Shape sizes = shape(), new_strides = strides();
   sizes.erase(sizes.begin() + d);
   new_strides.erase(new_strides.begin() + d);
-  return recorded("squeeze", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()),
+  auto params = quant_view::dim_removed(params_of(*this), d, "squeeze");
+  return recorded("squeeze", *this,
+                  make_view(*this, std::move(sizes), std::move(new_strides), storage_offset(), std::move(params)),
                   [d](const Tensor& t) { return t.squeeze(d); });
 }
 
@@ -230,12 +264,14 @@ Tensor Tensor::unsqueeze(int64_t d) const {
   int64_t stride = d < dim() ? strides()[d] * shape()[d] : 1;
   sizes.insert(sizes.begin() + d, 1);
   new_strides.insert(new_strides.begin() + d, stride);
-  return recorded("unsqueeze", *this, make_view(*this, std::move(sizes), std::move(new_strides), storage_offset()),
+  return recorded("unsqueeze", *this,
+                  make_view(*this, std::move(sizes), std::move(new_strides), storage_offset(),
+                            quant_view::dim_inserted(params_of(*this), d)),
                   [d](const Tensor& t) { return t.unsqueeze(d); });
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
-  if (dim() == 0) return reshape({1});
+  if (dim() == 0) return reshape_as(*this, {1}, "flatten");
   int64_t s = wrap_dim(start_dim, dim(), "flatten");
   int64_t e = wrap_dim(end_dim, dim(), "flatten");
   KILN_CHECK(s <= e, "flatten: start_dim ", start_dim, " comes after end_dim ", end_dim);
@@ -244,11 +280,12 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   for (int64_t i = s; i <= e; ++i) merged *= shape()[i];
   sizes.push_back(merged);
   sizes.insert(sizes.end(), shape().begin() + e + 1, shape().end());
-  return reshape(sizes);
+  return reshape_as(*this, sizes, "flatten");
 }
 
 Tensor Tensor::as_strided(const Shape& sizes, const Shape& new_strides, int64_t offset) const {
-  Tensor view = make_view(*this, sizes, new_strides, offset);
+  Tensor view =
+      make_view(*this, sizes, new_strides, offset, quant_view::restrided(params_of(*this), *this, sizes, new_strides, offset));
   // Replaying a raw geometry on a tensor of the base's shape is only the
   // same view when the base is laid out contiguously from its offset, and
   // scattering a gradient back through it only works without overlaps.
