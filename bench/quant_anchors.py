@@ -446,6 +446,16 @@ def median_ms(variant, x, warmup, min_runs, min_seconds):
     return 1000.0 * statistics.median(times)
 
 
+def build_running():
+    """Whether a compiler runs on this machine (its load would slow the timed runs)."""
+    import subprocess
+
+    try:
+        return subprocess.run(["pgrep", "-f", "cmake --build|cc1plus|nvcc"], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
 def torch_saved_bytes(tensors_or_state):
     buf = io.BytesIO()
     torch.save(tensors_or_state, buf)
@@ -838,8 +848,11 @@ def main():
             try:
                 v = BUILDERS[(runtime, mode)](ctx)
                 acc = accuracy(v, test_x, test_y)
+                busy = build_running()
                 b1 = median_ms(v, x1, args.warmup, args.b1_runs, args.min_seconds)
                 b64 = median_ms(v, x64, max(3, args.warmup // 4), args.b64_runs, args.min_seconds)
+                if busy or build_running():
+                    log(f"warning: a build ran while {runtime} {mode} was timed; its latencies are unreliable")
                 out = line(args.model, runtime, mode, acc, v.nbytes, b1, b64, v.path)
             except Exception as e:
                 traceback.print_exc(file=sys.stderr)

@@ -31,6 +31,7 @@
 #   --resnet20 PATH        ResNet-20 weights (default /work/artifacts/resnet20.safetensors)
 #   --models "lenet resnet20"   which models (default both, each when its weights exist)
 #   --test-images N, --calib-images N   passed to both sides (defaults: 10000, 512)
+#   --kiln-args "ARGS"     more options for quant_bench alone (e.g. "--modes static,qat --qat-epochs 1")
 #   --python PY            the anchors' interpreter (default $KILN_ANCHORS_PYTHON,
 #                          else /opt/kiln-anchors/bin/python)
 #   --no-wait              time even while a build runs (default: wait for it, up to 20 min)
@@ -48,6 +49,7 @@ python="${KILN_ANCHORS_PYTHON:-/opt/kiln-anchors/bin/python}"
 wait_for_builds=1
 common=()
 anchor_extra=()
+kiln_extra=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
@@ -56,6 +58,7 @@ while [[ $# -gt 0 ]]; do
     --resnet20) resnet20_weights="$2"; shift 2 ;;
     --models) models="$2"; shift 2 ;;
     --test-images|--calib-images) common+=("$1" "$2"); shift 2 ;;
+    --kiln-args) read -r -a kiln_extra <<< "$2"; shift 2 ;;
     --python) python="$2"; shift 2 ;;
     --no-wait) wait_for_builds=0; shift ;;
     --) shift; anchor_extra=("$@"); break ;;
@@ -107,7 +110,7 @@ for model in $models; do
   if [[ -x "$build/bench/quant_bench" ]]; then
     quiet_machine
     "$build/bench/quant_bench" --model "$model" --weights "$weights" --data "$data" "${common[@]}" \
-      | tee -a "$lines" || echo "quant_vs_anchors: quant_bench failed for $model (status $?)" >&2
+      "${kiln_extra[@]}" | tee -a "$lines" || echo "quant_vs_anchors: quant_bench failed for $model (status $?)" >&2
   else
     echo "skip runtime=kiln model=$model: $build/bench/quant_bench is not built"
   fi
