@@ -262,7 +262,7 @@ void Optimizer::load_state_dict(const TensorDict& dict) {
       KILN_CHECK(slot != slots.end(), op, ": '", prefix, entries.begin()->first, "' is for parameter ", id,
                  ", which no param group lists");
       const Tensor& param = slot->second.param;
-      const std::vector<StateEntry> known = state_entries(slot->second.group);
+      const std::vector<StateEntry> known = param_state_entries(slot->second.group, param);
       TensorDict loaded;
       for (const StateEntry& entry : known) {
         auto it = entries.find(entry.name);
@@ -271,7 +271,14 @@ void Optimizer::load_state_dict(const TensorDict& dict) {
           continue;
         }
         const Tensor& value = it->second;
-        if (entry.per_element) {
+        if (entry.form) {
+          KILN_CHECK(value.shape() == entry.form->shape && value.dtype() == entry.form->dtype, op, ": '", prefix,
+                     entry.name, "' is ", value.dtype(), " of shape ", value.shape(), " but ", name(), " keeps ",
+                     entry.form->dtype, " of shape ", entry.form->shape, " for parameter ", id);
+          Tensor copy = Tensor::empty(entry.form->shape, {entry.form->dtype, param.device()});
+          copy.copy_(value);
+          loaded.insert(entry.name, copy);
+        } else if (entry.per_element) {
           KILN_CHECK(value.shape() == param.shape(), op, ": '", prefix, entry.name, "' has shape ", value.shape(),
                      " but parameter ", id, " has shape ", param.shape());
           Tensor copy = Tensor::empty(param.shape(), {param.dtype(), param.device()});

@@ -25,7 +25,9 @@
 //   param_groups.<g>.params      int64 (n,): the indices of the group's parameters
 //   param_groups.<g>.<name>      float64 0-dim: each hyperparameter ("lr", "momentum", ...)
 //   param_groups.<g>.initial_lr  float64 0-dim: only once a scheduler has set it
-//   state.<i>.<name>             the state of parameter i ("momentum_buffer", "exp_avg", "step")
+//   state.<i>.<name>             the state of parameter i ("momentum_buffer", "exp_avg", "step"),
+//                                in the parameter's shape and dtype unless the optimizer says
+//                                otherwise (StateEntry::form: quant::Adam8bit's uint8 codes)
 // Parameters are numbered across the groups in order. The state tensors are
 // the optimizer's own (as in PyTorch): the next step() changes them, so
 // save or clone the dict before stepping again. load_state_dict copies what
@@ -105,6 +107,15 @@ struct StateEntry {
   std::string name;
   bool per_element;  // true: the parameter's shape; false: a single number (a step count)
   bool required;     // a parameter that has any state must have this entry
+  // For state whose form the optimizer chooses rather than the parameter
+  // (quant::Adam8bit's uint8 codes and float32 block scales): a loaded
+  // tensor must have exactly this shape and dtype, and keeps them (on the
+  // parameter's device); `per_element` is then not read.
+  struct Form {
+    Shape shape;
+    DType dtype;
+  };
+  std::optional<Form> form = std::nullopt;
 };
 
 class Optimizer {
@@ -177,6 +188,13 @@ class Optimizer {
 
   // The state entries a parameter of `group` may have.
   virtual std::vector<StateEntry> state_entries(size_t group) const = 0;
+  // The state entries `param`, a parameter of `group`, may have; those of
+  // state_entries(group) unless the optimizer's state depends on the
+  // parameter (quant::Adam8bit keeps 8-bit state for large ones only).
+  virtual std::vector<StateEntry> param_state_entries(size_t group, const Tensor& param) const {
+    (void)param;
+    return state_entries(group);
+  }
   // Appends defaults-with-overrides options for a new group, or throws.
   virtual void append_options(const std::map<std::string, double>& overrides) = 0;
   // Sets the named values of a group; with `validate`, checks their ranges
