@@ -447,11 +447,12 @@ def median_ms(variant, x, warmup, min_runs, min_seconds):
 
 
 def build_running():
-    """Whether a compiler runs on this machine (its load would slow the timed runs)."""
+    """Whether a build compiles on this machine (its load would slow the timed
+    runs); one only waiting for the build lock ("flock ... cmake --build") does not count."""
     import subprocess
 
     try:
-        return subprocess.run(["pgrep", "-f", "cmake --build|cc1plus|nvcc"], capture_output=True).returncode == 0
+        return subprocess.run(["pgrep", "-f", "^(/usr/bin/)?cmake --build|cc1plus|nvcc|cicc|ptxas"], capture_output=True).returncode == 0
     except OSError:
         return False
 

@@ -78,11 +78,14 @@ echo "cpu model=\"$cpu_model\" cores=$(getconf _NPROCESSORS_ONLN) avx2=$(has avx
 echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # Builds share these cores: their compilers would slow whichever side they
-# overlap. Wait (up to 20 minutes) until none runs.
+# overlap. Wait (up to 20 minutes) until none runs. A build still waiting for
+# the build lock ("flock ... cmake --build") compiles nothing and does not
+# count: only a cmake whose command line starts with it, or a compiler.
+build_pattern='^(/usr/bin/)?cmake --build|cc1plus|nvcc|cicc|ptxas'
 quiet_machine() {
   [[ $wait_for_builds == 1 ]] || return 0
   local waited=0
-  while pgrep -f "cmake --build|cc1plus|nvcc" >/dev/null; do
+  while pgrep -f "$build_pattern" >/dev/null; do
     if (( waited == 0 )); then echo "quant_vs_anchors: a build is running; waiting for it before timing" >&2; fi
     if (( waited >= 1200 )); then
       echo "quant_vs_anchors: still building after 20 min; timing anyway (figures unreliable)" >&2
