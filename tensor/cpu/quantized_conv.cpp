@@ -1,9 +1,202 @@
+// CPU quantized conv2d, static and dynamic: a padded channels-last copy of
+// each image, its patches as the uint8 rows of an int8 GEMM, and the GEMM's
+// output stage storing NCHW (Note [Quantized convolution on the int8 GEMM]
+// in quantized_weight.h).
+#include <algorithm>
+#include <cstring>
+
 #include "tensor/cpu/cpu_quantized.h"
+#include "tensor/cpu/parallel.h"
+#include "tensor/cpu/quantized_weight.h"
+#include "tensor/quant_math.h"
 
 namespace kiln::cpu {
+namespace {
 
-void CpuQuantizedKernels::conv2d(const Tensor&, const Tensor&, const PackedQuantizedWeight&, const Tensor&, const ConvGeometry&, bool) { KILN_FAIL("quantized conv2d: not yet written (issue 23 in progress)"); }
+// Scratch slots: the padded image, and the patch rows being multiplied.
+constexpr int kImageSlot = 0, kPatchSlot = 1;
 
-void CpuQuantizedKernels::conv2d_dynamic(const Tensor&, const Tensor&, const PackedQuantizedWeight&, const Tensor&, const ConvGeometry&, bool) { KILN_FAIL("quantized conv2d: not yet written (issue 23 in progress)"); }
+// The sizes one call works with, from the geometry of one group.
+struct ConvPlan {
+  ConvGeometry g;           // channels = C/groups
+  int64_t groups;
+  int64_t group_out;        // O/groups
+  int64_t out_h, out_w, positions;  // positions = oh*ow, the GEMM's M
+  int64_t k;                // kh*kw*C/groups, the GEMM's K
+  int64_t padded_h, padded_w;
+  int64_t image_bytes;      // groups * padded_h * padded_w * C/groups
+  bool pointwise;           // 1x1, stride 1, no padding: the padded image is A
+  int64_t block_rows;       // positions per GEMM call
+
+  ConvPlan(const ConvGeometry& geometry, int64_t groups_, int64_t out_channels)
+      : g(geometry), groups(groups_), group_out(out_channels / groups_) {
+    out_h = g.out_h(), out_w = g.out_w(), positions = out_h * out_w;
+    k = g.kernel_h * g.kernel_w * g.channels;
+    padded_h = g.height + 2 * g.pad_h, padded_w = g.width + 2 * g.pad_w;
+    image_bytes = groups * padded_h * padded_w * g.channels;
+    pointwise = g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 &&
+                g.pad_w == 0;
+    // Blocks of patch rows small enough (~64 KB) to stay in L2 between
+    // being built and being read.
+    block_rows = std::clamp<int64_t>((int64_t{1} << 16) / std::max<int64_t>(k, 1), 16, std::max<int64_t>(positions, 1));
+  }
+};
+
+// image (C, H, W), any strides -> padded (groups, padded_h, padded_w, C/groups),
+// the border at the input's zero point.
+void pad_channels_last(const uint8_t* image, int64_t stride_c, int64_t stride_h, int64_t stride_w,
+                       const ConvPlan& plan, uint8_t zero_point, uint8_t* padded) {
+  const ConvGeometry& g = plan.g;
+  const int64_t cg = g.channels;
+  if (g.pad_h > 0 || g.pad_w > 0) std::memset(padded, zero_point, static_cast<size_t>(plan.image_bytes));
+  for (int64_t group = 0; group < plan.groups; ++group) {
+    uint8_t* plane = padded + group * plan.padded_h * plan.padded_w * cg;  // (padded_h, padded_w, C/groups)
+    for (int64_t c = 0; c < cg; ++c) {
+      const uint8_t* src = image + (group * cg + c) * stride_c;
+      for (int64_t y = 0; y < g.height; ++y) {
+        const uint8_t* row = src + y * stride_h;
+        uint8_t* dst = plane + ((y + g.pad_h) * plan.padded_w + g.pad_w) * cg + c;
+        for (int64_t x = 0; x < g.width; ++x) dst[x * cg] = row[x * stride_w];
+      }
+    }
+  }
+}
+
+// Copies a run of n bytes in 16-byte pieces, rounded up: up to 15 bytes past
+// both ends are touched (kCopySlack).
+inline void copy_run(uint8_t* dst, const uint8_t* src, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) std::memcpy(dst + i, src + i, 16);
+}
+
+// Rows [begin, end) of one group's patch matrix, (end - begin, K) with K =
+// (ky, kx, c), from its padded channels-last plane (padded_h, padded_w, C/groups).
+void build_patches(const uint8_t* plane, const ConvPlan& plan, int64_t begin, int64_t end, uint8_t* rows) {
+  const ConvGeometry& g = plan.g;
+  const int64_t cg = g.channels;
+  const int64_t run = g.dilation_w == 1 ? g.kernel_w * cg : cg;  // contiguous bytes per copy
+  int64_t oy = begin / plan.out_w, ox = begin % plan.out_w;
+  for (int64_t p = begin; p < end; ++p) {
+    uint8_t* dst = rows + (p - begin) * plan.k;
+    for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
+      const uint8_t* src = plane + ((oy * g.stride_h + ky * g.dilation_h) * plan.padded_w + ox * g.stride_w) * cg;
+      if (g.dilation_w == 1) {
+        copy_run(dst, src, run);
+        dst += run;
+      } else {
+        for (int64_t kx = 0; kx < g.kernel_w; ++kx, dst += run) copy_run(dst, src + kx * g.dilation_w * cg, run);
+      }
+    }
+    if (++ox == plan.out_w) ox = 0, ++oy;
+  }
+}
+
+// Positions [begin, end) of one image, every group: out_image is the image's
+// (O, oh*ow) output, planes out_stride_c elements apart.
+void conv_rows(const uint8_t* padded, const ConvPlan& plan,
+               const std::vector<std::shared_ptr<const PackedQWeight>>& packs, const QuantizedOutputStage& numbers,
+               const QGemmOutput& stage, char* out_image, int64_t out_stride_c, size_t element_size, int64_t begin,
+               int64_t end) {
+  const int64_t cg = plan.g.channels, plane_bytes = plan.padded_h * plan.padded_w * cg;
+  uint8_t* rows = plan.pointwise ? nullptr : thread_scratch(kPatchSlot, std::min(plan.block_rows, end - begin) * plan.k);
+  for (int64_t group = 0; group < plan.groups; ++group) {
+    const uint8_t* plane = padded + group * plane_bytes;
+    const int64_t o0 = group * plan.group_out;
+    QGemmOutput out = stage;
+    if (numbers.bias) out.bias = numbers.bias + o0;
+    if (numbers.float_bias) out.float_bias = numbers.float_bias + o0;
+    out.scale = numbers.scale + o0;
+    out.stride_m = 1;
+    out.stride_n = out_stride_c;
+    for (int64_t b = begin; b < end; b += plan.block_rows) {
+      const int64_t e = std::min(end, b + plan.block_rows);
+      out.out = out_image + (o0 * out_stride_c + b) * static_cast<int64_t>(element_size);
+      if (plan.pointwise) {
+        qgemm(e - b, plane + b * cg, cg, *packs[group], out);
+      } else {
+        build_patches(plane, plan, b, e, rows);
+        qgemm(e - b, rows, plan.k, *packs[group], out);
+      }
+    }
+  }
+}
+
+// x: (N, C, H, W) quint8 (any strides); out: (N, O, oh, ow) with contiguous
+// planes, of uint8 or float as `stage` says.
+void conv_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWeight& w, const ConvGeometry& g,
+                 const QuantizedOutputStage& numbers, const QGemmOutput& stage, size_t element_size) {
+  const int64_t n_images = x.size(0);
+  const ConvPlan plan(g, x.size(1) / g.channels, w.out_channels());
+  const auto& packs = w.groups(plan.groups);
+  const uint8_t* x_data = x.data<uint8_t>();
+  const uint8_t zero_point = static_cast<uint8_t>(stage.a_zero_point);
+  char* out_data = static_cast<char*>(out.data_ptr());
+  const int64_t out_stride_n = out.stride(0) * static_cast<int64_t>(element_size);
+  const double macs_per_image = double(plan.positions) * double(w.out_channels()) * double(plan.k);
+  auto pad_image = [&](int64_t n) {
+    uint8_t* padded = thread_scratch(kImageSlot, plan.image_bytes);
+    pad_channels_last(x_data + n * x.stride(0), x.stride(1), x.stride(2), x.stride(3), plan, zero_point, padded);
+    return padded;
+  };
+
+  const int threads = threads_for_macs(macs_per_image * double(n_images), n_images * plan.positions);
+  if (n_images >= threads) {
+    // Whole images per thread.
+    parallel_for(0, n_images, std::max<int64_t>(1, n_images / threads), [&](int64_t begin, int64_t end) {
+      for (int64_t n = begin; n < end; ++n) {
+        conv_rows(pad_image(n), plan, packs, numbers, stage, out_data + n * out_stride_n, out.stride(1),
+                  element_size, 0, plan.positions);
+      }
+    });
+    return;
+  }
+  // Fewer images than threads: each image's positions are split instead,
+  // over the padded copy the calling thread made.
+  for (int64_t n = 0; n < n_images; ++n) {
+    const uint8_t* padded = pad_image(n);
+    parallel_for(0, plan.positions, std::max<int64_t>(1, plan.positions / threads), [&](int64_t begin, int64_t end) {
+      conv_rows(padded, plan, packs, numbers, stage, out_data + n * out_stride_n, out.stride(1), element_size,
+                begin, end);
+    });
+  }
+}
+
+struct PerTensorParams {
+  float scale;
+  int32_t zero_point;
+};
+PerTensorParams per_tensor(const Tensor& t) {
+  const QuantParams& p = *t.impl()->quant_params();
+  return {quant_math::scale_as_float(p.scales[0]), static_cast<int32_t>(p.zero_points[0])};
+}
+
+}  // namespace
+
+void CpuQuantizedKernels::conv2d(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w,
+                                 const Tensor& bias, const ConvGeometry& g, bool relu) {
+  const CpuPackedQuantizedWeight& packed = cpu_packed_weight(w, "quantized conv2d");
+  const PerTensorParams in = per_tensor(x), to = per_tensor(out);
+  const QuantizedOutputStage numbers = static_output_stage(packed, bias, in.scale, to.scale);
+  QGemmOutput stage;
+  stage.kind = QGemmOutput::Kind::UInt8;
+  stage.a_zero_point = in.zero_point;
+  stage.scale_per_channel = true;
+  stage.zero_point = to.zero_point;
+  stage.lo = relu ? std::max(0, to.zero_point) : 0;  // the real 0 is the zero point
+  stage.hi = 255;
+  conv_driver(out, x, packed, g, numbers, stage, sizeof(uint8_t));
+}
+
+void CpuQuantizedKernels::conv2d_dynamic(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w,
+                                         const Tensor& bias, const ConvGeometry& g, bool reduce_range) {
+  const CpuPackedQuantizedWeight& packed = cpu_packed_weight(w, "quantized conv2d_dynamic");
+  const Tensor xq = quantize_dynamic_input(x, reduce_range);  // (N, C, H, W) quint8
+  const PerTensorParams in = per_tensor(xq);
+  const QuantizedOutputStage numbers = dynamic_output_stage(packed, bias, in.scale);
+  QGemmOutput stage;
+  stage.kind = QGemmOutput::Kind::Float;
+  stage.a_zero_point = in.zero_point;
+  stage.scale_per_channel = true;
+  conv_driver(out, xq, packed, g, numbers, stage, sizeof(float));
+}
 
 }  // namespace kiln::cpu

@@ -1,0 +1,323 @@
+// Front-ends of the int8 conv, linear, add and cat (tensor/quantized_ops.h):
+// check the operands, allocate the output on its grid, dispatch to the
+// backend's quantized kernels (Note [Quantized kernel group]).
+//
+// The kernels read each operand's params from the tensor they are given.
+// The tensors handed down are made here with the params set on them
+// explicitly (with_params), rather than trusting whatever view or reshape
+// produced them, so that what a kernel reads is exactly what was checked.
+#include "tensor/quantized_ops.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "tensor/quant_math.h"
+#include "tensor/quantize.h"
+
+namespace kiln::ops {
+namespace {
+
+const QuantParams& params_of(const Tensor& t) { return *t.impl()->quant_params(); }
+
+bool per_tensor(const Tensor& t) { return params_of(t).scheme == QuantParams::Scheme::PerTensor; }
+
+// t's elements under a handle of their own carrying `params` (nullptr: none).
+Tensor with_params(const Tensor& t, std::shared_ptr<const QuantParams> params) {
+  auto impl = std::make_shared<TensorImpl>(t.storage(), t.dtype(), t.shape(), t.strides(), t.storage_offset(),
+                                           t.impl()->version_counter());
+  impl->set_quant_params(std::move(params));
+  return Tensor(std::move(impl));
+}
+
+std::shared_ptr<const QuantParams> per_tensor_params(double scale, int64_t zero_point) {
+  auto params = std::make_shared<QuantParams>();
+  params->scales = {scale};
+  params->zero_points = {zero_point};
+  return params;
+}
+
+// What t is, for messages: "quint8 (quantized per tensor)", "float32".
+std::string describe(const Tensor& t) {
+  std::ostringstream s;
+  if (t.is_quantized()) {
+    s << quantized_dtype_name(t.dtype()) << (per_tensor(t) ? " (quantized per tensor)" : " (quantized per channel)");
+  } else {
+    s << dtype_name(t.dtype());
+  }
+  return s.str();
+}
+
+// x: the quint8 activation of a static conv or linear.
+void check_activation(const Tensor& x, std::string_view op) {
+  KILN_CHECK(x.defined(), op, ": input is undefined");
+  KILN_CHECK(x.is_quantized(), op, ": expected a quantized quint8 input, got a ", describe(x),
+             " tensor; quantize it first (ops::quantize_per_tensor), or use the dynamic form for a float input");
+  KILN_CHECK(x.dtype() == DType::UInt8, op, ": expected a quint8 input, got ", describe(x),
+             " (activations are quint8; qint8 is for weights)");
+  KILN_CHECK(per_tensor(x), op, ": expected an input quantized per tensor, got one quantized per channel along dim ",
+             params_of(x).axis);
+}
+
+// x: the float32 input of a dynamic conv or linear.
+void check_float_input(const Tensor& x, std::string_view op) {
+  KILN_CHECK(x.defined(), op, ": input is undefined");
+  KILN_CHECK(!x.is_quantized(), op, ": expected a float32 input, got a ", describe(x),
+             " tensor; the dynamic form quantizes its input itself (dequantize it, or use the static op)");
+  KILN_CHECK(x.dtype() == DType::Float32, op, ": expected a float32 input, got ", x.dtype());
+}
+
+// The packed weight's device must be the input's; returns the weight.
+const Tensor& check_weight(const PackedQuantizedWeight& w, const Tensor& x, int64_t dims, std::string_view op) {
+  const Tensor& weight = w.weight();
+  KILN_CHECK(weight.dim() == dims, op, ": expected a weight packed from a ", dims, "-d ",
+             dims == 2 ? "(N, K) linear" : "(O, C/groups, kh, kw) conv", " weight, got shape ", weight.shape());
+  KILN_CHECK(weight.device() == x.device(), op, ": input is on ", x.device(), " but the weight on ",
+             weight.device());
+  return weight;
+}
+
+// bias: float32 (n) or undefined -> a float32 (n) with unit stride, or undefined.
+Tensor checked_bias(const Tensor& bias, int64_t n, const Tensor& x, std::string_view op) {
+  if (!bias.defined()) return Tensor();
+  KILN_CHECK(!bias.is_quantized() && bias.dtype() == DType::Float32, op,
+             ": expected a float32 bias (quantized inside the op), got ", describe(bias));
+  KILN_CHECK(bias.dim() == 1 && bias.size(0) == n, op, ": bias must have shape [", n, "], got ", bias.shape());
+  KILN_CHECK(bias.device() == x.device(), op, ": input is on ", x.device(), " but the bias on ", bias.device());
+  return bias.contiguous();
+}
+
+void check_output_grid(double scale, int64_t zero_point, DType dtype, std::string_view op) {
+  const float scale_f = quant_math::scale_as_float(scale);
+  KILN_CHECK(std::isfinite(scale) && scale > 0 && std::isfinite(scale_f) && scale_f > 0, op,
+             ": output scale must be positive and finite in float32, got ", scale);
+  const quant_math::QRange range = quant_math::qrange(dtype);
+  KILN_CHECK(zero_point >= range.lo && zero_point <= range.hi, op, ": output zero point ", zero_point,
+             " is outside the ", quantized_dtype_name(dtype), " range [", range.lo, ", ", range.hi, "]");
+}
+
+Tensor empty_quantized(const Shape& shape, double scale, int64_t zero_point, DType dtype, Device device) {
+  Tensor out = Tensor::empty(shape, {dtype, device});
+  out.impl()->set_quant_params(per_tensor_params(scale, zero_point));
+  return out;
+}
+
+// x (..., K) with the params of `source` -> (M, K) with unit column stride.
+Tensor as_rows(const Tensor& x, int64_t k, std::shared_ptr<const QuantParams> params) {
+  Tensor rows = x.reshape({-1, k});
+  if (rows.stride(1) != 1) rows = rows.contiguous();
+  return with_params(rows, std::move(params));
+}
+
+// The geometry of one group, checked against x and the weight; `op` names the caller.
+ConvGeometry conv_geometry(const Tensor& x, const Tensor& weight, const Conv2dParams& p, std::string_view op) {
+  KILN_CHECK(x.dim() == 3 || x.dim() == 4, op, ": expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got shape ",
+             x.shape());
+  KILN_CHECK(p.groups > 0, op, ": groups must be positive, got ", p.groups);
+  const int64_t channels = x.size(-3), out_channels = weight.size(0);
+  KILN_CHECK(channels == weight.size(1) * p.groups, op, ": input of shape ", x.shape(), " has ", channels,
+             " channels, but weight of shape ", weight.shape(), " with groups=", p.groups, " expects ",
+             weight.size(1), " * ", p.groups, " = ", weight.size(1) * p.groups);
+  KILN_CHECK(out_channels % p.groups == 0, op, ": weight of shape ", weight.shape(), " has ", out_channels,
+             " output channels, not divisible by groups=", p.groups);
+  ConvGeometry g{weight.size(1), x.size(-2), x.size(-1), weight.size(2), weight.size(3)};
+  g.stride_h = p.stride_h, g.stride_w = p.stride_w;
+  g.pad_h = p.pad_h, g.pad_w = p.pad_w;
+  g.dilation_h = p.dilation_h, g.dilation_w = p.dilation_w;
+  KILN_CHECK(g.height > 0 && g.width > 0, op, ": expected a positive input size, got H=", g.height, " W=", g.width);
+  KILN_CHECK(g.stride_h > 0 && g.stride_w > 0, op, ": stride must be positive, got ", g.stride_h, " x ", g.stride_w);
+  KILN_CHECK(g.dilation_h > 0 && g.dilation_w > 0, op, ": dilation must be positive, got ", g.dilation_h, " x ",
+             g.dilation_w);
+  KILN_CHECK(g.pad_h >= 0 && g.pad_w >= 0, op, ": padding must be non-negative, got ", g.pad_h, " x ", g.pad_w);
+  const int64_t extent_h = g.dilation_h * (g.kernel_h - 1) + 1, extent_w = g.dilation_w * (g.kernel_w - 1) + 1;
+  KILN_CHECK(extent_h <= g.height + 2 * g.pad_h && extent_w <= g.width + 2 * g.pad_w, op, ": kernel ", g.kernel_h,
+             " x ", g.kernel_w, " with dilation ", g.dilation_h, " x ", g.dilation_w, " spans ", extent_h, " x ",
+             extent_w, ", more than the padded input ", g.height + 2 * g.pad_h, " x ", g.width + 2 * g.pad_w,
+             " (output size would be < 1)");
+  return g;
+}
+
+// The conv's output shape, (N, O, oh, ow) or (O, oh, ow) for an unbatched x.
+Shape conv_output_shape(const Tensor& x, int64_t out_channels, const ConvGeometry& g) {
+  Shape shape{out_channels, g.out_h(), g.out_w()};
+  if (x.dim() == 4) shape.insert(shape.begin(), x.size(0));
+  return shape;
+}
+
+}  // namespace
+
+std::shared_ptr<const PackedQuantizedWeight> pack_quantized_weight(const Tensor& weight) {
+  constexpr std::string_view op = "pack_quantized_weight";
+  KILN_CHECK(weight.defined(), op, ": weight is undefined");
+  KILN_CHECK(weight.is_quantized(), op, ": expected a quantized qint8 weight, got a ", describe(weight),
+             " tensor; quantize it first (ops::quantize_per_channel(w, scales, zero_points, 0, DType::Int8))");
+  KILN_CHECK(weight.dtype() == DType::Int8, op, ": expected a qint8 weight, got ", describe(weight));
+  KILN_CHECK(weight.dim() == 2 || weight.dim() == 4, op,
+             ": expected a 2-d (N, K) linear or 4-d (O, C/groups, kh, kw) conv weight, got shape ", weight.shape());
+  KILN_CHECK(weight.numel() > 0, op, ": weight of shape ", weight.shape(), " is empty");
+  const QuantParams& params = params_of(weight);
+  KILN_CHECK(params.scheme == QuantParams::Scheme::PerTensor || params.axis == 0, op,
+             ": a per-channel weight must be quantized along dim 0 (output channels), got axis ", params.axis);
+  for (size_t i = 0; i < params.zero_points.size(); ++i) {
+    KILN_CHECK(params.zero_points[i] == 0, op, ": the weight must be symmetric (zero point 0), got zero point ",
+               params.zero_points[i], params.scheme == QuantParams::Scheme::PerChannel ? " at channel " : "",
+               params.scheme == QuantParams::Scheme::PerChannel ? std::to_string(i) : std::string());
+  }
+  for (size_t i = 0; i < params.scales.size(); ++i) {
+    const float scale = quant_math::scale_as_float(params.scales[i]);
+    KILN_CHECK(std::isfinite(scale) && scale > 0, op, ": weight scale ", params.scales[i], " (index ", i,
+               ") is not positive and finite in float32");
+  }
+  return quantized_kernels_for(weight.device(), op).pack_weight(weight);
+}
+
+Tensor quantized_linear(const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias, double out_scale,
+                        int64_t out_zero_point, bool relu) {
+  constexpr std::string_view op = "quantized linear";
+  check_activation(x, op);
+  const Tensor& weight = check_weight(w, x, 2, op);
+  const int64_t n = weight.size(0), k = weight.size(1);
+  KILN_CHECK(x.dim() >= 1 && x.size(-1) == k, op, ": input of shape ", x.shape(), " does not end in ", k,
+             ", the in_features of weight ", weight.shape());
+  Tensor b = checked_bias(bias, n, x, op);
+  check_output_grid(out_scale, out_zero_point, DType::UInt8, op);
+  QuantizedKernels& kernels = quantized_kernels_for(x.device(), op);
+
+  Tensor rows = as_rows(x, k, x.impl()->quant_params());  // (M, K)
+  Tensor out = empty_quantized({rows.size(0), n}, out_scale, out_zero_point, DType::UInt8, x.device());  // (M, N)
+  if (out.numel() > 0) kernels.linear(out, rows, w, b, relu);
+  Shape shape = x.shape();
+  shape.back() = n;
+  return with_params(out.view(shape), out.impl()->quant_params());
+}
+
+Tensor quantized_linear_dynamic(const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
+                                bool reduce_range) {
+  constexpr std::string_view op = "quantized linear_dynamic";
+  check_float_input(x, op);
+  const Tensor& weight = check_weight(w, x, 2, op);
+  const int64_t n = weight.size(0), k = weight.size(1);
+  KILN_CHECK(x.dim() >= 1 && x.size(-1) == k, op, ": input of shape ", x.shape(), " does not end in ", k,
+             ", the in_features of weight ", weight.shape());
+  Tensor b = checked_bias(bias, n, x, op);
+  QuantizedKernels& kernels = quantized_kernels_for(x.device(), op);
+
+  Tensor rows = as_rows(x, k, nullptr);                                // (M, K) float32
+  Tensor out = Tensor::empty({rows.size(0), n}, {DType::Float32, x.device()});  // (M, N)
+  if (out.numel() > 0) kernels.linear_dynamic(out, rows, w, b, reduce_range);
+  Shape shape = x.shape();
+  shape.back() = n;
+  return out.view(shape);
+}
+
+Tensor quantized_conv2d(const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias, const Conv2dParams& p,
+                        double out_scale, int64_t out_zero_point, bool relu) {
+  constexpr std::string_view op = "quantized conv2d";
+  check_activation(x, op);
+  const Tensor& weight = check_weight(w, x, 4, op);
+  const ConvGeometry g = conv_geometry(x, weight, p, op);
+  Tensor b = checked_bias(bias, weight.size(0), x, op);
+  check_output_grid(out_scale, out_zero_point, DType::UInt8, op);
+  QuantizedKernels& kernels = quantized_kernels_for(x.device(), op);
+
+  const Shape shape = conv_output_shape(x, weight.size(0), g);
+  Tensor out = empty_quantized(shape, out_scale, out_zero_point, DType::UInt8, x.device());
+  if (out.numel() > 0) {
+    Tensor x4 = with_params(x.dim() == 3 ? x.unsqueeze(0) : x, x.impl()->quant_params());  // (N, C, H, W)
+    Tensor out4 = with_params(x.dim() == 3 ? out.unsqueeze(0) : out, out.impl()->quant_params());
+    kernels.conv2d(out4, x4, w, b, g, relu);
+  }
+  return out;
+}
+
+Tensor quantized_conv2d_dynamic(const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
+                                const Conv2dParams& p, bool reduce_range) {
+  constexpr std::string_view op = "quantized conv2d_dynamic";
+  check_float_input(x, op);
+  const Tensor& weight = check_weight(w, x, 4, op);
+  const ConvGeometry g = conv_geometry(x, weight, p, op);
+  Tensor b = checked_bias(bias, weight.size(0), x, op);
+  QuantizedKernels& kernels = quantized_kernels_for(x.device(), op);
+
+  Tensor out = Tensor::empty(conv_output_shape(x, weight.size(0), g), {DType::Float32, x.device()});
+  if (out.numel() > 0) {
+    kernels.conv2d_dynamic(x.dim() == 3 ? out.unsqueeze(0) : out, x.dim() == 3 ? x.unsqueeze(0) : x, w, b, g,
+                           reduce_range);
+  }
+  return out;
+}
+
+Tensor quantized_add(const Tensor& a, const Tensor& b, double out_scale, int64_t out_zero_point, bool relu) {
+  constexpr std::string_view op = "quantized add";
+  KILN_CHECK(a.defined() && b.defined(), op, ": a or b is undefined");
+  KILN_CHECK(a.is_quantized() && b.is_quantized(), op, ": expected two quantized tensors, got ", describe(a),
+             " and ", describe(b), "; quantize the float one first (ops::quantize_per_tensor)");
+  KILN_CHECK(a.dtype() == b.dtype(), op, ": expected a and b of one dtype, got ", describe(a), " and ",
+             describe(b));
+  KILN_CHECK(per_tensor(a) && per_tensor(b), op, ": expected tensors quantized per tensor, got ", describe(a),
+             " and ", describe(b));
+  KILN_CHECK(a.shape() == b.shape(), op, ": expected a and b of one shape, got ", a.shape(), " and ", b.shape());
+  KILN_CHECK(a.device() == b.device(), op, ": a is on ", a.device(), " but b on ", b.device());
+  check_output_grid(out_scale, out_zero_point, a.dtype(), op);
+  QuantizedKernels& kernels = quantized_kernels_for(a.device(), op);
+
+  Tensor out = empty_quantized(a.shape(), out_scale, out_zero_point, a.dtype(), a.device());
+  if (out.numel() > 0) {
+    kernels.add(out, with_params(a, a.impl()->quant_params()), with_params(b, b.impl()->quant_params()), relu);
+  }
+  return out;
+}
+
+Tensor quantized_cat(const std::vector<Tensor>& tensors, int64_t dim, double out_scale, int64_t out_zero_point) {
+  constexpr std::string_view op = "quantized cat";
+  KILN_CHECK(!tensors.empty(), op, ": expected a non-empty list of tensors");
+  const Tensor& first = tensors[0];
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    KILN_CHECK(t.defined(), op, ": tensor ", i, " is undefined");
+    KILN_CHECK(t.is_quantized(), op, ": expected quantized tensors, got a ", describe(t), " tensor (tensor ", i,
+               "); quantize it first (ops::quantize_per_tensor)");
+    KILN_CHECK(per_tensor(t), op, ": expected tensors quantized per tensor, got ", describe(t), " (tensor ", i,
+               ")");
+    KILN_CHECK(t.dtype() == first.dtype(), op, ": expected tensors of one dtype, got ", describe(first),
+               " (tensor 0) and ", describe(t), " (tensor ", i, ")");
+    KILN_CHECK(t.device() == first.device(), op, ": expected tensors on one device, got ", first.device(),
+               " (tensor 0) and ", t.device(), " (tensor ", i, ")");
+    KILN_CHECK(t.dim() == first.dim() && t.dim() > 0, op, ": expected tensors with the same number of dims (> 0), got ",
+               first.shape(), " (tensor 0) and ", t.shape(), " (tensor ", i, ")");
+  }
+  dim = wrap_dim(dim, first.dim(), op);
+  int64_t total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    for (int64_t d = 0; d < first.dim(); ++d) {
+      KILN_CHECK(d == dim || tensors[i].size(d) == first.size(d), op, ": sizes must match except in dim ", dim,
+                 "; got ", first.shape(), " (tensor 0) and ", tensors[i].shape(), " (tensor ", i, ") at dim ", d);
+    }
+    total += tensors[i].size(dim);
+  }
+  check_output_grid(out_scale, out_zero_point, first.dtype(), op);
+  QuantizedKernels& kernels = quantized_kernels_for(first.device(), op);
+
+  Shape shape = first.shape();
+  shape[dim] = total;
+  Tensor out = empty_quantized(shape, out_scale, out_zero_point, first.dtype(), first.device());
+  const float out_scale_f = quant_math::scale_as_float(out_scale);
+  int64_t offset = 0;
+  for (const Tensor& t : tensors) {
+    const int64_t length = t.size(dim);
+    if (length == 0) continue;
+    const Tensor slice = out.narrow(dim, offset, length);
+    offset += length;
+    if (t.numel() == 0) continue;
+    const QuantParams& tp = params_of(t);
+    if (quant_math::scale_as_float(tp.scales[0]) == out_scale_f && tp.zero_points[0] == out_zero_point) {
+      // Already on the output grid (every rounding would give back the same
+      // integer): a plain copy of the integers.
+      with_params(slice, nullptr).copy_(with_params(t, nullptr));
+    } else {
+      kernels.requantize(with_params(slice, out.impl()->quant_params()), with_params(t, t.impl()->quant_params()));
+    }
+  }
+  return out;
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,709 @@
+// The int8 conv2d, linear (static and dynamic), add and cat of
+// tensor/quantized_ops.h:
+// - against references written here from the same integers (the
+//   accumulator in int64, then quant_math's requantization), byte for byte;
+// - against the float ops on the dequantized operands, within one output step;
+// - on every int8 GEMM path this CPU has, each giving the same bytes;
+// - and every error path, by its message.
+#include "tensor/quantized_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tensor/cpu/qgemm.h"
+#include "tensor/cpu/quantized_weight.h"
+#include "tensor/ops.h"
+#include "tensor/quant_math.h"
+#include "tensor/quantize.h"
+#include "tests/tensor/test_util.h"
+
+#ifdef KILN_WITH_CUDA
+#include "tensor/cuda/device.h"
+#endif
+
+namespace kiln {
+namespace {
+
+using ops::Conv2dParams;
+using quant_math::quantize_bias;
+using quant_math::requantize_multiplier;
+using quant_math::requantize_value;
+using quant_math::scale_as_float;
+
+Tensor random_float(const Shape& shape, double lo, double hi, uint64_t seed) {
+  std::vector<double> v = pseudo_random(shape_numel(shape, "random_float"), lo, hi, seed);
+  return from_vector<float>(std::vector<float>(v.begin(), v.end()), shape);
+}
+
+// A quint8 activation with values spread over the whole grid.
+Tensor random_activation(const Shape& shape, double scale, int64_t zero_point, uint64_t seed) {
+  const double lo = -scale * double(zero_point), hi = scale * double(255 - zero_point);
+  return ops::quantize_per_tensor(random_float(shape, lo, hi, seed), scale, zero_point, DType::UInt8);
+}
+
+// A qint8 weight, per channel along dim 0 (scales differing per channel) or per tensor.
+Tensor random_weight(const Shape& shape, bool per_channel, uint64_t seed) {
+  Tensor w = random_float(shape, -1.0, 1.0, seed);
+  if (!per_channel) return ops::quantize_per_tensor(w, 1.0 / 127, 0, DType::Int8);
+  std::vector<double> scales;
+  for (int64_t o = 0; o < shape[0]; ++o) scales.push_back((1.0 + 0.37 * double(o % 5)) / 127);
+  return ops::quantize_per_channel(w, scales, std::vector<int64_t>(shape[0], 0), 0, DType::Int8);
+}
+
+// Integers of a quantized tensor in row-major order.
+template <class T>
+std::vector<int32_t> ints(const Tensor& q) {
+  Tensor c = ops::int_repr(q).contiguous();
+  std::vector<int32_t> v(c.numel());
+  for (int64_t i = 0; i < c.numel(); ++i) v[i] = c.data<T>()[i];
+  return v;
+}
+std::vector<float> floats(const Tensor& t) {
+  Tensor c = t.contiguous();
+  return std::vector<float>(c.data<float>(), c.data<float>() + c.numel());
+}
+
+float scale_of(const Tensor& q) { return scale_as_float(q.impl()->quant_params()->scales[0]); }
+int32_t zero_point_of(const Tensor& q) { return static_cast<int32_t>(q.impl()->quant_params()->zero_points[0]); }
+std::vector<float> channel_scales(const Tensor& w) {
+  const QuantParams& p = *w.impl()->quant_params();
+  std::vector<float> s;
+  for (int64_t o = 0; o < w.size(0); ++o) s.push_back(scale_as_float(p.scales[p.scales.size() == 1 ? 0 : o]));
+  return s;
+}
+
+// The scale and zero point dynamic quantization picks, written out as
+// PyTorch's MinMaxObserver computes them (float32 throughout).
+struct QParams {
+  float scale;
+  int32_t zero_point;
+  int32_t hi;
+};
+QParams dynamic_reference_qparams(const std::vector<float>& x, bool reduce_range) {
+  float mn = 0, mx = 0;
+  for (float v : x) mn = std::min(mn, v), mx = std::max(mx, v);
+  const float qmax = reduce_range ? 127.0f : 255.0f;
+  float scale = (mx - mn) / qmax;
+  scale = std::max(scale, std::numeric_limits<float>::epsilon());
+  float zp = 0.0f - std::nearbyint(mn / scale);
+  zp = std::min(std::max(zp, 0.0f), qmax);
+  return {scale, static_cast<int32_t>(zp), static_cast<int32_t>(qmax)};
+}
+std::vector<int32_t> quantize_reference(const std::vector<float>& x, const QParams& qp) {
+  std::vector<int32_t> q;
+  const float inv = 1.0f / qp.scale;
+  for (float v : x) {
+    q.push_back(static_cast<int32_t>(quant_math::quantize_value(v, inv, float(qp.zero_point), 0.0f, float(qp.hi))));
+  }
+  return q;
+}
+
+// ---- references -----------------------------------------------------------------
+
+// What the output stage does to one accumulator (int64 here, checked to fit
+// int32 as the kernels' exact arithmetic needs).
+struct Stage {
+  bool dynamic = false;
+  float sx = 1;
+  std::vector<float> sw;
+  std::vector<float> bias;  // empty: none
+  float sy = 1;
+  int32_t zy = 0;
+  bool relu = false;
+
+  int32_t bias_q(int64_t n) const { return bias.empty() ? 0 : quantize_bias(bias[n], sx, sw[n]); }
+  // static: the output integer; dynamic: the float, as bits in a double.
+  double apply(int64_t acc, int64_t n) const {
+    if (!dynamic) acc += bias_q(n);
+    EXPECT_TRUE(acc >= INT32_MIN && acc <= INT32_MAX) << "accumulator overflows int32: " << acc;
+    if (dynamic) {
+      const float scale = sx * sw[n];
+      const float product = float(acc) * scale;
+      return bias.empty() ? product : product + bias[n];
+    }
+    return requantize_value(int32_t(acc), requantize_multiplier(sx, sw[n], sy), float(zy),
+                            relu ? float(std::max(0, zy)) : 0.0f, 255.0f);
+  }
+};
+
+// x: (M, K) integers with zero point zx; w: (N, K) -> (M, N) through `stage`.
+std::vector<double> linear_reference(const std::vector<int32_t>& x, int32_t zx, const std::vector<int32_t>& w,
+                                     int64_t m, int64_t k, int64_t n, const Stage& stage) {
+  std::vector<double> out;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t acc = 0;
+      for (int64_t p = 0; p < k; ++p) acc += int64_t(x[i * k + p] - zx) * w[j * k + p];
+      out.push_back(stage.apply(acc, j));
+    }
+  }
+  return out;
+}
+
+// x: (N, C, H, W) integers, w: (O, C/groups, kh, kw) -> (N, O, oh, ow);
+// taps outside the input contribute nothing (they hold the zero point).
+std::vector<double> conv_reference(const std::vector<int32_t>& x, int32_t zx, const Shape& xs,
+                                   const std::vector<int32_t>& w, const Shape& ws, const Conv2dParams& p,
+                                   const Stage& stage) {
+  const int64_t n_images = xs[0], c = xs[1], h = xs[2], wd = xs[3];
+  const int64_t o = ws[0], cg = ws[1], kh = ws[2], kw = ws[3], og = o / p.groups;
+  const int64_t oh = (h + 2 * p.pad_h - p.dilation_h * (kh - 1) - 1) / p.stride_h + 1;
+  const int64_t ow = (wd + 2 * p.pad_w - p.dilation_w * (kw - 1) - 1) / p.stride_w + 1;
+  std::vector<double> out;
+  for (int64_t n = 0; n < n_images; ++n) {
+    for (int64_t oc = 0; oc < o; ++oc) {
+      const int64_t group = oc / og;
+      for (int64_t y = 0; y < oh; ++y) {
+        for (int64_t xo = 0; xo < ow; ++xo) {
+          int64_t acc = 0;
+          for (int64_t ci = 0; ci < cg; ++ci) {
+            for (int64_t ky = 0; ky < kh; ++ky) {
+              for (int64_t kx = 0; kx < kw; ++kx) {
+                const int64_t iy = y * p.stride_h - p.pad_h + ky * p.dilation_h;
+                const int64_t ix = xo * p.stride_w - p.pad_w + kx * p.dilation_w;
+                if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
+                const int64_t channel = group * cg + ci;
+                acc += int64_t(x[((n * c + channel) * h + iy) * wd + ix] - zx) * w[((oc * cg + ci) * kh + ky) * kw + kx];
+              }
+            }
+          }
+          out.push_back(stage.apply(acc, oc));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void expect_same_ints(const std::vector<int32_t>& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int64_t wrong = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != int32_t(want[i]) && wrong++ < 5) {
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", the reference " << want[i];
+    }
+  }
+  EXPECT_EQ(wrong, 0) << what;
+}
+
+void expect_same_floats(const std::vector<float>& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int64_t wrong = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float w = float(want[i]);
+    if (std::memcmp(&got[i], &w, sizeof(float)) != 0 && wrong++ < 5) {
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", the reference " << w;
+    }
+  }
+  EXPECT_EQ(wrong, 0) << what;
+}
+
+std::string path_name(cpu::QGemmPath path) { return std::string(cpu::qgemm_path_name(path)); }
+
+// ---- static linear --------------------------------------------------------------
+
+struct LinearCase {
+  int64_t m, k, n;
+  bool per_channel, bias, relu;
+  int64_t zx, zy;
+};
+
+void check_linear(const LinearCase& c, uint64_t seed) {
+  Tensor x = random_activation({c.m, c.k}, 0.05, c.zx, seed);
+  Tensor w = random_weight({c.n, c.k}, c.per_channel, seed + 1);
+  Tensor bias = c.bias ? random_float({c.n}, -2.0, 2.0, seed + 2) : Tensor();
+  // An output scale that keeps most values inside the grid and some outside.
+  const double out_scale = 0.05 * std::sqrt(double(c.k)) * 0.3;
+  Stage stage{false, scale_of(x), channel_scales(w), c.bias ? floats(bias) : std::vector<float>{},
+              scale_as_float(out_scale), int32_t(c.zy), c.relu};
+  const std::vector<double> want = linear_reference(ints<uint8_t>(x), zero_point_of(x), ints<int8_t>(w), c.m, c.k,
+                                                    c.n, stage);
+  const std::string what = "linear m=" + std::to_string(c.m) + " k=" + std::to_string(c.k) +
+                           " n=" + std::to_string(c.n);
+  for (cpu::QGemmPath path : cpu::qgemm_paths_available()) {
+    auto packed = cpu::pack_quantized_weight(w, path);
+    Tensor y = ops::quantized_linear(x, *packed, bias, out_scale, c.zy, c.relu);
+    ASSERT_EQ(y.shape(), (Shape{c.m, c.n}));
+    ASSERT_TRUE(y.is_quantized());
+    EXPECT_EQ(y.dtype(), DType::UInt8);
+    EXPECT_EQ(ops::q_scale(y), out_scale);
+    EXPECT_EQ(ops::q_zero_point(y), c.zy);
+    expect_same_ints(ints<uint8_t>(y), want, what + " path=" + path_name(path));
+  }
+}
+
+TEST(QuantizedLinear, MatchesIntegerReferenceOnEveryPath) {
+  const LinearCase cases[] = {
+      {1, 400, 120, true, true, true, 0, 0},   {1, 120, 84, true, true, false, 7, 128},
+      {5, 84, 10, false, true, false, 128, 40}, {64, 400, 120, true, true, true, 3, 0},
+      {3, 1, 1, true, false, false, 255, 255}, {17, 7, 33, false, false, true, 200, 100},
+      {130, 64, 17, true, true, true, 60, 30},  {2, 1000, 3, true, true, false, 128, 128},
+  };
+  uint64_t seed = 10;
+  for (const LinearCase& c : cases) check_linear(c, seed += 7);
+}
+
+TEST(QuantizedLinear, BatchZeroAndLeadingDims) {
+  Tensor w = random_weight({6, 5}, true, 3);
+  auto packed = ops::pack_quantized_weight(w);
+  Tensor empty = random_activation({0, 5}, 0.1, 10, 4);
+  Tensor y0 = ops::quantized_linear(empty, *packed, Tensor(), 0.2, 5);
+  EXPECT_EQ(y0.shape(), (Shape{0, 6}));
+  EXPECT_TRUE(y0.is_quantized());
+
+  // (2, 3, K) is (6, K) row by row; a non-contiguous input gives the same.
+  Tensor x = random_activation({2, 3, 5}, 0.1, 10, 5);
+  Tensor y = ops::quantized_linear(x, *packed, Tensor(), 0.2, 5, true);
+  ASSERT_EQ(y.shape(), (Shape{2, 3, 6}));
+  Tensor flat = ops::quantized_linear(x.reshape({6, 5}), *packed, Tensor(), 0.2, 5, true);
+  EXPECT_EQ(ints<uint8_t>(y), ints<uint8_t>(flat));
+  Tensor xt = random_activation({5, 6}, 0.1, 10, 6).t();  // (6, 5) with column stride 6
+  Tensor yt = ops::quantized_linear(xt, *packed, Tensor(), 0.2, 5);
+  Tensor yc = ops::quantized_linear(xt.contiguous(), *packed, Tensor(), 0.2, 5);
+  EXPECT_EQ(ints<uint8_t>(yt), ints<uint8_t>(yc));
+}
+
+TEST(QuantizedLinear, ThreadsGiveTheSameBytes) {
+  const int saved = get_num_threads();
+  Tensor x = random_activation({300, 256}, 0.05, 20, 7);
+  Tensor w = random_weight({96, 256}, true, 8);
+  Tensor b = random_float({96}, -1, 1, 9);
+  auto packed = ops::pack_quantized_weight(w);
+  set_num_threads(1);
+  Tensor one = ops::quantized_linear(x, *packed, b, 0.3, 10, true);
+  set_num_threads(std::max(saved, 2));
+  Tensor many = ops::quantized_linear(x, *packed, b, 0.3, 10, true);
+  set_num_threads(saved);
+  EXPECT_EQ(ints<uint8_t>(one), ints<uint8_t>(many));
+}
+
+TEST(QuantizedLinear, CloseToFloatLinearOfDequantizedOperands) {
+  Tensor x = random_activation({8, 120}, 0.03, 100, 11);
+  Tensor w = random_weight({84, 120}, true, 12);
+  Tensor b = random_float({84}, -0.5, 0.5, 13);
+  const double out_scale = 0.04;
+  const int64_t zy = 120;
+  auto packed = ops::pack_quantized_weight(w);
+  for (bool relu : {false, true}) {
+    Tensor y = ops::dequantize(ops::quantized_linear(x, *packed, b, out_scale, zy, relu));
+    Tensor ref = ops::linear(ops::dequantize(x), ops::dequantize(w), b);
+    const std::vector<float> got = floats(y), want = floats(ref);
+    const double lo = (relu ? 0.0 : -double(zy)) * out_scale, hi = (255.0 - double(zy)) * out_scale;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double expected = std::clamp(double(want[i]), lo, hi);
+      // Half an output step from requantizing, half a bias step (sx * sw) from quantizing the bias.
+      EXPECT_NEAR(got[i], expected, out_scale * 0.5 + 0.5 * 0.03 * 2.48 / 127 + 1e-5) << "element " << i
+                                                                                     << " relu=" << relu;
+    }
+  }
+}
+
+// ---- dynamic linear -------------------------------------------------------------
+
+void check_linear_dynamic(int64_t m, int64_t k, int64_t n, bool bias, bool reduce_range, double lo, double hi,
+                          uint64_t seed) {
+  Tensor x = random_float({m, k}, lo, hi, seed);
+  Tensor w = random_weight({n, k}, true, seed + 1);
+  Tensor b = bias ? random_float({n}, -1.0, 1.0, seed + 2) : Tensor();
+  const QParams qp = dynamic_reference_qparams(floats(x), reduce_range);
+  Stage stage{true, qp.scale, channel_scales(w), bias ? floats(b) : std::vector<float>{}};
+  const std::vector<double> want =
+      linear_reference(quantize_reference(floats(x), qp), qp.zero_point, ints<int8_t>(w), m, k, n, stage);
+  for (cpu::QGemmPath path : cpu::qgemm_paths_available()) {
+    auto packed = cpu::pack_quantized_weight(w, path);
+    Tensor y = ops::quantized_linear_dynamic(x, *packed, b, reduce_range);
+    ASSERT_EQ(y.shape(), (Shape{m, n}));
+    EXPECT_EQ(y.dtype(), DType::Float32);
+    EXPECT_FALSE(y.is_quantized());
+    expect_same_floats(floats(y), want,
+                       "linear_dynamic m=" + std::to_string(m) + " reduce_range=" + std::to_string(reduce_range) +
+                           " path=" + path_name(path));
+  }
+}
+
+TEST(QuantizedLinearDynamic, MatchesReferenceOnEveryPath) {
+  check_linear_dynamic(1, 400, 120, true, false, -2.0, 3.0, 20);
+  check_linear_dynamic(64, 120, 84, true, true, -2.0, 3.0, 21);
+  check_linear_dynamic(7, 33, 5, false, false, 0.5, 4.0, 22);   // all positive: the range starts at 0
+  check_linear_dynamic(9, 16, 4, true, false, -3.0, -1.0, 23);  // all negative: zero point 255
+  check_linear_dynamic(3, 8, 2, true, false, 0.0, 0.0, 24);     // all zero: scale is FLT_EPSILON
+}
+
+TEST(QuantizedLinearDynamic, CloseToFloatLinear) {
+  Tensor x = random_float({4, 3, 64}, -1.0, 1.0, 30);
+  Tensor wf = random_float({32, 64}, -0.5, 0.5, 31);
+  std::vector<double> scales(32, 0.5 / 127);
+  Tensor w = ops::quantize_per_channel(wf, scales, std::vector<int64_t>(32, 0), 0, DType::Int8);
+  Tensor b = random_float({32}, -1.0, 1.0, 32);
+  auto packed = ops::pack_quantized_weight(w);
+  Tensor y = ops::quantized_linear_dynamic(x, *packed, b);
+  ASSERT_EQ(y.shape(), (Shape{4, 3, 32}));
+  Tensor ref = ops::linear(x, ops::dequantize(w), b);
+  const std::vector<float> got = floats(y), want = floats(ref);
+  // Each product's input is off by at most half a step (1/255 of the range 2).
+  const double bound = 64 * (1.0 / 255) * 0.5;
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], bound) << "element " << i;
+}
+
+// ---- static conv2d --------------------------------------------------------------
+
+struct ConvCase {
+  Shape x, w;
+  Conv2dParams p;
+  bool per_channel, bias, relu;
+  int64_t zx, zy;
+};
+
+void check_conv(const ConvCase& c, uint64_t seed) {
+  Tensor x = random_activation(c.x, 0.05, c.zx, seed);
+  Tensor w = random_weight(c.w, c.per_channel, seed + 1);
+  Tensor bias = c.bias ? random_float({c.w[0]}, -2.0, 2.0, seed + 2) : Tensor();
+  const double out_scale = 0.05 * std::sqrt(double(c.w[1] * c.w[2] * c.w[3])) * 0.3;
+  Stage stage{false, scale_of(x), channel_scales(w), c.bias ? floats(bias) : std::vector<float>{},
+              scale_as_float(out_scale), int32_t(c.zy), c.relu};
+  const std::vector<double> want =
+      conv_reference(ints<uint8_t>(x), zero_point_of(x), c.x, ints<int8_t>(w), c.w, c.p, stage);
+  const std::string what = detail::str("conv x=", c.x, " w=", c.w, " stride=", c.p.stride_h, "x", c.p.stride_w,
+                                        " pad=", c.p.pad_h, "x", c.p.pad_w, " dilation=", c.p.dilation_h, "x",
+                                        c.p.dilation_w, " groups=", c.p.groups);
+  for (cpu::QGemmPath path : cpu::qgemm_paths_available()) {
+    auto packed = cpu::pack_quantized_weight(w, path);
+    Tensor y = ops::quantized_conv2d(x, *packed, bias, c.p, out_scale, c.zy, c.relu);
+    ASSERT_EQ(y.dim(), 4);
+    EXPECT_EQ(y.size(0), c.x[0]);
+    EXPECT_EQ(y.size(1), c.w[0]);
+    ASSERT_TRUE(y.is_quantized());
+    EXPECT_EQ(ops::q_zero_point(y), c.zy);
+    expect_same_ints(ints<uint8_t>(y), want, what + " path=" + path_name(path));
+  }
+}
+
+TEST(QuantizedConv2d, MatchesIntegerReferenceOnEveryPath) {
+  const ConvCase cases[] = {
+      // LeNet's two layers, batch 1 and 3.
+      {{1, 3, 32, 32}, {6, 3, 5, 5}, {}, true, true, true, 0, 0},
+      {{3, 6, 14, 14}, {16, 6, 5, 5}, {}, true, true, false, 20, 128},
+      // Padding with a zero point far from 0: padded taps must count as 0.
+      {{2, 4, 9, 7}, {5, 4, 3, 3}, {.pad_h = 1, .pad_w = 2}, true, true, false, 200, 100},
+      {{2, 16, 8, 8}, {16, 16, 3, 3}, {.pad_h = 1, .pad_w = 1}, false, true, true, 128, 30},
+      // Stride and dilation, on each axis.
+      {{2, 3, 11, 10}, {4, 3, 3, 3}, {.stride_h = 2, .stride_w = 3, .pad_h = 1, .pad_w = 1}, true, true, false, 90, 128},
+      {{1, 2, 12, 13}, {3, 2, 3, 2}, {.pad_h = 2, .pad_w = 1, .dilation_h = 2, .dilation_w = 3}, true, false, true, 40, 60},
+      // Groups, depthwise.
+      {{2, 6, 7, 7}, {4, 3, 3, 3}, {.pad_h = 1, .pad_w = 1, .groups = 2}, true, true, false, 77, 128},
+      {{2, 8, 6, 6}, {8, 1, 3, 3}, {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1, .groups = 8}, true, true, true, 128, 10},
+      // 1x1: pointwise (no patches), and strided.
+      {{2, 16, 5, 6}, {8, 16, 1, 1}, {}, true, true, false, 50, 128},
+      {{2, 8, 5, 6}, {6, 4, 1, 1}, {.groups = 2}, true, false, false, 3, 128},
+      {{1, 8, 8, 8}, {4, 8, 1, 1}, {.stride_h = 2, .stride_w = 2}, true, true, true, 0, 0},
+      // Many channels (long patch rows), one output channel.
+      {{1, 64, 4, 4}, {1, 64, 3, 3}, {.pad_h = 1, .pad_w = 1}, true, true, false, 128, 128},
+      // Batch 0.
+      {{0, 3, 8, 8}, {4, 3, 3, 3}, {}, true, true, false, 10, 10},
+  };
+  uint64_t seed = 100;
+  for (const ConvCase& c : cases) check_conv(c, seed += 5);
+}
+
+TEST(QuantizedConv2d, UnbatchedAndStridedInputs) {
+  Tensor w = random_weight({5, 3, 3, 3}, true, 40);
+  Tensor b = random_float({5}, -1, 1, 41);
+  auto packed = ops::pack_quantized_weight(w);
+  Tensor x = random_activation({3, 9, 8}, 0.1, 30, 42);
+  Tensor y = ops::quantized_conv2d(x, *packed, b, {.pad_h = 1, .pad_w = 1}, 0.5, 64);
+  ASSERT_EQ(y.shape(), (Shape{5, 9, 8}));
+  Tensor batched = ops::quantized_conv2d(x.unsqueeze(0), *packed, b, {.pad_h = 1, .pad_w = 1}, 0.5, 64);
+  EXPECT_EQ(ints<uint8_t>(y), ints<uint8_t>(batched));
+  // A channels-last input seen through NCHW strides.
+  Tensor nhwc = random_activation({2, 9, 8, 3}, 0.1, 30, 43);
+  Tensor strided = nhwc.permute({0, 3, 1, 2});
+  Tensor ys = ops::quantized_conv2d(strided, *packed, b, {}, 0.5, 64);
+  Tensor yc = ops::quantized_conv2d(strided.contiguous(), *packed, b, {}, 0.5, 64);
+  EXPECT_EQ(ints<uint8_t>(ys), ints<uint8_t>(yc));
+}
+
+TEST(QuantizedConv2d, ThreadsGiveTheSameBytes) {
+  const int saved = get_num_threads();
+  Tensor w = random_weight({16, 8, 3, 3}, true, 50);
+  Tensor b = random_float({16}, -1, 1, 51);
+  auto packed = ops::pack_quantized_weight(w);
+  // Batch 1 splits the positions of the image; batch 5 spreads the images.
+  for (int64_t batch : {1, 5}) {
+    Tensor x = random_activation({batch, 8, 40, 40}, 0.05, 100, 52);
+    set_num_threads(1);
+    Tensor one = ops::quantized_conv2d(x, *packed, b, {.pad_h = 1, .pad_w = 1}, 0.2, 20, true);
+    set_num_threads(std::max(saved, 2));
+    Tensor many = ops::quantized_conv2d(x, *packed, b, {.pad_h = 1, .pad_w = 1}, 0.2, 20, true);
+    set_num_threads(saved);
+    EXPECT_EQ(ints<uint8_t>(one), ints<uint8_t>(many)) << "batch " << batch;
+  }
+}
+
+TEST(QuantizedConv2d, CloseToFloatConvOfDequantizedOperands) {
+  Tensor x = random_activation({2, 6, 10, 10}, 0.04, 60, 60);
+  Tensor w = random_weight({8, 3, 3, 3}, true, 61);
+  Tensor b = random_float({8}, -0.5, 0.5, 62);
+  const Conv2dParams p{.stride_h = 1, .stride_w = 2, .pad_h = 1, .pad_w = 1, .groups = 2};
+  const double out_scale = 0.03;
+  const int64_t zy = 128;
+  auto packed = ops::pack_quantized_weight(w);
+  Tensor y = ops::dequantize(ops::quantized_conv2d(x, *packed, b, p, out_scale, zy));
+  Tensor ref = ops::conv2d(ops::dequantize(x), ops::dequantize(w), b, p);
+  ASSERT_EQ(y.shape(), ref.shape());
+  const std::vector<float> got = floats(y), want = floats(ref);
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double expected = std::clamp(double(want[i]), -double(zy) * out_scale, (255.0 - double(zy)) * out_scale);
+    // Half an output step, and half a bias step (sx * sw, sw at most 2.48 / 127).
+    EXPECT_NEAR(got[i], expected, out_scale * 0.5 + 0.5 * 0.04 * 2.48 / 127 + 1e-5) << "element " << i;
+  }
+}
+
+// ---- dynamic conv2d -------------------------------------------------------------
+
+TEST(QuantizedConv2dDynamic, MatchesReferenceOnEveryPath) {
+  struct Case {
+    Shape x, w;
+    Conv2dParams p;
+    bool bias, reduce_range;
+  };
+  const Case cases[] = {
+      {{1, 3, 32, 32}, {6, 3, 5, 5}, {}, true, false},
+      {{3, 4, 9, 8}, {6, 2, 3, 3}, {.stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 1, .groups = 2}, true, true},
+      {{2, 5, 6, 6}, {3, 5, 1, 1}, {}, false, false},
+  };
+  uint64_t seed = 200;
+  for (const Case& c : cases) {
+    Tensor x = random_float(c.x, -1.5, 2.5, seed += 3);
+    Tensor w = random_weight(c.w, true, seed + 1);
+    Tensor b = c.bias ? random_float({c.w[0]}, -1, 1, seed + 2) : Tensor();
+    const QParams qp = dynamic_reference_qparams(floats(x), c.reduce_range);
+    Stage stage{true, qp.scale, channel_scales(w), c.bias ? floats(b) : std::vector<float>{}};
+    const std::vector<double> want =
+        conv_reference(quantize_reference(floats(x), qp), qp.zero_point, c.x, ints<int8_t>(w), c.w, c.p, stage);
+    for (cpu::QGemmPath path : cpu::qgemm_paths_available()) {
+      auto packed = cpu::pack_quantized_weight(w, path);
+      Tensor y = ops::quantized_conv2d_dynamic(x, *packed, b, c.p, c.reduce_range);
+      EXPECT_EQ(y.dtype(), DType::Float32);
+      expect_same_floats(floats(y), want, "conv2d_dynamic path=" + path_name(path));
+    }
+  }
+}
+
+TEST(QuantizedConv2dDynamic, CloseToFloatConv) {
+  Tensor x = random_float({2, 3, 12, 12}, -1.0, 1.0, 70);
+  Tensor wf = random_float({4, 3, 3, 3}, -0.5, 0.5, 71);
+  Tensor w = ops::quantize_per_channel(wf, std::vector<double>(4, 0.5 / 127), std::vector<int64_t>(4, 0), 0,
+                                       DType::Int8);
+  Tensor b = random_float({4}, -1, 1, 72);
+  auto packed = ops::pack_quantized_weight(w);
+  Tensor y = ops::quantized_conv2d_dynamic(x, *packed, b, {.pad_h = 1, .pad_w = 1});
+  Tensor ref = ops::conv2d(x, ops::dequantize(w), b, {.pad_h = 1, .pad_w = 1});
+  const std::vector<float> got = floats(y), want = floats(ref);
+  // 27 taps, each input off by at most half a step (1/255 of the range 2), |w| <= 0.5.
+  const double bound = 27 * 0.5 * (1.0 / 255);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], bound) << "element " << i;
+}
+
+// ---- add and cat ----------------------------------------------------------------
+
+TEST(QuantizedAdd, MatchesAddValue) {
+  for (DType dtype : {DType::UInt8, DType::Int8}) {
+    const int64_t za = dtype == DType::UInt8 ? 100 : -10, zb = dtype == DType::UInt8 ? 30 : 5;
+    const int64_t zo = dtype == DType::UInt8 ? 128 : 0;
+    Tensor a = ops::quantize_per_tensor(random_float({2, 3, 5, 7}, -3, 3, 80), 0.03, za, dtype);
+    Tensor b = ops::quantize_per_tensor(random_float({2, 3, 5, 7}, -2, 2, 81), 0.02, zb, dtype);
+    const quant_math::QRange range = quant_math::qrange(dtype);
+    for (bool relu : {false, true}) {
+      Tensor y = ops::quantized_add(a, b, 0.035, zo, relu);
+      ASSERT_TRUE(y.is_quantized());
+      EXPECT_EQ(y.dtype(), dtype);
+      EXPECT_EQ(y.shape(), a.shape());
+      const std::vector<int32_t> qa = dtype == DType::UInt8 ? ints<uint8_t>(a) : ints<int8_t>(a);
+      const std::vector<int32_t> qb = dtype == DType::UInt8 ? ints<uint8_t>(b) : ints<int8_t>(b);
+      const std::vector<int32_t> got = dtype == DType::UInt8 ? ints<uint8_t>(y) : ints<int8_t>(y);
+      std::vector<double> want;
+      const float lo = relu ? float(std::max<int64_t>(range.lo, zo)) : float(range.lo);
+      for (size_t i = 0; i < qa.size(); ++i) {
+        want.push_back(quant_math::add_value(qa[i], int32_t(za), scale_as_float(0.03), qb[i], int32_t(zb),
+                                             scale_as_float(0.02), 1.0f / scale_as_float(0.035), float(zo), lo,
+                                             float(range.hi)));
+      }
+      expect_same_ints(got, want, std::string("add ") + std::string(dtype_name(dtype)) + " relu=" + std::to_string(relu));
+    }
+  }
+}
+
+TEST(QuantizedCat, RequantizesEachInputOntoTheOutputGrid) {
+  Tensor a = random_activation({2, 3, 4}, 0.05, 10, 90);
+  Tensor b = random_activation({2, 5, 4}, 0.02, 200, 91);
+  Tensor c = random_activation({2, 1, 4}, 0.04, 128, 92);  // already on the output grid
+  const double out_scale = 0.04;
+  const int64_t zo = 128;
+  for (int64_t dim : {1, -2}) {
+    Tensor y = ops::quantized_cat({a, b, c}, dim, out_scale, zo);
+    ASSERT_EQ(y.shape(), (Shape{2, 9, 4}));
+    ASSERT_TRUE(y.is_quantized());
+    EXPECT_EQ(ops::q_scale(y), out_scale);
+    const std::vector<int32_t> got = ints<uint8_t>(y);
+    const float inv = 1.0f / scale_as_float(out_scale);
+    int64_t row0 = 0;
+    for (const Tensor& t : {a, b, c}) {
+      const std::vector<int32_t> q = ints<uint8_t>(t);
+      const int64_t rows = t.size(1);
+      for (int64_t n = 0; n < 2; ++n) {
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t j = 0; j < 4; ++j) {
+            const float real = quant_math::dequantize_value(q[(n * rows + r) * 4 + j], zero_point_of(t), scale_of(t));
+            const int32_t want = int32_t(quant_math::quantize_value(real, inv, float(zo), 0.0f, 255.0f));
+            EXPECT_EQ(got[(n * 9 + row0 + r) * 4 + j], want) << "input rows from " << row0 << ", n=" << n;
+          }
+        }
+      }
+      row0 += rows;
+    }
+  }
+  // Along the last dim, and a tensor that contributes no elements.
+  Tensor d = random_activation({2, 3, 0}, 0.05, 10, 93);
+  Tensor e = random_activation({2, 3, 2}, 0.05, 10, 94);
+  Tensor y = ops::quantized_cat({a, d, e}, 2, 0.05, 10);
+  ASSERT_EQ(y.shape(), (Shape{2, 3, 6}));
+  EXPECT_EQ(ints<uint8_t>(y.narrow(2, 0, 4)), ints<uint8_t>(a));
+  EXPECT_EQ(ints<uint8_t>(y.narrow(2, 4, 2)), ints<uint8_t>(e));
+}
+
+// ---- errors ---------------------------------------------------------------------
+
+TEST(QuantizedOpsErrors, PackQuantizedWeight) {
+  Tensor wf = random_float({4, 6}, -1, 1, 1);
+  expect_error([&] { ops::pack_quantized_weight(wf); },
+               "pack_quantized_weight: expected a quantized qint8 weight, got a float32 tensor");
+  expect_error([&] { ops::pack_quantized_weight(ops::quantize_per_tensor(wf, 0.01, 0, DType::UInt8)); },
+               "pack_quantized_weight: expected a qint8 weight, got quint8");
+  expect_error([&] { ops::pack_quantized_weight(ops::quantize_per_tensor(wf, 0.01, 3, DType::Int8)); },
+               "pack_quantized_weight: the weight must be symmetric (zero point 0), got zero point 3");
+  expect_error([&] {
+    ops::pack_quantized_weight(ops::quantize_per_channel(wf, {0.1, 0.1, 0.1, 0.1}, {0, 0, 2, 0}, 0, DType::Int8));
+  }, "got zero point 2 at channel 2");
+  expect_error([&] {
+    ops::pack_quantized_weight(ops::quantize_per_channel(wf, std::vector<double>(6, 0.1), std::vector<int64_t>(6, 0),
+                                                         1, DType::Int8));
+  }, "pack_quantized_weight: a per-channel weight must be quantized along dim 0 (output channels), got axis 1");
+  expect_error([&] { ops::pack_quantized_weight(ops::quantize_per_tensor(random_float({4, 2, 3}, -1, 1, 2), 0.1, 0, DType::Int8)); },
+               "pack_quantized_weight: expected a 2-d (N, K) linear or 4-d (O, C/groups, kh, kw) conv weight, got shape [4, 2, 3]");
+}
+
+TEST(QuantizedOpsErrors, Linear) {
+  auto packed = ops::pack_quantized_weight(random_weight({4, 6}, true, 3));
+  auto conv_packed = ops::pack_quantized_weight(random_weight({4, 2, 3, 3}, true, 4));
+  Tensor x = random_activation({2, 6}, 0.1, 10, 5);
+  Tensor xf = random_float({2, 6}, -1, 1, 6);
+  expect_error([&] { ops::quantized_linear(xf, *packed, Tensor(), 0.1, 0); },
+               "quantized linear: expected a quantized quint8 input, got a float32 tensor");
+  expect_error([&] { ops::quantized_linear(ops::quantize_per_tensor(xf, 0.1, 0, DType::Int8), *packed, Tensor(), 0.1, 0); },
+               "quantized linear: expected a quint8 input, got qint8 (quantized per tensor) (activations are quint8");
+  expect_error([&] {
+    ops::quantized_linear(ops::quantize_per_channel(xf, {0.1, 0.2}, {0, 0}, 0, DType::UInt8), *packed, Tensor(), 0.1, 0);
+  }, "quantized linear: expected an input quantized per tensor, got one quantized per channel along dim 0");
+  expect_error([&] { ops::quantized_linear(random_activation({2, 5}, 0.1, 10, 7), *packed, Tensor(), 0.1, 0); },
+               "quantized linear: input of shape [2, 5] does not end in 6, the in_features of weight [4, 6]");
+  expect_error([&] { ops::quantized_linear(x, *conv_packed, Tensor(), 0.1, 0); },
+               "quantized linear: expected a weight packed from a 2-d (N, K) linear weight, got shape [4, 2, 3, 3]");
+  expect_error([&] { ops::quantized_linear(x, *packed, random_float({5}, 0, 1, 8), 0.1, 0); },
+               "quantized linear: bias must have shape [4], got [5]");
+  expect_error([&] { ops::quantized_linear(x, *packed, random_float({4}, 0, 1, 8).to(DType::Float64), 0.1, 0); },
+               "quantized linear: expected a float32 bias (quantized inside the op), got float64");
+  expect_error([&] { ops::quantized_linear(x, *packed, Tensor(), 0.0, 0); },
+               "quantized linear: output scale must be positive and finite in float32, got 0");
+  expect_error([&] { ops::quantized_linear(x, *packed, Tensor(), 0.1, 256); },
+               "quantized linear: output zero point 256 is outside the quint8 range [0, 255]");
+  // The dynamic form takes float.
+  expect_error([&] { ops::quantized_linear_dynamic(x, *packed, Tensor()); },
+               "quantized linear_dynamic: expected a float32 input, got a quint8 (quantized per tensor) tensor; the "
+               "dynamic form quantizes its input itself");
+  expect_error([&] { ops::quantized_linear_dynamic(xf.to(DType::Float64), *packed, Tensor()); },
+               "quantized linear_dynamic: expected a float32 input, got float64");
+  expect_error([&] { ops::quantized_linear_dynamic(random_float({2, 7}, 0, 1, 9), *packed, Tensor()); },
+               "quantized linear_dynamic: input of shape [2, 7] does not end in 6");
+}
+
+TEST(QuantizedOpsErrors, Conv2d) {
+  auto packed = ops::pack_quantized_weight(random_weight({4, 2, 3, 3}, true, 10));
+  auto linear_packed = ops::pack_quantized_weight(random_weight({4, 6}, true, 11));
+  Tensor x = random_activation({1, 2, 5, 5}, 0.1, 10, 12);
+  Tensor xf = random_float({1, 2, 5, 5}, -1, 1, 13);
+  expect_error([&] { ops::quantized_conv2d(xf, *packed, Tensor(), {}, 0.1, 0); },
+               "quantized conv2d: expected a quantized quint8 input, got a float32 tensor");
+  expect_error([&] { ops::quantized_conv2d(ops::quantize_per_tensor(xf, 0.1, 0, DType::Int8), *packed, Tensor(), {}, 0.1, 0); },
+               "quantized conv2d: expected a quint8 input, got qint8");
+  expect_error([&] { ops::quantized_conv2d(x, *linear_packed, Tensor(), {}, 0.1, 0); },
+               "quantized conv2d: expected a weight packed from a 4-d (O, C/groups, kh, kw) conv weight, got shape [4, 6]");
+  expect_error([&] { ops::quantized_conv2d(random_activation({1, 3, 5, 5}, 0.1, 10, 14), *packed, Tensor(), {}, 0.1, 0); },
+               "quantized conv2d: input of shape [1, 3, 5, 5] has 3 channels, but weight of shape [4, 2, 3, 3] with "
+               "groups=1 expects 2 * 1 = 2");
+  expect_error([&] { ops::quantized_conv2d(random_activation({1, 6, 5, 5}, 0.1, 10, 15), *packed, Tensor(), {.groups = 3}, 0.1, 0); },
+               "not divisible by groups=3");
+  expect_error([&] { ops::quantized_conv2d(random_activation({2, 5, 5}, 0.1, 10, 16).unsqueeze(0).unsqueeze(0), *packed, Tensor(), {}, 0.1, 0); },
+               "quantized conv2d: expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got shape [1, 1, 2, 5, 5]");
+  expect_error([&] { ops::quantized_conv2d(x, *packed, Tensor(), {.stride_h = 0}, 0.1, 0); },
+               "quantized conv2d: stride must be positive, got 0 x 1");
+  expect_error([&] { ops::quantized_conv2d(x, *packed, Tensor(), {.dilation_h = 3}, 0.1, 0); },
+               "quantized conv2d: kernel 3 x 3 with dilation 3 x 1 spans 7 x 3, more than the padded input 5 x 5");
+  expect_error([&] { ops::quantized_conv2d(x, *packed, random_float({3}, 0, 1, 17), {}, 0.1, 0); },
+               "quantized conv2d: bias must have shape [4], got [3]");
+  expect_error([&] { ops::quantized_conv2d(x, *packed, Tensor(), {}, -1.0, 0); },
+               "quantized conv2d: output scale must be positive and finite in float32, got -1");
+  expect_error([&] { ops::quantized_conv2d_dynamic(x, *packed, Tensor(), {}); },
+               "quantized conv2d_dynamic: expected a float32 input, got a quint8 (quantized per tensor) tensor");
+}
+
+TEST(QuantizedOpsErrors, AddAndCat) {
+  Tensor a = random_activation({2, 3}, 0.1, 10, 20);
+  Tensor b = random_activation({2, 3}, 0.2, 20, 21);
+  Tensor af = random_float({2, 3}, -1, 1, 22);
+  Tensor s8 = ops::quantize_per_tensor(af, 0.1, 0, DType::Int8);
+  expect_error([&] { ops::quantized_add(a, af, 0.1, 0); },
+               "quantized add: expected two quantized tensors, got quint8 (quantized per tensor) and float32");
+  expect_error([&] { ops::quantized_add(a, s8, 0.1, 0); },
+               "quantized add: expected a and b of one dtype, got quint8 (quantized per tensor) and qint8 (quantized per tensor)");
+  expect_error([&] { ops::quantized_add(a, random_activation({3, 2}, 0.1, 10, 23), 0.1, 0); },
+               "quantized add: expected a and b of one shape, got [2, 3] and [3, 2]");
+  expect_error([&] { ops::quantized_add(a, b, 0.1, -1); },
+               "quantized add: output zero point -1 is outside the quint8 range [0, 255]");
+  expect_error([&] { ops::quantized_add(s8, s8, 0.1, 128); },
+               "quantized add: output zero point 128 is outside the qint8 range [-128, 127]");
+  expect_error([&] { ops::quantized_cat({}, 0, 0.1, 0); }, "quantized cat: expected a non-empty list of tensors");
+  expect_error([&] { ops::quantized_cat({a, af}, 0, 0.1, 0); },
+               "quantized cat: expected quantized tensors, got a float32 tensor (tensor 1)");
+  expect_error([&] { ops::quantized_cat({a, s8}, 0, 0.1, 0); },
+               "quantized cat: expected tensors of one dtype, got quint8 (quantized per tensor) (tensor 0) and qint8 "
+               "(quantized per tensor) (tensor 1)");
+  expect_error([&] { ops::quantized_cat({a, random_activation({2, 4}, 0.1, 10, 24)}, 0, 0.1, 0); },
+               "quantized cat: sizes must match except in dim 0; got [2, 3] (tensor 0) and [2, 4] (tensor 1) at dim 1");
+  expect_error([&] { ops::quantized_cat({a, b}, 2, 0.1, 0); }, "quantized cat");
+}
+
+TEST(QuantizedOpsCuda, NotSupportedOnCuda) {
+#ifdef KILN_WITH_CUDA
+  if (!cuda::cuda_available()) GTEST_SKIP() << "no CUDA device on this machine (cuda::device_count() == 0)";
+  auto packed = ops::pack_quantized_weight(random_weight({4, 6}, true, 30));
+  Tensor x = random_activation({2, 6}, 0.1, 10, 31).to(cuda_device(0));
+  ASSERT_TRUE(x.is_quantized()) << "to() should keep the quantization params";
+  expect_error([&] { ops::quantized_add(x, x, 0.1, 0); }, "quantized add: quantized kernels are not supported on cuda:0");
+  expect_error([&] { ops::quantized_linear_dynamic(random_float({2, 6}, 0, 1, 32).to(cuda_device(0)), *packed, Tensor()); },
+               "quantized linear_dynamic: input is on cuda:0 but the weight on cpu");
+  expect_error([&] { ops::pack_quantized_weight(random_weight({4, 6}, true, 33).to(cuda_device(0))); },
+               "pack_quantized_weight: quantized kernels are not supported on cuda:0");
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+}  // namespace
+}  // namespace kiln
