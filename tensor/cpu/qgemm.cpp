@@ -38,7 +38,7 @@ namespace {
 // Linux hands out the AMX tile state (8 KiB per thread) only to processes
 // that ask: until then the first tile instruction is a fatal signal. The
 // permission is for the whole process, so asking once is enough.
-[[maybe_unused]] bool request_amx_permission() {
+bool request_amx_permission() {
 #if defined(__linux__) && defined(SYS_arch_prctl)
   constexpr long kArchReqXcompPerm = 0x1023;
   constexpr long kXfeatureXtiledata = 18;
@@ -51,7 +51,10 @@ namespace {
 std::vector<QGemmPath> detect_paths() {
   const Int8Features& f = int8_features();
   std::vector<QGemmPath> paths{QGemmPath::Scalar};
-  (void)f;
+  if (f.avx2) paths.push_back(QGemmPath::Avx2);
+  if (f.avxvnni) paths.push_back(QGemmPath::AvxVnni);
+  if (f.avx512vnni) paths.push_back(QGemmPath::Avx512Vnni);
+  if (f.amx_int8 && request_amx_permission()) paths.push_back(QGemmPath::Amx);
   return paths;
 }
 
@@ -248,7 +251,14 @@ void run_qgemm(int64_t m, const uint8_t* a, int64_t lda, const PackedQWeight& w,
 
   switch (w.path()) {
     case QGemmPath::Scalar: qgemm_detail::qgemm_scalar(m, a, lda, packed, e); return;
-    default: (void)size_rule; KILN_FAIL("qgemm: path ", qgemm_path_name(w.path()), " is not written yet");
+    case QGemmPath::Avx2: qgemm_detail::qgemm_avx2(m, a, lda, packed, e); return;
+    case QGemmPath::AvxVnni: qgemm_detail::qgemm_avxvnni(m, a, lda, packed, e); return;
+    case QGemmPath::Avx512Vnni: qgemm_detail::qgemm_avx512vnni(m, a, lda, packed, e); return;
+    case QGemmPath::Amx:
+      // Both kernels read the same packed panels (Note [Int8 GEMM packing]).
+      if (!size_rule || qgemm_detail::amx_pays(m, n, k)) qgemm_detail::qgemm_amx(m, a, lda, packed, e);
+      else qgemm_detail::qgemm_avx512vnni(m, a, lda, packed, e);
+      return;
   }
 }
 

@@ -84,8 +84,11 @@ void qgemm_avxvnni(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels&
 void qgemm_avx512vnni(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& w, const Epilogue& e);
 void qgemm_amx(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& w, const Epilogue& e);
 
-// Whether qgemm(Amx) multiplies m rows with the tiles or hands them to the
-// Avx512Vnni kernels (Note [Int8 GEMM paths]); qgemm_amx itself always uses tiles.
+// Whether qgemm on an Amx-packed weight multiplies m rows with the tiles or
+// hands them to the Avx512Vnni kernels, which read the same panels: the
+// tiles only pay once a product fills several of them (the rule and its
+// threshold are in qgemm_amx.cpp, the figures in docs/BENCHMARKS.md).
+// qgemm_amx itself always uses the tiles, and the tests call it directly.
 bool amx_pays(int64_t m, int64_t n, int64_t k);
 
 // qgemm without the Amx small-problem rule: the packed path's own kernel runs

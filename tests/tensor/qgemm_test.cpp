@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -371,6 +372,49 @@ TEST(QGemm, PackingForAPathTheCpuLacksThrows) {
                  "pack_qweight: path " + path_name(p) + " is not available on this CPU (available: scalar");
   }
   if (missing == 0) GTEST_SKIP() << "this CPU runs every int8 GEMM path";
+}
+
+// The CPU flags Linux reports (the first "flags" line of /proc/cpuinfo).
+std::vector<std::string> cpu_flags() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    std::vector<std::string> flags;
+    for (std::string w; words >> w;) flags.push_back(w);
+    return flags;
+  }
+  return {};
+}
+
+TEST(QGemm, EveryPathTheCpuPromisesIsAvailable) {
+  // The paths come from CPUID; /proc/cpuinfo is a second opinion. On an
+  // Intel Xeon with AMX (Sapphire Rapids and later) this requires all five
+  // paths, so that the comparisons above ran every kernel.
+  const std::vector<std::string> flags = cpu_flags();
+  if (flags.empty()) GTEST_SKIP() << "no flags line in /proc/cpuinfo";
+  auto has = [&](const char* f) { return std::find(flags.begin(), flags.end(), f) != flags.end(); };
+  const bool avx2 = has("avx2") && has("fma");
+  const bool avx512 = avx2 && has("avx512f") && has("avx512bw") && has("avx512dq") && has("avx512vl");
+  std::vector<QGemmPath> promised{QGemmPath::Scalar};
+  if (avx2) promised.push_back(QGemmPath::Avx2);
+  if (avx2 && has("avx_vnni")) promised.push_back(QGemmPath::AvxVnni);
+  if (avx512 && has("avx512_vnni")) promised.push_back(QGemmPath::Avx512Vnni);
+  if (avx512 && has("avx512_vnni") && has("amx_tile") && has("amx_int8")) {
+    // Linux may refuse the tile state (an old kernel, a seccomp policy);
+    // the library then goes without Amx, and so does this expectation.
+    bool granted = false;
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    granted = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#endif
+    if (granted) promised.push_back(QGemmPath::Amx);
+    else std::printf("note: the CPU has AMX-INT8 but arch_prctl(ARCH_REQ_XCOMP_PERM) was refused: no Amx path\n");
+  }
+  std::string want, got;
+  for (QGemmPath p : promised) want += path_name(p) + " ";
+  for (QGemmPath p : paths()) got += path_name(p) + " ";
+  EXPECT_EQ(got, want) << "qgemm_paths_available() against /proc/cpuinfo's flags";
 }
 
 TEST(QGemm, CapsChooseThePath) {

@@ -1,0 +1,265 @@
+// The int8 GEMM's register tiles (Note [Int8 GEMM packing] in
+// qgemm_kernels.h), written once against an instruction set's traits, and
+// the vectorized output stage. Include only from qgemm_avx2.cpp,
+// qgemm_avxvnni.cpp, qgemm_avx512vnni.cpp and qgemm_amx.cpp: everything here
+// uses intrinsics and is compiled with those files' instruction sets.
+//
+// An Isa (each file defines its own) provides:
+//   V, kLanes (columns per vector), kGroup (k values per lane), kGroupBytes
+//   (bytes of one group across the lanes in a packed panel), AElem (what A
+//   holds: uint8_t, or int16_t for Avx2, which widens A first);
+//   load_i32(p), store_i32(p, v), load_w(p) (64-byte-aligned panel data),
+//   broadcast(p) (kGroup values of A at p, in every lane),
+//   broadcast_tail(p, count) (count < kGroup values, the rest zero),
+//   dot(acc, a, w) (acc + the lane-wise kGroup-term dot products);
+//   kMaxNV (vectors per tile row), rows(nv) (tile rows for nv vectors), and
+//   finish(c, rows, nv, m0, n0, e): the output stage of a tile of
+//   accumulators c (rows x nv*kLanes int32, row-major).
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#include "tensor/cpu/qgemm_kernels.h"
+
+namespace kiln::cpu::qgemm_detail {
+// Unnamed: each including file gets its own copy compiled for its
+// instruction set, so no instantiation is shared between the objects.
+namespace {
+
+// Writes a tile's finished values, held row-major in tmp (rows x cols of T,
+// row stride cols), to out through the output strides. Columns outer and
+// rows inner: with stride_m = 1 (a convolution's NCHW plane) each column's
+// rows are adjacent in out.
+template <class T>
+void scatter_tile(const T* tmp, int rows, int cols, int64_t m0, int64_t n0, const Epilogue& e) {
+  T* out = static_cast<T*>(e.out) + m0 * e.stride_m + n0 * e.stride_n;
+  for (int j = 0; j < cols; ++j)
+    for (int i = 0; i < rows; ++i) out[i * e.stride_m + j * e.stride_n] = tmp[i * cols + j];
+}
+
+#if defined(__AVX512F__)
+// The output stage on 16 lanes: the float operations of store_scalar (and
+// of quant_math::requantize_value), one instruction each.
+inline void finish_zmm(const int32_t* c, int rows, int nv, int64_t m0, int64_t n0, const Epilogue& e) {
+  const int cols = static_cast<int>(std::min<int64_t>(nv * 16, e.n - n0));
+  const bool direct = e.stride_n == 1;
+  alignas(64) int32_t tmp32[16 * 64];  // rows <= 16, nv * 16 <= 64
+  alignas(64) uint8_t tmp8[16 * 64];
+  for (int i = 0; i < rows; ++i) {
+    for (int v = 0; v < nv; ++v) {
+      const int64_t n = n0 + v * 16;
+      const int valid = static_cast<int>(std::min<int64_t>(16, e.n - n));
+      if (valid <= 0) break;
+      const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1);
+      const __m512i acc = _mm512_load_si512(c + (i * nv + v) * 16);
+      const int64_t at = (m0 + i) * e.stride_m + n;
+      const int t = i * cols + v * 16;  // this vector's place in tmp
+      switch (e.kind) {
+        case QGemmOutput::Kind::Int32:
+          if (direct) _mm512_mask_storeu_epi32(static_cast<int32_t*>(e.out) + at, mask, acc);
+          else _mm512_mask_storeu_epi32(tmp32 + t, mask, acc);
+          break;
+        case QGemmOutput::Kind::Float: {
+          __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_loadu_ps(e.scale + n));
+          if (e.float_bias) f = _mm512_add_ps(f, _mm512_loadu_ps(e.float_bias + n));
+          if (direct) _mm512_mask_storeu_ps(static_cast<float*>(e.out) + at, mask, f);
+          else _mm512_mask_storeu_ps(reinterpret_cast<float*>(tmp32) + t, mask, f);
+          break;
+        }
+        case QGemmOutput::Kind::UInt8: {
+          __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_loadu_ps(e.scale + n));
+          f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+          f = _mm512_add_ps(f, _mm512_set1_ps(e.zero_point));
+          f = _mm512_max_ps(f, _mm512_set1_ps(e.lo));  // NaN -> lo, as fmax(NaN, lo)
+          f = _mm512_min_ps(f, _mm512_set1_ps(e.hi));
+          const __m128i q = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(f));  // in [0, 255]: exact
+          if (direct) _mm_mask_storeu_epi8(static_cast<uint8_t*>(e.out) + at, mask, q);
+          else _mm_mask_storeu_epi8(tmp8 + t, mask, q);
+          break;
+        }
+      }
+    }
+  }
+  if (direct) return;
+  switch (e.kind) {
+    case QGemmOutput::Kind::Int32: scatter_tile(tmp32, rows, cols, m0, n0, e); break;
+    case QGemmOutput::Kind::Float: scatter_tile(reinterpret_cast<const float*>(tmp32), rows, cols, m0, n0, e); break;
+    case QGemmOutput::Kind::UInt8: scatter_tile(tmp8, rows, cols, m0, n0, e); break;
+  }
+}
+#endif
+
+#if defined(__AVX2__)
+// The output stage on 8 lanes, as finish_zmm.
+inline void finish_ymm(const int32_t* c, int rows, int nv, int64_t m0, int64_t n0, const Epilogue& e) {
+  const int cols = static_cast<int>(std::min<int64_t>(nv * 8, e.n - n0));
+  alignas(32) int32_t tmp32[16 * 16];  // rows <= 16, nv * 8 <= 16
+  alignas(32) uint8_t tmp8[16 * 16 + 8];
+  for (int i = 0; i < rows; ++i) {
+    for (int v = 0; v < nv; ++v) {
+      const int64_t n = n0 + v * 8;
+      if (n >= e.n) break;
+      const __m256i acc = _mm256_load_si256(reinterpret_cast<const __m256i*>(c + (i * nv + v) * 8));
+      // Whole vectors go to tmp (padded), and from there to out.
+      const int t = i * nv * 8 + v * 8;
+      switch (e.kind) {
+        case QGemmOutput::Kind::Int32: _mm256_store_si256(reinterpret_cast<__m256i*>(tmp32 + t), acc); break;
+        case QGemmOutput::Kind::Float: {
+          __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_loadu_ps(e.scale + n));
+          if (e.float_bias) f = _mm256_add_ps(f, _mm256_loadu_ps(e.float_bias + n));
+          _mm256_store_ps(reinterpret_cast<float*>(tmp32) + t, f);
+          break;
+        }
+        case QGemmOutput::Kind::UInt8: {
+          __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_loadu_ps(e.scale + n));
+          f = _mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+          f = _mm256_add_ps(f, _mm256_set1_ps(e.zero_point));
+          f = _mm256_max_ps(f, _mm256_set1_ps(e.lo));  // NaN -> lo, as fmax(NaN, lo)
+          f = _mm256_min_ps(f, _mm256_set1_ps(e.hi));
+          const __m256i q = _mm256_cvttps_epi32(f);  // in [0, 255]
+          const __m128i w16 = _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+          _mm_storel_epi64(reinterpret_cast<__m128i*>(tmp8 + t), _mm_packus_epi16(w16, w16));
+          break;
+        }
+      }
+    }
+  }
+  const int stride = nv * 8;
+  if (e.stride_n == 1) {
+    const size_t eb = e.kind == QGemmOutput::Kind::UInt8 ? 1 : 4;
+    const auto* src = e.kind == QGemmOutput::Kind::UInt8 ? tmp8 : reinterpret_cast<const uint8_t*>(tmp32);
+    for (int i = 0; i < rows; ++i)
+      std::memcpy(static_cast<uint8_t*>(e.out) + ((m0 + i) * e.stride_m + n0) * eb, src + i * stride * eb,
+                  cols * eb);
+    return;
+  }
+  // scatter_tile wants rows cols apart: tmp rows are stride apart, so
+  // scatter column by column through a view with that stride.
+  switch (e.kind) {
+    case QGemmOutput::Kind::Int32:
+    case QGemmOutput::Kind::Float: {
+      int32_t* out = static_cast<int32_t*>(e.out) + m0 * e.stride_m + n0 * e.stride_n;
+      for (int j = 0; j < cols; ++j)
+        for (int i = 0; i < rows; ++i) out[i * e.stride_m + j * e.stride_n] = tmp32[i * stride + j];
+      break;
+    }
+    case QGemmOutput::Kind::UInt8: {
+      uint8_t* out = static_cast<uint8_t*>(e.out) + m0 * e.stride_m + n0 * e.stride_n;
+      for (int j = 0; j < cols; ++j)
+        for (int i = 0; i < rows; ++i) out[i * e.stride_m + j * e.stride_n] = tmp8[i * stride + j];
+      break;
+    }
+  }
+}
+#endif
+
+// One register tile: MR rows of A against NV panels (NV * kLanes columns),
+// the whole K at once, then the output stage.
+template <class Isa, int MR, int NV>
+void tile(const typename Isa::AElem* a, int64_t lda, int64_t kfull, int ktail, const char* w, int64_t panel_bytes,
+          int64_t m0, int64_t n0, const Epilogue& e) {
+  using V = typename Isa::V;
+  constexpr int L = Isa::kLanes;
+  constexpr int G = Isa::kGroup;
+  // acc[i][j]: row i, panel j; starts at the columns' offsets. The unroll
+  // pragmas keep the array in registers.
+  V acc[MR][NV];
+#pragma GCC unroll 4
+  for (int j = 0; j < NV; ++j) {
+    const V off = Isa::load_i32(e.offset + n0 + j * L);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) acc[i][j] = off;
+  }
+  const char* wp = w;
+  for (int64_t g = 0; g < kfull; ++g, wp += Isa::kGroupBytes) {
+    V wv[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) wv[j] = Isa::load_w(wp + j * panel_bytes);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const V ai = Isa::broadcast(a + i * lda + g * G);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) acc[i][j] = Isa::dot(acc[i][j], ai, wv[j]);
+    }
+  }
+  if (ktail) {
+    V wv[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) wv[j] = Isa::load_w(wp + j * panel_bytes);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const V ai = Isa::broadcast_tail(a + i * lda + kfull * G, ktail);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) acc[i][j] = Isa::dot(acc[i][j], ai, wv[j]);
+    }
+  }
+  alignas(64) int32_t c[MR * NV * L];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) Isa::store_i32(c + (i * NV + j) * L, acc[i][j]);
+  }
+  Isa::finish(c, MR, NV, m0, n0, e);
+}
+
+template <class Isa>
+using TileFn = void (*)(const typename Isa::AElem*, int64_t, int64_t, int, const char*, int64_t, int64_t, int64_t,
+                        const Epilogue&);
+
+template <class Isa, int NV, size_t... R>
+constexpr std::array<TileFn<Isa>, sizeof...(R)> tiles_for_rows(std::index_sequence<R...>) {
+  return {&tile<Isa, static_cast<int>(R) + 1, NV>...};
+}
+
+// The tile of `rows` rows (1 .. Isa::rows(nv)) and nv panels.
+template <class Isa>
+TileFn<Isa> pick_tile(int nv, int rows) {
+  static constexpr auto t1 = tiles_for_rows<Isa, 1>(std::make_index_sequence<Isa::rows(1)>{});
+  if constexpr (Isa::kMaxNV >= 2) {
+    static constexpr auto t2 = tiles_for_rows<Isa, 2>(std::make_index_sequence<Isa::rows(2)>{});
+    if (nv == 2) return t2[rows - 1];
+  }
+  if constexpr (Isa::kMaxNV >= 3) {
+    static constexpr auto t3 = tiles_for_rows<Isa, 3>(std::make_index_sequence<Isa::rows(3)>{});
+    if (nv == 3) return t3[rows - 1];
+  }
+  if constexpr (Isa::kMaxNV >= 4) {
+    static constexpr auto t4 = tiles_for_rows<Isa, 4>(std::make_index_sequence<Isa::rows(4)>{});
+    if (nv == 4) return t4[rows - 1];
+  }
+  return t1[rows - 1];
+}
+
+// Rows [0, m) of A (k values each, rows lda apart) against every panel of w,
+// written as output rows m_base + i. Panel blocks outer, so that the block
+// of W stays in L1 while the rows stream past it.
+template <class Isa>
+void run_tiles(int64_t m, const typename Isa::AElem* a, int64_t lda, int64_t k, const PackedPanels& w,
+               int64_t m_base, const Epilogue& e) {
+  const int64_t kfull = k / Isa::kGroup;
+  const int ktail = static_cast<int>(k % Isa::kGroup);
+  const char* wd = static_cast<const char*>(w.data());
+  const int64_t panels = w.panels();
+  for (int64_t p = 0; p < panels;) {
+    // Spread the panels evenly over blocks of at most kMaxNV (6 panels as 3
+    // + 3 rather than 4 + 2).
+    const int64_t blocks = (panels - p + Isa::kMaxNV - 1) / Isa::kMaxNV;
+    const int nv = static_cast<int>((panels - p + blocks - 1) / blocks);
+    const int mr = Isa::rows(nv);
+    for (int64_t i = 0; i < m; i += mr) {
+      const int rows = static_cast<int>(std::min<int64_t>(mr, m - i));
+      pick_tile<Isa>(nv, rows)(a + i * lda, lda, kfull, ktail, wd + p * w.panel_bytes(), w.panel_bytes(),
+                               m_base + i, p * Isa::kLanes, e);
+    }
+    p += nv;
+  }
+}
+
+}  // namespace
+}  // namespace kiln::cpu::qgemm_detail
