@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cmath>
 #include <charconv>
 #include <cerrno>
 #include <cstdint>
@@ -53,6 +54,8 @@ constexpr char kMetadataKey[] = "__metadata__";
 // Note [safetensors layout]: "kiln.crc32.<tensor name>" -> 8 hex digits.
 constexpr char kChecksumPrefix[] = "kiln.crc32.";
 constexpr size_t kChecksumDigits = 8;
+// Note [safetensors layout]: "kiln.quant.<tensor name>" -> the tensor's QuantParams.
+constexpr char kQuantPrefix[] = "kiln.quant.";
 
 // zlib's CRC-32 of `nbytes` bytes, in pieces that fit its 32-bit lengths.
 uint32_t crc32_of(const void* data, uint64_t nbytes) {
@@ -95,6 +98,24 @@ const char* dtype_code(DType dtype) {
   KILN_FAIL("save_safetensors: dtype ", dtype, " has no safetensors code");
 }
 
+// A tensor's QuantParams as the metadata string of Note [safetensors layout]:
+//   {"scheme":"per_channel","axis":0,"scales":[0.012,...],"zero_points":[0,...]}
+// with every scale printed to 17 significant digits, which reads back as
+// the same double.
+std::string quant_params_text(const QuantParams& p) {
+  bool per_tensor = p.scheme == QuantParams::Scheme::PerTensor;
+  std::string text = std::string("{\"scheme\":\"") + (per_tensor ? "per_tensor" : "per_channel") +
+                     "\",\"axis\":" + std::to_string(p.axis) + ",\"scales\":[";
+  char number[32];
+  for (size_t i = 0; i < p.scales.size(); ++i) {
+    std::snprintf(number, sizeof number, "%.17g", p.scales[i]);
+    text += (i ? "," : "") + std::string(number);
+  }
+  text += "],\"zero_points\":[";
+  for (size_t i = 0; i < p.zero_points.size(); ++i) text += (i ? "," : "") + std::to_string(p.zero_points[i]);
+  return text + "]}";
+}
+
 // A JSON value for an error message, cut short: a corrupt header may hold a
 // million-element shape.
 std::string brief(const Json& value) {
@@ -113,6 +134,9 @@ void save_safetensors(const std::string& path, const TensorDict& tensors,
   for (const auto& [key, value] : metadata) {
     KILN_CHECK(!key.starts_with(kChecksumPrefix), "save_safetensors: '", path, "': metadata key '", key,
                "' uses the prefix \"", kChecksumPrefix, "\", which Kiln reserves for the tensors' checksums");
+    KILN_CHECK(!key.starts_with(kQuantPrefix), "save_safetensors: '", path, "': metadata key '", key,
+               "' uses the prefix \"", kQuantPrefix, "\", which Kiln reserves for the tensors' quantization "
+               "parameters");
   }
   std::vector<const TensorDict::Entry*> entries;
   for (const auto& entry : tensors) {
@@ -139,7 +163,12 @@ void save_safetensors(const std::string& path, const TensorDict& tensors,
   // after the header has been written: it goes out with zeros in their
   // place and is rewritten, at the same length, at the end.
   std::map<std::string, std::string> full_metadata = metadata;
-  for (const auto* entry : entries) full_metadata[kChecksumPrefix + entry->first] = checksum_text(0);
+  for (const auto* entry : entries) {
+    full_metadata[kChecksumPrefix + entry->first] = checksum_text(0);
+    if (const auto& params = entry->second.impl()->quant_params()) {
+      full_metadata[kQuantPrefix + entry->first] = quant_params_text(*params);
+    }
+  }
   auto header_text = [&] {
     Json header = Json::object();
     if (!full_metadata.empty()) header[kMetadataKey] = full_metadata;
@@ -272,6 +301,54 @@ std::map<std::string, uint32_t> take_checksums(std::map<std::string, std::string
     it = metadata.erase(it);
   }
   return checksums;
+}
+
+// The QuantParams a "kiln.quant.<name>" field describes, checked against
+// the tensor's header entry; a bad one throws naming the file and tensor.
+std::shared_ptr<const QuantParams> parse_quant_params(const std::string& text, const TensorRecord& record,
+                                                      const std::string& path) {
+  const std::string where = "load_safetensors: '" + path + "': tensor '" + record.name +
+                            "': its quantization parameters (metadata field '" + kQuantPrefix + record.name + "')";
+  Json value;
+  try {
+    value = Json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    KILN_FAIL(where, " are not valid JSON: ", e.what());
+  }
+  KILN_CHECK(value.is_object() && value.contains("scheme") && value.contains("axis") && value.contains("scales") &&
+                 value.contains("zero_points"),
+             where, " must be an object with \"scheme\", \"axis\", \"scales\" and \"zero_points\", got ", brief(value));
+  auto params = std::make_shared<QuantParams>();
+  const Json& scheme = value["scheme"];
+  KILN_CHECK(scheme == "per_tensor" || scheme == "per_channel", where, ": unknown scheme ", brief(scheme),
+             " (expected \"per_tensor\" or \"per_channel\")");
+  params->scheme = scheme == "per_tensor" ? QuantParams::Scheme::PerTensor : QuantParams::Scheme::PerChannel;
+  KILN_CHECK(value["axis"].is_number_integer(), where, ": axis ", brief(value["axis"]), " is not an integer");
+  params->axis = value["axis"].get<int64_t>();
+  const Json& scales = value["scales"];
+  const Json& zero_points = value["zero_points"];
+  KILN_CHECK(scales.is_array() && zero_points.is_array() && scales.size() == zero_points.size() && !scales.empty(),
+             where, ": expected as many scales as zero points (at least one), got ", brief(scales), " and ",
+             brief(zero_points));
+  for (const Json& s : scales) {
+    KILN_CHECK(s.is_number() && std::isfinite(s.get<double>()) && s.get<double>() > 0, where, ": scale ", brief(s),
+               " is not a positive finite number");
+    params->scales.push_back(s.get<double>());
+  }
+  for (const Json& z : zero_points) {
+    KILN_CHECK(z.is_number_integer(), where, ": zero point ", brief(z), " is not an integer");
+    params->zero_points.push_back(z.get<int64_t>());
+  }
+  const auto rank = static_cast<int64_t>(record.shape.size());
+  if (params->scheme == QuantParams::Scheme::PerTensor) {
+    KILN_CHECK(params->scales.size() == 1, where, ": per_tensor holds one scale, got ", params->scales.size());
+  } else {
+    KILN_CHECK(params->axis >= 0 && params->axis < rank, where, ": axis ", params->axis,
+               " is out of range for shape ", record.shape);
+    KILN_CHECK(static_cast<int64_t>(params->scales.size()) == record.shape[params->axis], where, ": ",
+               params->scales.size(), " scales for axis ", params->axis, " of size ", record.shape[params->axis]);
+  }
+  return params;
 }
 
 std::map<std::string, std::string> parse_metadata(const Json& value, const std::string& path) {
@@ -407,6 +484,19 @@ SafetensorsReader::SafetensorsReader(std::string path)
                  "' is the checksum of a tensor the file does not hold");
     }
   }
+  // The quantization parameters, moved out of the metadata as the checksums are.
+  for (auto it = metadata_.begin(); it != metadata_.end();) {
+    if (!it->first.starts_with(kQuantPrefix)) {
+      ++it;
+      continue;
+    }
+    std::string name = it->first.substr(std::char_traits<char>::length(kQuantPrefix));
+    auto record = std::find_if(records.begin(), records.end(), [&](const TensorRecord& r) { return r.name == name; });
+    KILN_CHECK(record != records.end(), "load_safetensors: '", p, "': metadata field '", it->first,
+               "' holds the quantization parameters of a tensor the file does not hold");
+    quant_params_.emplace(name, parse_quant_params(it->second, *record, p));
+    it = metadata_.erase(it);
+  }
   for (TensorRecord& r : records) {
     index_.emplace(r.name, entries_.size());
     entries_.push_back({std::move(r.name), r.dtype, std::move(r.shape), buffer_start + r.begin, r.end - r.begin});
@@ -429,6 +519,7 @@ Tensor SafetensorsReader::read(std::string_view name) const {
                t.nbytes(), " bytes (at byte ", e->file_offset, " of the file) is ", checksum_text(crc),
                " but metadata field '", kChecksumPrefix, e->name, "' records ", checksum_text(it->second));
   }
+  if (auto it = quant_params_.find(e->name); it != quant_params_.end()) t.impl()->set_quant_params(it->second);
   if (e->dtype == DType::Bool) {
     // Any byte but 0 and 1 in a C++ bool is undefined behaviour.
     const auto* bytes = static_cast<const uint8_t*>(t.data_ptr());

@@ -31,9 +31,17 @@
 // keys are the format's business: the metadata a caller passes may not use
 // the prefix, and the metadata load_safetensors returns does not hold them.
 //
-// dtypes: BOOL U8 I8 I32 I64 F16 BF16 F32 F64 (Kiln's nine). Quantization
-// parameters and autograd state are not part of a tensor's bytes and are not
-// saved; layers that need them save them as tensors of their own.
+// A tensor carrying QuantParams (a quantized tensor, or a float one on a
+// grid) has them in "__metadata__" too, as "kiln.quant.<name>": a JSON
+// object in the string, {"scheme": "per_tensor" | "per_channel", "axis": 0,
+// "scales": [...], "zero_points": [...]}, the scales printed with 17
+// significant digits so that they read back as the same doubles.
+// load_safetensors gives the tensor its params back (a field that does not
+// parse or fit the tensor's shape throws naming the file and the tensor);
+// other readers see a plain integer tensor. The prefix is Kiln's as well.
+//
+// dtypes: BOOL U8 I8 I32 I64 F16 BF16 F32 F64 (Kiln's nine). Autograd
+// state is not part of a tensor and is not saved.
 #pragma once
 
 #include <map>
@@ -51,14 +59,14 @@ namespace kiln {
 // the temporary file is removed, `path` is left as it was, and kiln::Error
 // names the file and the reason (a process killed during the write leaves
 // the temporary file: safetensors_temp_path says where). A tensor may not be
-// named "__metadata__", nor a metadata key start with "kiln.crc32.".
+// named "__metadata__", nor a metadata key start with "kiln.crc32." or "kiln.quant.".
 //   save_safetensors("lenet.safetensors", model_state, {{"epoch", "3"}});
 void save_safetensors(const std::string& path, const TensorDict& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
 // Reads every tensor of the file at `path` into new contiguous CPU tensors,
 // in the order the header lists them; fills *metadata with "__metadata__"
-// when it is given (the checksums taken out). Every size and offset in the file is checked against the
+// when it is given (the checksum and quantization fields taken out). Every size and offset in the file is checked against the
 // rules of Note [safetensors layout] before any tensor is read; a violation
 // throws kiln::Error naming the file and what is wrong with it.
 //   std::map<std::string, std::string> meta;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -46,12 +47,12 @@ class SafetensorsReader {
   const std::vector<Entry>& entries() const { return entries_; }
   // The entry named `name`, or null.
   const Entry* find(std::string_view name) const;
-  // "__metadata__", without the checksum fields.
+  // "__metadata__", without the checksum and quantization fields.
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
   // Reads the tensor `name` into a new contiguous CPU tensor, checking its
   // CRC-32 when the file records one and that a BOOL tensor holds only 0
-  // and 1. Throws naming the file and the tensor if it is absent or corrupt.
+  // and 1; it carries the QuantParams the file records for it. Throws naming the file and the tensor if it is absent or corrupt.
   Tensor read(std::string_view name) const;
 
  private:
@@ -62,6 +63,7 @@ class SafetensorsReader {
   std::unordered_map<std::string, size_t> index_;
   std::map<std::string, std::string> metadata_;
   std::map<std::string, uint32_t> checksums_;  // tensor name -> CRC-32; empty for other writers' files
+  std::map<std::string, std::shared_ptr<const QuantParams>> quant_params_;  // tensor name -> its grid, when it has one
 };
 
 }  // namespace kiln

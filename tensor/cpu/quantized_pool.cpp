@@ -1,11 +1,225 @@
+// CPU quantized max, average and adaptive average pooling
+// (CpuQuantizedKernels), on the integers: the output keeps the input's
+// scale and zero point. Max pooling picks an input value (dequantizing is
+// monotonic, so the largest integer is the largest real value); average
+// pooling sums q - zero_point exactly in int32 and rounds the mean onto the
+// grid with quant_math::average_value.
+//
+// The front-ends (tensor/pool.cpp) pass contiguous per-tensor quantized
+// tensors whose last two dims are (H, W) and whose leading dims are the
+// planes (N*C of them), as the float kernels see them.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <optional>
+
 #include "tensor/cpu/cpu_quantized.h"
+#include "tensor/cpu/parallel.h"
+#include "tensor/quant_math.h"
 
 namespace kiln::cpu {
+namespace {
 
-void CpuQuantizedKernels::max_pool2d(const Tensor&, const Tensor&, const PoolGeometry&) { KILN_FAIL("quantized max_pool2d: not yet written (issue 23 in progress)"); }
+// Output rows per thread below which the loops stay serial.
+constexpr int64_t kRowGrain = 64;
 
-void CpuQuantizedKernels::avg_pool2d(const Tensor&, const Tensor&, const PoolGeometry&, bool, std::optional<int64_t>) { KILN_FAIL("quantized avg_pool2d: not yet written (issue 23 in progress)"); }
+struct Planes {
+  int64_t count, h, w;
+};
 
-void CpuQuantizedKernels::adaptive_avg_pool2d(const Tensor&, const Tensor&) { KILN_FAIL("quantized adaptive_avg_pool2d: not yet written (issue 23 in progress)"); }
+// Checks what the front-ends guarantee, and reads the plane geometry.
+Planes check_pool_pair(const Tensor& out, const Tensor& x, const PoolGeometry* g, std::string_view op) {
+  KILN_CHECK(x.is_quantized() && out.is_quantized(), op, ": expected quantized input and output, got ", x.dtype(),
+             " and ", out.dtype());
+  KILN_CHECK(x.dtype() == out.dtype(), op, ": input ", x.dtype(), " but output ", out.dtype());
+  const auto& params = *x.impl()->quant_params();
+  KILN_CHECK(params.scheme == QuantParams::Scheme::PerTensor, op, ": per-tensor quantized inputs only");
+  KILN_CHECK(x.is_contiguous() && out.is_contiguous(), op, ": the CPU kernel expects contiguous tensors");
+  KILN_CHECK(x.dim() >= 2 && out.dim() == x.dim(), op, ": expected (..., H, W) tensors, got ", x.shape(), " and ",
+             out.shape());
+  Planes p{x.numel() / std::max<int64_t>(1, x.size(-2) * x.size(-1)), x.size(-2), x.size(-1)};
+  KILN_CHECK(out.numel() == p.count * out.size(-2) * out.size(-1), op, ": input ", x.shape(), " and output ",
+             out.shape(), " have different leading dims");
+  if (g != nullptr) {
+    KILN_CHECK(g->height == p.h && g->width == p.w && g->out_h == out.size(-2) && g->out_w == out.size(-1), op,
+               ": the geometry (", g->height, "x", g->width, " -> ", g->out_h, "x", g->out_w,
+               ") does not match the tensors ", x.shape(), " -> ", out.shape());
+  }
+  return p;
+}
+
+// Calls fn.template operator()<T>() for the 8-bit dtypes (and qint32 when allowed).
+template <class Fn>
+void visit_pool_dtype(DType dtype, bool allow_int32, std::string_view op, const Fn& fn) {
+  switch (dtype) {
+    case DType::UInt8: return fn.template operator()<uint8_t>();
+    case DType::Int8: return fn.template operator()<int8_t>();
+    case DType::Int32:
+      if (allow_int32) return fn.template operator()<int32_t>();
+      [[fallthrough]];
+    default:
+      KILN_FAIL(op, ": ", dtype, " inputs are not supported (quint8 or qint8", allow_int32 ? ", qint32" : "",
+                ": the sum of a window of qint32 values does not fit the int32 accumulator)");
+  }
+}
+
+// The taps of one window along one dim that fall inside the input:
+// indices first, first + step, ..., last (empty when first > last).
+struct TapRange {
+  int64_t first, count;
+};
+
+TapRange taps_inside(int64_t o, int64_t stride, int64_t pad, int64_t kernel, int64_t dilation, int64_t size) {
+  int64_t start = o * stride - pad;
+  int64_t k0 = start >= 0 ? 0 : (-start + dilation - 1) / dilation;  // the first k with start + k*dilation >= 0
+  int64_t room = size - 1 - start;                                   // the last needs k*dilation <= room
+  if (room < 0) return {0, 0};
+  int64_t k1 = std::min(kernel - 1, room / dilation);
+  return {start + k0 * dilation, std::max<int64_t>(0, k1 - k0 + 1)};
+}
+
+template <class T>
+void max_pool_typed(T* out, const T* x, const Planes& p, const PoolGeometry& g) {
+  // A window with no tap inside the input (possible only with dilation)
+  // gives the dtype's lowest value, as -inf for floats.
+  const T lowest = std::numeric_limits<T>::lowest();
+  const bool plain_2x2 = g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 &&
+                         g.pad_w == 0 && g.dilation_h == 1 && g.dilation_w == 1;
+  parallel_for(0, p.count * g.out_h, kRowGrain, [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      int64_t plane = r / g.out_h, oy = r % g.out_h;
+      const T* src = x + plane * p.h * p.w;
+      T* dst = out + r * g.out_w;
+      if (plain_2x2) {
+        // The common 2x2 / stride 2 window with no edge: two rows, pairwise.
+        const T* row0 = src + (2 * oy) * p.w;
+        const T* row1 = row0 + p.w;
+        for (int64_t ox = 0; ox < g.out_w; ++ox) {
+          T a = std::max(row0[2 * ox], row0[2 * ox + 1]);
+          T b = std::max(row1[2 * ox], row1[2 * ox + 1]);
+          dst[ox] = std::max(a, b);
+        }
+        continue;
+      }
+      TapRange ry = taps_inside(oy, g.stride_h, g.pad_h, g.kernel_h, g.dilation_h, p.h);
+      for (int64_t ox = 0; ox < g.out_w; ++ox) {
+        TapRange rx = taps_inside(ox, g.stride_w, g.pad_w, g.kernel_w, g.dilation_w, p.w);
+        T best = lowest;
+        for (int64_t ky = 0; ky < ry.count; ++ky) {
+          const T* row = src + (ry.first + ky * g.dilation_h) * p.w + rx.first;
+          for (int64_t kx = 0; kx < rx.count; ++kx) best = std::max(best, row[kx * g.dilation_w]);
+        }
+        dst[ox] = best;
+      }
+    }
+  });
+}
+
+// The divisor of the window starting at `start` along one dim, before a
+// divisor_override: its taps clipped to the padded input (count_include_pad)
+// or to the input, as torch's avg_pool2d and the float kernel.
+int64_t window_count(int64_t start, int64_t kernel, int64_t pad, int64_t size, bool count_include_pad) {
+  int64_t end = std::min(start + kernel, size + pad);
+  int64_t inside = std::min(end, size) - std::max(start, int64_t{0});
+  return inside <= 0 ? 0 : count_include_pad ? end - start : inside;
+}
+
+template <class T>
+void avg_pool_typed(T* out, const T* x, const Planes& p, const PoolGeometry& g, bool count_include_pad,
+                    std::optional<int64_t> divisor_override, int32_t zero_point, quant_math::QRange range) {
+  const float zp = static_cast<float>(zero_point), lo = static_cast<float>(range.lo),
+              hi = static_cast<float>(range.hi);
+  parallel_for(0, p.count * g.out_h, kRowGrain, [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      int64_t plane = r / g.out_h, oy = r % g.out_h;
+      const T* src = x + plane * p.h * p.w;
+      T* dst = out + r * g.out_w;
+      int64_t y0 = oy * g.stride_h - g.pad_h;
+      int64_t rows = window_count(y0, g.kernel_h, g.pad_h, p.h, count_include_pad);
+      int64_t ys = std::max<int64_t>(y0, 0), ye = std::min(y0 + g.kernel_h, p.h);
+      for (int64_t ox = 0; ox < g.out_w; ++ox) {
+        int64_t x0 = ox * g.stride_w - g.pad_w;
+        int64_t cols = window_count(x0, g.kernel_w, g.pad_w, p.w, count_include_pad);
+        int64_t xs = std::max<int64_t>(x0, 0), xe = std::min(x0 + g.kernel_w, p.w);
+        if (rows == 0 || cols == 0) {
+          dst[ox] = static_cast<T>(zero_point);  // no element inside the input: real 0
+          continue;
+        }
+        int32_t sum = 0;  // of q - zero_point: exact, a window holds far fewer than 2^23 taps
+        for (int64_t iy = ys; iy < ye; ++iy) {
+          const T* row = src + iy * p.w;
+          for (int64_t ix = xs; ix < xe; ++ix) sum += static_cast<int32_t>(row[ix]) - zero_point;
+        }
+        auto divisor = static_cast<int32_t>(divisor_override ? *divisor_override : rows * cols);
+        dst[ox] = static_cast<T>(quant_math::average_value(sum, divisor, zp, lo, hi));
+      }
+    }
+  });
+}
+
+// Window [start, end) of output o of `out` over `size` inputs, as torch:
+// start = floor(o*size/out), end = ceil((o+1)*size/out).
+struct Window {
+  int64_t start, end;
+};
+Window adaptive_window(int64_t o, int64_t out, int64_t size) {
+  return {o * size / out, ((o + 1) * size + out - 1) / out};
+}
+
+template <class T>
+void adaptive_avg_pool_typed(T* out, const T* x, const Planes& p, int64_t oh, int64_t ow, int32_t zero_point,
+                             quant_math::QRange range) {
+  const float zp = static_cast<float>(zero_point), lo = static_cast<float>(range.lo),
+              hi = static_cast<float>(range.hi);
+  parallel_for(0, p.count * oh, kRowGrain, [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      int64_t plane = r / oh, oy = r % oh;
+      const T* src = x + plane * p.h * p.w;
+      Window wy = adaptive_window(oy, oh, p.h);
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        Window wx = adaptive_window(ox, ow, p.w);
+        int32_t sum = 0;
+        for (int64_t iy = wy.start; iy < wy.end; ++iy) {
+          const T* row = src + iy * p.w;
+          for (int64_t ix = wx.start; ix < wx.end; ++ix) sum += static_cast<int32_t>(row[ix]) - zero_point;
+        }
+        auto divisor = static_cast<int32_t>((wy.end - wy.start) * (wx.end - wx.start));
+        out[r * ow + ox] = static_cast<T>(quant_math::average_value(sum, divisor, zp, lo, hi));
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void CpuQuantizedKernels::max_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g) {
+  constexpr std::string_view op = "quantized max_pool2d";
+  Planes p = check_pool_pair(out, x, &g, op);
+  visit_pool_dtype(x.dtype(), /*allow_int32=*/true, op, [&]<class T>() {
+    max_pool_typed(static_cast<T*>(out.data_ptr()), static_cast<const T*>(x.data_ptr()), p, g);
+  });
+}
+
+void CpuQuantizedKernels::avg_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool count_include_pad,
+                                     std::optional<int64_t> divisor_override) {
+  constexpr std::string_view op = "quantized avg_pool2d";
+  Planes p = check_pool_pair(out, x, &g, op);
+  KILN_CHECK(!divisor_override || *divisor_override != 0, op, ": divisor_override must be non-zero");
+  const auto zp = static_cast<int32_t>(x.impl()->quant_params()->zero_points[0]);
+  visit_pool_dtype(x.dtype(), /*allow_int32=*/false, op, [&]<class T>() {
+    avg_pool_typed(static_cast<T*>(out.data_ptr()), static_cast<const T*>(x.data_ptr()), p, g, count_include_pad,
+                   divisor_override, zp, quant_math::qrange(x.dtype()));
+  });
+}
+
+void CpuQuantizedKernels::adaptive_avg_pool2d(const Tensor& out, const Tensor& x) {
+  constexpr std::string_view op = "quantized adaptive_avg_pool2d";
+  Planes p = check_pool_pair(out, x, nullptr, op);
+  const auto zp = static_cast<int32_t>(x.impl()->quant_params()->zero_points[0]);
+  visit_pool_dtype(x.dtype(), /*allow_int32=*/false, op, [&]<class T>() {
+    adaptive_avg_pool_typed(static_cast<T*>(out.data_ptr()), static_cast<const T*>(x.data_ptr()), p, out.size(-2),
+                            out.size(-1), zp, quant_math::qrange(x.dtype()));
+  });
+}
 
 }  // namespace kiln::cpu
