@@ -4,6 +4,7 @@
 #include "autograd/grad_mode.h"
 #include "nn/repr.h"
 #include "quant/fake_quantize.h"
+#include "quant/state_tensors.h"
 #include "tensor/factory.h"
 #include "tensor/tensor_dict.h"
 
@@ -11,14 +12,7 @@ namespace kiln::quant {
 
 namespace {
 
-bool flag(const Tensor& t) { return *t.data<uint8_t>() != 0; }
-
-// Points `t` (keeping its handle, so optimizers holding a learnable scale
-// keep it) at a fresh tensor of `shape`, when its shape differs.
-void resize(Tensor& t, const Shape& shape) {
-  if (t.shape() == shape) return;
-  t.impl()->set_storage(zeros(shape, t.dtype()), shape);
-}
+bool flag(const Tensor& t) { return t.item<int64_t>() != 0; }
 
 }  // namespace
 
@@ -46,14 +40,14 @@ FakeQuantize::FakeQuantize(std::shared_ptr<Observer> observer, FakeQuantizeOptio
       KILN_CHECK(incoming.dim() == 1 && incoming.numel() >= 1, "FakeQuantize: state dict entry ", full_key,
                  " has shape ", incoming.shape(), "; expected (1) or (channels)");
       NoGradGuard no_grad;
-      resize(*tensor, incoming.shape());
+      detail::resize_keeping_handle(*tensor, incoming.shape());
     }
   });
 }
 
-void FakeQuantize::enable_observer(bool enabled) { *observer_enabled_.data<uint8_t>() = enabled ? 1 : 0; }
+void FakeQuantize::enable_observer(bool enabled) { detail::fill(observer_enabled_, enabled ? 1 : 0); }
 bool FakeQuantize::is_observer_enabled() const { return flag(observer_enabled_); }
-void FakeQuantize::enable_fake_quant(bool enabled) { *fake_quant_enabled_.data<uint8_t>() = enabled ? 1 : 0; }
+void FakeQuantize::enable_fake_quant(bool enabled) { detail::fill(fake_quant_enabled_, enabled ? 1 : 0); }
 bool FakeQuantize::is_fake_quant_enabled() const { return flag(fake_quant_enabled_); }
 
 QParams FakeQuantize::calculate_qparams() const { return activation_post_process->calculate_qparams(); }
@@ -71,18 +65,12 @@ int64_t FakeQuantize::channel_axis(const Tensor& x) const {
 void FakeQuantize::set_qparams(const QParams& qp) {
   NoGradGuard no_grad;
   const auto n = static_cast<int64_t>(qp.scales.size());
-  resize(scale, {n});
-  resize(zero_point, {n});
-  for (int64_t c = 0; c < n; ++c) {
-    scale.data<float>()[c] = static_cast<float>(qp.scales[c]);
-    if (options.learnable) {
-      zero_point.data<float>()[c] = static_cast<float>(qp.zero_points[c]);
-    } else {
-      zero_point.data<int32_t>()[c] = static_cast<int32_t>(qp.zero_points[c]);
-    }
-  }
-  scale.impl()->bump_version();
-  zero_point.impl()->bump_version();
+  detail::resize_keeping_handle(scale, {n});
+  detail::resize_keeping_handle(zero_point, {n});
+  std::vector<float> scales(qp.scales.begin(), qp.scales.end());
+  std::vector<float> zero_points(qp.zero_points.begin(), qp.zero_points.end());  // small integers: exact
+  detail::store_floats(scale, scales);
+  detail::store_floats(zero_point, zero_points);
 }
 
 QParams FakeQuantize::qparams() const {
@@ -97,11 +85,10 @@ QParams FakeQuantize::qparams() const {
     qp.axis = per_channel != nullptr ? per_channel->axis() : 0;
   }
   const auto lo = static_cast<float>(qp.quant_min), hi = static_cast<float>(qp.quant_max);
-  for (int64_t c = 0; c < scale.numel(); ++c) {
-    qp.scales.push_back(scale.data<float>()[c]);
-    qp.zero_points.push_back(options.learnable
-                                 ? static_cast<int64_t>(std::fmin(std::fmax(std::nearbyint(zero_point.data<float>()[c]), lo), hi))
-                                 : zero_point.data<int32_t>()[c]);
+  for (float s : detail::host_floats(scale)) qp.scales.push_back(s);
+  // A learnable zero point is rounded as the forward rounds it; a buffer's is an integer.
+  for (float z : detail::host_floats(zero_point)) {
+    qp.zero_points.push_back(static_cast<int64_t>(std::fmin(std::fmax(std::nearbyint(z), lo), hi)));
   }
   return qp;
 }
@@ -116,15 +103,17 @@ Tensor FakeQuantize::forward(const Tensor& x) {
     // LSQ may step the scale to or below zero; keep it a valid scale (torch
     // clamps it to eps the same way).
     NoGradGuard no_grad;
-    const float eps = *obs.eps.data<float>();
-    for (int64_t c = 0; c < scale.numel(); ++c) scale.data<float>()[c] = std::fmax(scale.data<float>()[c], eps);
+    const float eps = detail::scalar_of(obs.eps);
+    std::vector<float> scales = detail::host_floats(scale);
+    for (float& s : scales) s = std::fmax(s, eps);
+    detail::store_floats(scale, scales);
   }
   if (!is_fake_quant_enabled()) return x;
 
   if (options.learnable) {
     if (is_symmetric(obs.qscheme())) {
       NoGradGuard no_grad;
-      for (int64_t c = 0; c < zero_point.numel(); ++c) zero_point.data<float>()[c] = 0.0f;
+      detail::fill(zero_point, 0.0);
     }
     const double grad_factor =
         options.use_grad_scaling ? 1.0 / std::sqrt(static_cast<double>(x.numel()) * static_cast<double>(obs.quant_max()))

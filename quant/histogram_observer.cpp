@@ -4,6 +4,7 @@
 
 #include "nn/repr.h"
 #include "quant/observer.h"
+#include "quant/state_tensors.h"
 #include "tensor/factory.h"
 
 namespace kiln::quant {
@@ -15,8 +16,8 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // compares candidate ranges, it does not model reduce_range.
 constexpr int64_t kDestinationBins = 256;
 
-float value_of(const Tensor& t) { return *t.data<float>(); }
-void set_value(const Tensor& t, float v) { *t.data<float>() = v; }
+float value_of(const Tensor& t) { return detail::scalar_of(t); }
+void set_value(Tensor& t, float v) { detail::fill(t, v); }
 
 // counts[b] += the number of x in bin b of `bins` equal bins over [lo, hi]
 // (hi itself in the last bin), in float32 as torch.histc. lo == hi widens
@@ -59,7 +60,7 @@ bool HistogramObserver::has_statistics() const {
 void HistogramObserver::reset_min_max_vals() {
   set_value(min_val, kInf);
   set_value(max_val, -kInf);
-  std::fill_n(histogram.data<float>(), bins, 0.0f);
+  detail::fill(histogram, 0.0);
 }
 
 void HistogramObserver::observe(const Tensor& x) {
@@ -74,11 +75,12 @@ void HistogramObserver::observe(const Tensor& x) {
     lo = std::min(lo, p[i]);
     hi = std::max(hi, p[i]);
   }
-  float* counts = histogram.data<float>();
+  std::vector<float> counts = detail::host_floats(histogram);
   const float old_min = value_of(min_val), old_max = value_of(max_val);
   if (!has_statistics() || old_min == old_max) {
-    std::fill_n(counts, bins, 0.0f);
-    add_histogram(p, n, lo, hi, counts, bins);
+    std::fill(counts.begin(), counts.end(), 0.0f);
+    add_histogram(p, n, lo, hi, counts.data(), bins);
+    detail::store_floats(histogram, counts);
     set_value(min_val, lo);
     set_value(max_val, hi);
     return;
@@ -115,16 +117,19 @@ void HistogramObserver::observe(const Tensor& x) {
     }
     for (int64_t j = 0; j < bins; ++j) merged[j] += static_cast<float>(moved[j] / static_cast<double>(upsample_rate));
   }
-  std::copy(merged.begin(), merged.end(), counts);
+  detail::store_floats(histogram, merged);
   set_value(min_val, new_min);
   set_value(max_val, new_max);
 }
 
-double HistogramObserver::quantization_error(int64_t start_bin, int64_t end_bin) const {
-  const double bin_width = (static_cast<double>(value_of(max_val)) - value_of(min_val)) / static_cast<double>(bins);
+// The L2 error of quantizing `counts` (bins over [min_val, max_val]) to
+// 256 levels spread over bins [start_bin, end_bin].
+static double quantization_error(const std::vector<float>& counts, float min_val, float max_val, int64_t start_bin,
+                          int64_t end_bin) {
+  const auto bins = static_cast<int64_t>(counts.size());
+  const double bin_width = (static_cast<double>(max_val) - min_val) / static_cast<double>(bins);
   const double dst_width = bin_width * static_cast<double>(end_bin - start_bin + 1) / kDestinationBins;
   if (dst_width == 0.0) return 0.0;
-  const float* counts = histogram.data<float>();
   const double last_dst = static_cast<double>(kDestinationBins - 1);
   const double half = dst_width / 2;
   double error = 0.0;
@@ -150,7 +155,7 @@ std::pair<float, float> HistogramObserver::search_range() const {
   KILN_CHECK(has_statistics(), "HistogramObserver: search_range needs statistics; observe a tensor first");
   const float min_f = value_of(min_val), max_f = value_of(max_val);
   if (min_f == max_f) return {min_f, max_f};
-  const float* counts = histogram.data<float>();
+  const std::vector<float> counts = detail::host_floats(histogram);
   // Cumulative counts accumulated in double and stored as float32, the
   // quantile bounds compared in float32: as torch's cumsum and comparisons.
   std::vector<float> cumulative(bins);
@@ -180,7 +185,7 @@ std::pair<float, float> HistogramObserver::search_range() const {
       beta = next_beta;
     }
     if (next_start == start_bin && next_end == end_bin) continue;
-    const double error = quantization_error(next_start, next_end);
+    const double error = quantization_error(counts, min_f, max_f, next_start, next_end);
     if (error > best) break;
     best = error;
     start_bin = next_start;

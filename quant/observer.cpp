@@ -6,6 +6,7 @@
 
 #include "nn/repr.h"
 #include "tensor/factory.h"
+#include "quant/state_tensors.h"
 #include "tensor/quant_math.h"
 #include "tensor/tensor_dict.h"
 
@@ -39,9 +40,11 @@ quant_math::QRange checked_range(std::string_view name, const ObserverOptions& o
   return {floor_half(lo), floor_half(hi)};
 }
 
-// The float32 value held by a 0-dim or 1-element float32 buffer.
-float value_of(const Tensor& t) { return *t.data<float>(); }
-void set_value(const Tensor& t, float v) { *t.data<float>() = v; }
+using detail::host_floats;
+using detail::store_floats;
+
+float value_of(const Tensor& t) { return detail::scalar_of(t); }
+void set_value(Tensor& t, float v) { detail::fill(t, v); }
 
 // min and max of n contiguous floats (the caller has checked them finite).
 std::pair<float, float> min_max(const float* x, int64_t n) {
@@ -53,12 +56,6 @@ std::pair<float, float> min_max(const float* x, int64_t n) {
   return {lo, hi};
 }
 
-// Points `buffer` (keeping its handle) at a fresh float32 tensor of `shape`.
-void resize_buffer(Tensor& buffer, const Shape& shape) {
-  if (buffer.shape() == shape) return;
-  Tensor fresh = zeros(shape, DType::Float32);
-  buffer.impl()->set_storage(fresh, shape);
-}
 
 }  // namespace
 
@@ -260,7 +257,7 @@ PerChannelMinMaxObserver::PerChannelMinMaxObserver(int64_t ch_axis, ObserverOpti
       const Tensor& incoming = state.at(full_key);
       KILN_CHECK(incoming.dim() == 1, "PerChannelMinMaxObserver: state dict entry ", full_key, " has shape ",
                  incoming.shape(), "; expected (channels,)");
-      resize_buffer(*buffer, incoming.shape());
+      detail::resize_keeping_handle(*buffer, incoming.shape());
     }
   });
 }
@@ -292,31 +289,29 @@ void PerChannelMinMaxObserver::observe(const Tensor& x) {
     }
   }
   if (min_val.numel() == 0) {
-    resize_buffer(min_val, {channels});
-    resize_buffer(max_val, {channels});
-    std::copy(lo.begin(), lo.end(), min_val.data<float>());
-    std::copy(hi.begin(), hi.end(), max_val.data<float>());
-    return;
+    detail::resize_keeping_handle(min_val, {channels});
+    detail::resize_keeping_handle(max_val, {channels});
+  } else {
+    std::vector<float> old_lo = host_floats(min_val), old_hi = host_floats(max_val);
+    for (int64_t c = 0; c < channels; ++c) {
+      lo[c] = std::min(lo[c], old_lo[c]);
+      hi[c] = std::max(hi[c], old_hi[c]);
+    }
   }
-  for (int64_t c = 0; c < channels; ++c) {
-    min_val.data<float>()[c] = std::min(lo[c], min_val.data<float>()[c]);
-    max_val.data<float>()[c] = std::max(hi[c], max_val.data<float>()[c]);
-  }
+  store_floats(min_val, lo);
+  store_floats(max_val, hi);
 }
 
 bool PerChannelMinMaxObserver::has_statistics() const { return min_val.numel() > 0; }
 
 QParams PerChannelMinMaxObserver::calculate_qparams() const {
   if (!has_statistics()) return default_qparams();
-  const int64_t n = min_val.numel();
-  std::vector<float> lo(min_val.data<float>(), min_val.data<float>() + n);
-  std::vector<float> hi(max_val.data<float>(), max_val.data<float>() + n);
-  return qparams_for(lo, hi, axis_);
+  return qparams_for(host_floats(min_val), host_floats(max_val), axis_);
 }
 
 void PerChannelMinMaxObserver::reset_min_max_vals() {
-  min_val.impl()->set_storage(empty({0}, DType::Float32), {0});
-  max_val.impl()->set_storage(empty({0}, DType::Float32), {0});
+  detail::resize_keeping_handle(min_val, {0});
+  detail::resize_keeping_handle(max_val, {0});
 }
 
 std::string PerChannelMinMaxObserver::extra_repr() const {

@@ -254,10 +254,6 @@ class HistogramObserver : public Observer {
   Tensor histogram;
   Tensor min_val;
   Tensor max_val;
-
- private:
-  // The L2 error of quantizing the histogram over bins [start, end].
-  double quantization_error(int64_t start_bin, int64_t end_bin) const;
 };
 
 }  // namespace kiln::quant

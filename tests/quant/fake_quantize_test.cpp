@@ -334,6 +334,32 @@ TEST(FakeQuantizeModule, EnableDisable) {
   EXPECT_NE(os.str().find("(activation_post_process): MinMaxObserver("), std::string::npos) << os.str();
 }
 
+TEST(FakeQuantizeModule, WorksAfterModuleTo) {
+  // Module::to converts the floating state (min/max, histogram, scale) to
+  // float64; observers and the module read and write it whatever its dtype.
+  for (bool histogram : {false, true}) {
+    std::shared_ptr<Observer> obs = histogram ? std::shared_ptr<Observer>(std::make_shared<HistogramObserver>())
+                                              : std::make_shared<MinMaxObserver>();
+    auto fq = std::make_shared<FakeQuantize>(obs);
+    Tensor x = tensor_of(quanttest::pattern(500, -2.0f, 3.0f));
+    Tensor y32 = (*fq)(x);
+    const QParams before = fq->qparams();
+    auto fq64 = std::make_shared<FakeQuantize>(histogram ? std::shared_ptr<Observer>(std::make_shared<HistogramObserver>())
+                                                         : std::make_shared<MinMaxObserver>());
+    fq64->to(DType::Float64);
+    EXPECT_EQ(fq64->scale.dtype(), DType::Float64);
+    Tensor y64 = (*fq64)(x);
+    EXPECT_EQ(fq64->qparams().scales, before.scales) << "histogram " << histogram;
+    EXPECT_EQ(fq64->qparams().zero_points, before.zero_points);
+    EXPECT_EQ(values_f32(y64), values_f32(y32));
+  }
+  auto pc = std::make_shared<PerChannelMinMaxObserver>(0);
+  pc->to(DType::Float64);
+  (*pc)(tensor_of({1.0f, -2.0f}, {2, 1}));
+  EXPECT_EQ(pc->min_val.dtype(), DType::Float64);
+  EXPECT_EQ(pc->calculate_qparams().scales.size(), 2u);
+}
+
 TEST(FakeQuantizeModule, PerChannelAndStateDictRoundTrip) {
   auto make = [] {
     ObserverOptions o = PerChannelMinMaxObserver::per_channel_defaults();
