@@ -10,6 +10,7 @@
 #include "apps/common/data_parallel_run.h"
 #include "apps/common/run_setup.h"
 #include "apps/common/sharded_training.h"
+#include "apps/lenet/models.h"
 #include "tensor/error.h"
 
 namespace kiln::apps::lenet {
@@ -69,6 +70,7 @@ CLI::Option* add_timeout(CLI::App& app, const std::string& flag, double& target,
 }  // namespace
 
 void validate(const TrainerOptions& o) {
+  check_model_name(o.model);
   KILN_CHECK(o.epochs > 0, "--epochs must be at least 1, got ", o.epochs);
   KILN_CHECK(o.epochs <= kMaxEpochs, "--epochs must be at most ", kMaxEpochs, ", got ", o.epochs);
   KILN_CHECK(o.batch_size > 0, "--batch-size must be at least 1, got ", o.batch_size);
@@ -110,13 +112,15 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   std::string schedule = to_string(o.schedule);
 
   CLI::App app{
-      "Trains LeNet-5 on CIFAR-10 (or on an image folder of 32x32 RGB images) and reports the test accuracy per "
-      "class. The defaults are the recommended recipe."};
+      "Trains LeNet-5 (or ResNet-20) on CIFAR-10 (or on an image folder of 32x32 RGB images) and reports the test "
+      "accuracy per class. The defaults are LeNet's recommended recipe."};
   app.get_formatter()->column_width(34);
   app.add_option("--data", o.data,
                  "a folder holding cifar-10-batches-bin/ (or cifar-10-binary.tar.gz), that folder itself, the "
                  "cifar-10-binary.tar.gz archive, or an image folder ROOT with ROOT/train/<class>/* and "
                  "ROOT/test/<class>/*, on disk or as a .tar.gz (ROOT at its top or one folder down)")
+      ->capture_default_str();
+  app.add_option("--model", o.model, "the network: lenet, or resnet20 (CIFAR ResNet-20, nn/models/resnet.h)")
       ->capture_default_str();
   add_integer(app, "--epochs", o.epochs, "passes over the training set");
   add_integer(app, "--batch-size", o.batch_size, "images per step");

@@ -29,6 +29,9 @@ ScheduleKind parse_schedule(const std::string& name);
 // epochs, 65% first after 21 (docs/BENCHMARKS.md); a peak lr of 0.05
 // plateaued near 52% at its peak and was dropped.
 struct TrainerOptions {
+  // The network (apps/lenet/models.h): "lenet" or "resnet20". The recipe
+  // below is LeNet's; ResNet-20's is in docs/TRAINING.md.
+  std::string model = "lenet";
   // A CIFAR-10 binary release (folder or .tar.gz) or an image folder with
   // train/ and test/ (data_source.h).
   std::string data = "data";
@@ -89,7 +92,8 @@ struct TrainerOptions {
   std::string plot;  // SVG of the losses and accuracy, rewritten every epoch
 };
 
-// Throws kiln::Error naming the flag for a value out of range: epochs,
+// Throws kiln::Error naming the flag for a value out of range: an unknown
+// model, epochs,
 // batch size < 1, a negative, infinite or NaN lr, momentum, weight decay or
 // timeout, negative threads or workers, an unknown device or FSDP strategy,
 // --eval-only without --resume or --weights, and flags that exclude each

@@ -42,7 +42,8 @@ constexpr int64_t kMinTestBatch = 256;
 // batch size and the processes are checked apart: another world size may
 // resume a run (Note [Resuming on another world size]).
 std::string recipe(const TrainerOptions& o) {
-  return "epochs " + std::to_string(o.epochs) + ", " + to_string(o.optimizer) + " lr " + exact_text(o.lr) + " momentum " + exact_text(o.momentum) + " weight decay " +
+  // LeNet's recipes read as they did before --model, so that its checkpoints resume.
+  return (o.model == "lenet" ? "" : o.model + ", ") + "epochs " + std::to_string(o.epochs) + ", " + to_string(o.optimizer) + " lr " + exact_text(o.lr) + " momentum " + exact_text(o.momentum) + " weight decay " +
          exact_text(o.weight_decay) + ", schedule " + to_string(o.schedule) + ", augment " + (o.augment ? "on" : "off") +
          ", seed " + std::to_string(o.seed) + (o.amp ? ", amp" : "") +
          (o.accum_steps > 1 ? ", accum steps " + std::to_string(o.accum_steps) : "") + (o.dp ? ", dp" : "");
@@ -159,7 +160,7 @@ CarriedEpoch check_world(const SavedWorld& saved, const Position& p, const Train
 
 // The model's weights from a kiln-lenet checkpoint ("model." entries) or a
 // plain state dict, for --eval-only.
-void load_weights(nn::Module& model, const std::string& path) {
+void load_weights(nn::Module& model, const std::string& title, const std::string& path) {
   TensorDict file = load_safetensors(path);
   TensorDict weights;
   bool checkpoint = false;
@@ -171,7 +172,7 @@ void load_weights(nn::Module& model, const std::string& path) {
   try {
     model.load_state_dict(weights);
   } catch (const Error& e) {
-    KILN_CHECK(false, "'", path, "' does not hold LeNet weights: ", e.message());
+    KILN_CHECK(false, "'", path, "' does not hold ", title, " weights: ", e.message());
   }
 }
 
@@ -304,7 +305,7 @@ struct Run {
   double elapsed_before = 0;  // the wall time of the run a resume continues
 
   // Between steps under FSDP its parameters are this rank's shards.
-  nn::LeNet& model() { return *result.model; }
+  nn::Module& model() { return *result.model; }
   // Under FSDP through the wrapper, as often on every rank (Note [Trainers under FSDP]).
   Evaluation evaluate_test_set() {
     const int64_t classes = static_cast<int64_t>(data.class_names.size());
@@ -355,14 +356,14 @@ Run::Run(const TrainerOptions& options, const TrainerHooks& hooks)
   amp_dtype = autocast_dtype(device);
 }
 
-// The LeNet, on its device before the data is read (a device that cannot
+// The --model network, on its device before the data is read (a device that cannot
 // run fails fast), and the wrapper the steps call (--dp, --ddp; DDP takes
 // rank 0's weights, the same here since every rank seeds alike). FSDP
 // wraps it later, once the optimizer holds its state (wrap_in_fsdp).
 void set_up_model(Run& run) {
   const TrainerOptions& o = run.o;
   manual_seed(o.seed);
-  run.result.model = std::make_shared<nn::LeNet>();
+  run.result.model = make_model(o.model);
   run.model().to(run.device);
   run.trained = &run.model();
   for (const Tensor& p : run.model().parameters()) run.parameters += p.numel();
@@ -377,7 +378,7 @@ void set_up_model(Run& run) {
       devices.push_back(run.device.is_cuda() ? cuda_device(static_cast<int>(i)) : kCPU);
     }
     run.data_parallel = std::make_shared<distributed::DataParallel>(
-        run.result.model, [] { return std::make_shared<nn::LeNet>(); }, devices);
+        run.result.model, [name = o.model] { return make_model(name); }, devices);
     run.trained = run.data_parallel.get();
   }
   if (run.dp.group && o.ddp) {
@@ -406,7 +407,7 @@ void open_data(Run& run) {
 TrainingResult evaluate_only(Run& run) {
   const TrainerOptions& o = run.o;
   const std::string& path = o.resume.empty() ? o.weights : o.resume;
-  load_weights(run.model(), path);
+  load_weights(run.model(), model_title(o.model), path);
   *run.out << "evaluating " << path << " on " << run.data.description << " (" << run.data.test->size()
            << " test images)\n";
   run.result.evaluation =
@@ -457,7 +458,7 @@ void set_up_training(Run& run) {
 void print_header(Run& run) {
   const TrainerOptions& o = run.o;
   std::ostream& out = *run.out;
-  out << "LeNet (" << run.parameters << " parameters) on " << run.data.description << ": " << run.data.train->size()
+  out << model_title(o.model) << " (" << run.parameters << " parameters) on " << run.data.description << ": " << run.data.train->size()
       << " training, " << run.data.test->size() << " test images\n"
       << recipe(o) << ", " << o.workers << " loader workers, " << get_num_threads() << " threads, device "
       << run.device.str() << (o.amp ? ", mixed precision " + std::string(dtype_name(run.amp_dtype)) : std::string());
@@ -583,13 +584,13 @@ void finish_epoch(Run& run) {
 }
 
 // The end of training: every rank's memory line and, under FSDP, the model
-// the run returns, a plain LeNet with the gathered parameters.
+// the run returns, a plain model with the gathered parameters.
 void end_training(Run& run) {
   if (run.dp.group) {
     print_memory_line(*run.rank_out, run.dp.rank, "at the end", run.model(), run.optimizer.get(), run.device);
   }
   if (!run.fsdp) return;
-  auto plain = std::make_shared<nn::LeNet>();
+  auto plain = make_model(run.o.model);
   plain->to(run.device);
   load_gathered_state(*run.fsdp, *plain);
   run.result.model = plain;

@@ -4,7 +4,7 @@
 //   TrainerOptions o;
 //   o.data = "data"; o.epochs = 2; o.save = "run.ckpt";
 //   TrainingResult r = run_training(o);
-//   // r.history: one EpochRecord per epoch; r.model: the trained LeNet
+//   // r.history: one EpochRecord per epoch; r.model: the trained network (--model)
 //
 // Note [Exact resume]
 // A run stopped after any step and resumed from its checkpoint ends with the
@@ -37,8 +37,8 @@
 #include "apps/common/interrupt.h"
 #include "apps/lenet/evaluate.h"
 #include "apps/lenet/history.h"
+#include "apps/lenet/models.h"
 #include "apps/lenet/options.h"
-#include "nn/models/lenet.h"
 
 namespace kiln::apps::lenet {
 
@@ -62,7 +62,7 @@ struct TrainingResult {
   std::vector<EpochRecord> history;   // every finished epoch, resumed ones included
   Evaluation evaluation;              // of the final model (not when Interrupted)
   std::vector<std::string> class_names;
-  std::shared_ptr<nn::LeNet> model;
+  std::shared_ptr<nn::Module> model;  // the --model network (make_model)
   int64_t epoch = 0;          // the epoch the run stopped in (0-based) or epochs when finished
   int64_t step_in_epoch = 0;  // steps done in that epoch
   int64_t global_step = 0;    // optimizer steps in the whole run
