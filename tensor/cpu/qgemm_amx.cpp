@@ -72,10 +72,13 @@ void tile_block(const uint8_t* const* a, const int64_t* lda, const char* w, int6
 }  // namespace
 
 bool amx_pays(int64_t m, int64_t n, int64_t k) {
-  // A tile multiply is 16 x 16 x 64; below a few tiles' worth the tile
-  // loads, stores and padding cost more than the VNNI kernels take.
+  // The tiles take 16 rows at a time: with fewer than two tiles of rows the
+  // padding, the tile loads and the trip through memory cost more than the
+  // VNNI kernels take (1 row: half their speed; 64 rows: even at k = 27 and
+  // n = 16 the tiles are 3x faster, docs/BENCHMARKS.md).
   (void)n;
-  return m >= 64 && k >= 32;
+  (void)k;
+  return m >= 32;
 }
 
 void qgemm_amx(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& w, const Epilogue& e) {

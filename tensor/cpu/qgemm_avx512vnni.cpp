@@ -21,9 +21,9 @@ struct Zmm {
   using AElem = uint8_t;
   static constexpr int kLanes = 16, kGroup = 4, kGroupBytes = 64, kMaxNV = 4;
   // 24 accumulators at most, leaving registers for W's vectors and the
-  // broadcast row of A; one panel gets 12 rows so that a dot product's
-  // latency is covered by independent ones.
-  static constexpr int rows(int nv) { return nv <= 2 ? 12 : nv == 3 ? 8 : 6; }
+  // broadcast row of A; one panel gets 16 rows, whole columns for the
+  // output stage of an NCHW plane (finish_zmm).
+  static constexpr int rows(int nv) { return nv == 1 ? 16 : nv == 2 ? 12 : nv == 3 ? 8 : 6; }
   static V load_i32(const int32_t* p) { return _mm512_loadu_si512(p); }
   static void store_i32(int32_t* p, V v) { _mm512_store_si512(p, v); }
   static V load_w(const char* p) { return _mm512_load_si512(p); }
