@@ -99,11 +99,13 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& config)
 std::vector<Tensor> CausalSelfAttention::heads(const Tensor& x) {
   KILN_CHECK(x.dim() == 3 && x.size(2) == n_embd, "CausalSelfAttention: expected x of shape (B, T, ", n_embd,
              "), got ", x.shape());
-  return split_heads((*c_attn)(x), n_head);  // 3 x (B, H, T, D), views of c_attn's (B, T, 3E)
+  // The projections are called through the registry, so that a layer put in
+  // their place (quant::quantize_dynamic's int8 Linear) is the one that runs.
+  return split_heads((*get_submodule("c_attn"))(x), n_head);  // 3 x (B, H, T, D), views of c_attn's (B, T, 3E)
 }
 
 Tensor CausalSelfAttention::merge_heads(const Tensor& y) {
-  return (*resid_dropout)((*c_proj)(merge_heads_of(y)));  // (B, T, E)
+  return (*resid_dropout)((*get_submodule("c_proj"))(merge_heads_of(y)));  // (B, T, E)
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
@@ -156,8 +158,9 @@ MLP::MLP(const GPTConfig& config) {
 }
 
 Tensor MLP::forward(const Tensor& x) {
-  Tensor hidden = F::gelu((*c_fc)(x));  // (B, T, 4E), the exact (erf) GELU, as nn.GELU()
-  return (*dropout)((*c_proj)(hidden));
+  // Through the registry, as CausalSelfAttention's projections.
+  Tensor hidden = F::gelu((*get_submodule("c_fc"))(x));  // (B, T, 4E), the exact (erf) GELU, as nn.GELU()
+  return (*dropout)((*get_submodule("c_proj"))(hidden));
 }
 
 Block::Block(const GPTConfig& config) {

@@ -1,0 +1,378 @@
+// The workflows of quant/quantize.h on LeNet and ResNet-20: static, QAT and
+// dynamic quantization, fusion, per-layer qconfigs, save and load, reports,
+// and the errors. The central check is Note [Bit-exact fake quantization]:
+// the fake-quantized model's output equals the converted int8 model's
+// dequantized output bit for bit.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "nn/functional.h"
+#include "nn/models/lenet.h"
+#include "nn/models/resnet.h"
+#include "optim/sgd.h"
+#include "quant/fake_quant_modules.h"
+#include "quant/fuse.h"
+#include "quant/quantize.h"
+#include "quant/quantized_modules.h"
+#include "quant/stubs.h"
+#include "tensor/ops.h"
+#include "tensor/quantize.h"
+#include "tensor/safetensors.h"
+
+namespace kiln::quant {
+namespace {
+
+namespace F = nn::functional;
+
+// Images roughly like normalised CIFAR-10: N(0, 1).
+Tensor images(int64_t n, uint64_t seed) {
+  manual_seed(seed);
+  return randn({n, 3, 32, 32});
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  Tensor x = a.contiguous(), y = b.contiguous();
+  return x.dtype() == y.dtype() && x.shape() == y.shape() &&
+         std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
+}
+
+std::shared_ptr<QuantWrapper> lenet(uint64_t seed = 1) {
+  manual_seed(seed);
+  return std::make_shared<QuantWrapper>(std::make_shared<nn::LeNet>());
+}
+
+// ResNet-20's Conv+BN(+ReLU) groups, in the order its forward runs them.
+std::vector<std::vector<std::string>> resnet_groups(const std::string& prefix) {
+  std::vector<std::vector<std::string>> groups{{prefix + "conv1", prefix + "bn1", prefix + "relu"}};
+  for (int stage = 1; stage <= 3; ++stage) {
+    for (int block = 0; block < 3; ++block) {
+      std::string b = prefix + "layer" + std::to_string(stage) + "." + std::to_string(block) + ".";
+      groups.push_back({b + "conv1", b + "bn1", b + "relu1"});
+      groups.push_back({b + "conv2", b + "bn2"});
+      if (stage > 1 && block == 0) groups.push_back({b + "downsample.0", b + "downsample.1"});
+    }
+  }
+  return groups;
+}
+
+std::shared_ptr<QuantWrapper> resnet20(uint64_t seed = 2) {
+  manual_seed(seed);
+  auto net = std::make_shared<nn::CifarResNet>(20);
+  // Running statistics that are not the initial (0, 1), so folding matters.
+  net->train();
+  {
+    NoGradGuard no_grad;
+    for (int i = 0; i < 2; ++i) (*net)(images(8, 100 + i));
+  }
+  return std::make_shared<QuantWrapper>(net);
+}
+
+void calibrate(nn::Module& model, int batches = 3) {
+  NoGradGuard no_grad;
+  for (int i = 0; i < batches; ++i) model(images(16, 10 + i));
+}
+
+// Fake-quantized output of a calibrated prepared model, then the converted
+// model's output, on the same images.
+std::pair<Tensor, Tensor> fake_and_converted(nn::Module& model, const Tensor& x) {
+  disable_observer(model);
+  enable_fake_quant(model);
+  Tensor fake;
+  {
+    NoGradGuard no_grad;
+    fake = model(x);
+  }
+  convert(model);
+  Tensor converted = model(x);
+  return {fake, converted};
+}
+
+TEST(QuantStatic, LeNetFakeQuantEqualsConvertedBitForBit) {
+  auto model = lenet();
+  model->eval();
+  prepare(*model);
+  calibrate(*model);
+  Tensor x = images(64, 7);
+  auto [fake, converted] = fake_and_converted(*model, x);
+  EXPECT_EQ(converted.dtype(), DType::Float32);
+  EXPECT_EQ(converted.shape(), (Shape{64, 10}));
+  EXPECT_TRUE(same_bits(fake, converted));
+  // And the int8 model is close to the float one: the logits within a few
+  // output steps.
+  auto float_model = lenet();
+  float_model->eval();
+  NoGradGuard no_grad;
+  Tensor reference = (*float_model)(x);
+  double max_err = ops::max(ops::abs(ops::sub(reference, converted))).item<float>();
+  double range = ops::max(ops::abs(reference)).item<float>();
+  EXPECT_LT(max_err, 0.1 * range) << "int8 LeNet strays too far from float";
+}
+
+TEST(QuantStatic, ConvertedLayersAreInt8AndNamed) {
+  auto model = lenet();
+  model->eval();
+  prepare(*model);
+  calibrate(*model);
+  convert(*model);
+  auto fc1 = std::dynamic_pointer_cast<QuantizedLinear>(model->get_submodule("module.fc1"));
+  ASSERT_NE(fc1, nullptr);
+  EXPECT_EQ(fc1->qualified_name, "module.fc1");
+  EXPECT_EQ(fc1->weight.dtype(), DType::Int8);
+  EXPECT_TRUE(fc1->weight.is_quantized());
+  EXPECT_NE(std::dynamic_pointer_cast<QuantizedConv2d>(model->get_submodule("module.conv1")), nullptr);
+  EXPECT_NE(std::dynamic_pointer_cast<Quantize>(model->get_submodule("quant")), nullptr);
+  EXPECT_NE(std::dynamic_pointer_cast<DeQuantize>(model->get_submodule("dequant")), nullptr);
+}
+
+TEST(QuantStatic, ResNet20FusedFakeQuantEqualsConvertedBitForBit) {
+  auto model = resnet20();
+  model->eval();
+  fuse_modules(*model, resnet_groups("module."));
+  prepare(*model);
+  calibrate(*model);
+  Tensor x = images(4, 8);
+  auto [fake, converted] = fake_and_converted(*model, x);
+  EXPECT_TRUE(same_bits(fake, converted));
+  EXPECT_NE(std::dynamic_pointer_cast<QuantizedAdd>(model->get_submodule("module.layer1.0.add")), nullptr);
+}
+
+TEST(QuantFuse, EvalFusionFoldsBatchNormExactlyEnough) {
+  auto model = resnet20();
+  model->eval();
+  Tensor x = images(2, 9);
+  NoGradGuard no_grad;
+  Tensor before = (*model)(x);
+  fuse_modules(*model, resnet_groups("module."));
+  Tensor after = (*model)(x);
+  EXPECT_TRUE(allclose(before, after, 1e-4, 1e-4));
+  EXPECT_NE(std::dynamic_pointer_cast<nn::Identity>(model->get_submodule("module.layer1.0.bn1")), nullptr);
+}
+
+TEST(QuantFuse, BadGroupsAreErrorsNamingThem) {
+  auto model = resnet20();
+  model->eval();
+  try {
+    fuse_modules(*model, {{"module.fc", "module.layer1.0.bn1"}});
+    FAIL() << "fused a Linear with a BatchNorm";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'module.fc', 'module.layer1.0.bn1'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(fuse_modules(*model, {{"module.conv1", "module.nope"}}), Error);
+  model->train();
+  EXPECT_THROW(fuse_modules(*model, {{"module.conv1", "module.bn1"}}), Error);  // eval fusion in training
+}
+
+TEST(QuantStatic, LayerLeftInFloatStaysBitExact) {
+  auto model = lenet();
+  model->eval();
+  QConfigMapping mapping;
+  mapping.set_module_name("module.fc2", std::nullopt);
+  prepare(*model, mapping);
+  calibrate(*model);
+  auto [fake, converted] = fake_and_converted(*model, images(8, 3));
+  EXPECT_TRUE(same_bits(fake, converted));
+  auto island = std::dynamic_pointer_cast<FloatLayer>(model->get_submodule("module.fc2"));
+  ASSERT_NE(island, nullptr);
+  EXPECT_NE(std::dynamic_pointer_cast<nn::Linear>(island->layer), nullptr);
+}
+
+TEST(QuantQAT, TrainsThenConvertsBitExact) {
+  auto model = resnet20(4);
+  model->train();
+  fuse_modules_qat(*model, resnet_groups("module."));
+  prepare_qat(*model);
+  optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  Tensor x = images(16, 21);
+  manual_seed(5);
+  Tensor y = randint(0, 10, {16});
+  double first = 0, last = 0;
+  for (int step = 0; step < 8; ++step) {
+    opt.zero_grad();
+    Tensor loss = F::cross_entropy((*model)(x), y);
+    loss.backward();
+    opt.step();
+    if (step == 0) first = loss.item<float>();
+    last = loss.item<float>();
+  }
+  EXPECT_LT(last, first) << "QAT did not lower the loss on a fixed batch";
+  disable_observer(*model);
+  freeze_bn_stats(*model);
+  model->eval();
+  Tensor probe = images(4, 22);
+  Tensor fake;
+  {
+    NoGradGuard no_grad;
+    fake = (*model)(probe);
+  }
+  convert(*model);
+  EXPECT_TRUE(same_bits(fake, (*model)(probe)));
+}
+
+TEST(QuantQAT, GradientsReachWeightsThroughTheStraightThroughEstimator) {
+  auto model = lenet(6);
+  model->train();
+  prepare_qat(*model);
+  Tensor loss = kiln::sum((*model)(images(4, 23)));
+  loss.backward();
+  auto conv1 = std::dynamic_pointer_cast<FakeQuantConv2d>(model->get_submodule("module.conv1"));
+  ASSERT_NE(conv1, nullptr);
+  ASSERT_TRUE(conv1->weight.grad().defined());
+  EXPECT_GT(ops::max(ops::abs(conv1->weight.grad())).item<float>(), 0.0f);
+}
+
+TEST(QuantDynamic, LinearLayersCloseToFloat) {
+  auto model = std::make_shared<nn::LeNet>();
+  model->eval();
+  Tensor x = images(16, 30);
+  NoGradGuard no_grad;
+  Tensor reference = (*model)(x);
+  quantize_dynamic(*model);
+  EXPECT_NE(std::dynamic_pointer_cast<DynamicQuantizedLinear>(model->get_submodule("fc1")), nullptr);
+  EXPECT_NE(std::dynamic_pointer_cast<nn::Conv2d>(model->get_submodule("conv1")), nullptr);
+  Tensor out = (*model)(x);
+  double range = ops::max(ops::abs(reference)).item<float>();
+  EXPECT_TRUE(allclose(out, reference, 0.0, 0.05 * range));
+}
+
+TEST(QuantDynamic, ConvToo) {
+  auto model = std::make_shared<nn::LeNet>();
+  model->eval();
+  Tensor x = images(4, 31);
+  NoGradGuard no_grad;
+  Tensor reference = (*model)(x);
+  quantize_dynamic(*model, {.conv = true});
+  EXPECT_NE(std::dynamic_pointer_cast<DynamicQuantizedConv2d>(model->get_submodule("conv2")), nullptr);
+  double range = ops::max(ops::abs(reference)).item<float>();
+  EXPECT_TRUE(allclose((*model)(x), reference, 0.0, 0.05 * range));
+}
+
+TEST(QuantReports, Int8LeNetIsUnderAQuarterOfFloat) {
+  auto float_model = lenet();
+  int64_t float_bytes = model_size_bytes(*float_model);
+  auto model = lenet();
+  model->eval();
+  prepare(*model);
+  calibrate(*model, 1);
+  convert(*model);
+  int64_t int8_bytes = model_size_bytes(*model);
+  EXPECT_EQ(float_bytes, 62006 * 4);
+  EXPECT_LE(static_cast<double>(int8_bytes), 0.26 * static_cast<double>(float_bytes))
+      << int8_bytes << " of " << float_bytes;
+}
+
+TEST(QuantReports, SensitivityQuantizesOneLayerAtATime) {
+  int calls = 0;
+  auto rows = sensitivity(
+      [] { auto m = std::make_shared<nn::LeNet>(); m->eval(); return m; },
+      [](nn::Module& m) { calibrate(m, 1); },
+      [&](nn::Module& m) {
+        ++calls;
+        int quantized = 0;
+        for (const auto& sub : m.modules()) quantized += std::dynamic_pointer_cast<QuantizedModule>(sub) ? 1 : 0;
+        EXPECT_EQ(quantized, 2);  // the layer's Quantize and the layer
+        return static_cast<double>(quantized);
+      });
+  std::vector<std::string> names;
+  for (const auto& r : rows) names.push_back(r.layer);
+  EXPECT_EQ(names, (std::vector<std::string>{"conv1", "conv2", "fc1", "fc2", "fc3"}));
+  EXPECT_EQ(calls, 5);
+}
+
+TEST(QuantSaveLoad, ConvertedStateDictRoundTripsThroughSafetensors) {
+  auto model = lenet();
+  model->eval();
+  prepare(*model);
+  calibrate(*model);
+  convert(*model);
+  Tensor x = images(8, 40);
+  Tensor expected = (*model)(x);
+  auto path = std::filesystem::temp_directory_path() / "kiln_quant_lenet.safetensors";
+  save_safetensors(path.string(), model->state_dict());
+  // Another converted LeNet, calibrated on other data: different scales until loaded.
+  auto other = lenet(99);
+  other->eval();
+  prepare(*other);
+  {
+    NoGradGuard no_grad;
+    (*other)(images(4, 77));
+  }
+  convert(*other);
+  EXPECT_FALSE(same_bits((*other)(x), expected));
+  other->load_state_dict(load_safetensors(path.string()));
+  EXPECT_TRUE(same_bits((*other)(x), expected));
+  std::filesystem::remove(path);
+}
+
+TEST(QuantErrors, UnfusedBatchNormIsNamed) {
+  auto model = resnet20();
+  model->eval();
+  try {
+    prepare(*model);
+    FAIL() << "prepared an unfused BatchNorm2d";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("module.bn1 (BatchNorm2d) cannot be quantized"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("fuse_modules"), std::string::npos) << msg;
+  }
+}
+
+TEST(QuantErrors, ConvertWithoutCalibrationNamesTheLayer) {
+  auto model = lenet();
+  model->eval();
+  prepare(*model);
+  try {
+    convert(*model);
+    FAIL() << "converted without calibration";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("quant (QuantStub)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("calibration"), std::string::npos) << msg;
+  }
+}
+
+TEST(QuantErrors, FloatIntoQuantizedLayerAndBack) {
+  auto model = lenet();
+  model->eval();
+  prepare(*model);
+  calibrate(*model);
+  convert(*model);
+  auto fc1 = model->get_submodule("module.fc1");
+  try {
+    (*fc1)(zeros({2, 400}));
+    FAIL() << "a float tensor went into QuantizedLinear";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("module.fc1 (QuantizedLinear): expected a quint8 input, got float32"), std::string::npos)
+        << msg;
+  }
+  auto quant = model->get_submodule("quant");
+  Tensor q = (*quant)(zeros({1, 3, 32, 32}));
+  EXPECT_THROW((*quant)(q), Error);  // quantizing a quantized tensor
+}
+
+TEST(QuantErrors, MappingNameThatIsNoModule) {
+  auto model = lenet();
+  QConfigMapping mapping;
+  mapping.set_module_name("module.fc9", std::nullopt);
+  EXPECT_THROW(prepare(*model, mapping), Error);
+}
+
+TEST(QuantErrors, FakeQuantizedLayerWithoutQuantStubIsNamed) {
+  auto model = std::make_shared<nn::LeNet>();
+  model->train();
+  prepare_qat(*model);  // no QuantStub: conv1's input carries no grid
+  try {
+    (*model)(images(1, 1));
+    FAIL() << "ran without a QuantStub";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("conv1 (FakeQuantConv2d)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("QuantStub"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::quant
