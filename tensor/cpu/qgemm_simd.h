@@ -133,6 +133,47 @@ inline void finish_zmm(const int32_t* c, int rows, int nv, int64_t m0, int64_t n
 // The output stage on 8 lanes, as finish_zmm.
 inline void finish_ymm(const int32_t* c, int rows, int nv, int64_t m0, int64_t n0, const Epilogue& e) {
   const int cols = static_cast<int>(std::min<int64_t>(nv * 8, e.n - n0));
+  if (e.stride_m == 1 && e.stride_n != 1 && rows <= 8 && cols >= 8) {
+    // An NCHW plane: a tile's column at a time, as finish_zmm (for a tile
+    // narrower than a vector the scattered stores below are as quick).
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i index = _mm256_mullo_epi32(lane, _mm256_set1_epi32(nv * 8));
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows), lane);
+    for (int j = 0; j < cols; ++j) {
+      const int64_t n = n0 + j;
+      const __m256i acc = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), c + j, index, mask, 4);
+      const int64_t at = m0 + n * e.stride_n;
+      switch (e.kind) {
+        case QGemmOutput::Kind::Int32: _mm256_maskstore_epi32(static_cast<int32_t*>(e.out) + at, mask, acc); break;
+        case QGemmOutput::Kind::Float: {
+          __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(e.scale[n]));
+          if (e.float_bias) f = _mm256_add_ps(f, _mm256_set1_ps(e.float_bias[n]));
+          _mm256_maskstore_ps(static_cast<float*>(e.out) + at, mask, f);
+          break;
+        }
+        case QGemmOutput::Kind::UInt8: {
+          __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(e.scale[n]));
+          f = _mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+          f = _mm256_add_ps(f, _mm256_set1_ps(e.zero_point));
+          f = _mm256_max_ps(f, _mm256_set1_ps(e.lo));
+          f = _mm256_min_ps(f, _mm256_set1_ps(e.hi));
+          const __m256i q = _mm256_cvttps_epi32(f);
+          const __m128i w16 = _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+          const __m128i b = _mm_packus_epi16(w16, w16);
+          uint8_t* dst = static_cast<uint8_t*>(e.out) + at;
+          if (rows == 8) {
+            _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), b);
+          } else {
+            alignas(16) uint8_t bytes[16];
+            _mm_store_si128(reinterpret_cast<__m128i*>(bytes), b);
+            std::memcpy(dst, bytes, rows);
+          }
+          break;
+        }
+      }
+    }
+    return;
+  }
   alignas(32) int32_t tmp32[16 * 16];  // rows <= 16, nv * 8 <= 16
   alignas(32) uint8_t tmp8[16 * 16 + 8];
   for (int i = 0; i < rows; ++i) {
