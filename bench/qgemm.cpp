@@ -104,7 +104,8 @@ void run_shape(const Shape& s) {
     report(std::string(kiln::cpu::qgemm_path_name(path)).c_str(),
            time_best([&] { kiln::cpu::qgemm(s.m, a.data(), s.k, *packed, o); }));
     if (path == QGemmPath::Amx)
-      report("amx-tiles", time_best([&] { kiln::cpu::qgemm_detail::qgemm_own_kernel(s.m, a.data(), s.k, *packed, o); }));
+      report("amx-tiles",
+             time_best([&] { kiln::cpu::qgemm_detail::qgemm_own_kernel(s.m, a.data(), s.k, *packed, o); }));
   }
   std::fflush(stdout);
 }

@@ -187,7 +187,8 @@ std::shared_ptr<const PackedQWeight> pack_qweight(const int8_t* w, int64_t n, in
              qgemm_path_name(path), " is not available on this CPU (available: ", path_list(available), ")");
   using qgemm_detail::PackedPanels;
   switch (path) {
-    case QGemmPath::Scalar: return std::make_shared<PackedPanels>(w, n, k, ldw, path, 1, static_cast<int>(std::max<int64_t>(k, 1)), 1);
+    case QGemmPath::Scalar:  // each row one panel of one lane, K values in one group
+      return std::make_shared<PackedPanels>(w, n, k, ldw, path, 1, static_cast<int>(std::max<int64_t>(k, 1)), 1);
     case QGemmPath::Avx2: return std::make_shared<PackedPanels>(w, n, k, ldw, path, 8, 2, 1);
     case QGemmPath::AvxVnni: return std::make_shared<PackedPanels>(w, n, k, ldw, path, 8, 4, 1);
     case QGemmPath::Avx512Vnni: return std::make_shared<PackedPanels>(w, n, k, ldw, path, 16, 4, 1);
