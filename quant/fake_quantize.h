@@ -7,7 +7,6 @@
 //   auto fq = std::make_shared<quant::FakeQuantize>(std::make_shared<quant::MovingAverageMinMaxObserver>());
 //   Tensor a = (*fq)(x);   // observes x, then fake-quantizes it with the observer's grid
 //
-// Note [Bit-exact fake quantization]
 // The forward of every op here is, element by element,
 //   q = quantize_value(x, 1/scale, zero_point, quant_min, quant_max)
 //   y = dequantize_value(q, zero_point, scale)
@@ -17,7 +16,9 @@
 // to even), saturation and NaN (to quant_min) included. A converted int8
 // model runs the same arithmetic, so a fake-quantized model and its
 // conversion agree to the bit where every rounding point is fake-quantized
-// with the scales the converted model uses.
+// with the scales the converted model uses; the prepared layers of
+// quant/fake_quant_modules.h make sure of the rest (Note [Bit-exact fake
+// quantization] there).
 // Inputs of another floating dtype are converted to float32, fake-quantized
 // and converted back: float64 outputs hold the float32 results exactly;
 // float16 and bfloat16 ones are those rounded to 16 bits, so they can lie

@@ -36,7 +36,7 @@
 // (weights are symmetric, zero point 0), so the only roundings are the ones
 // above, and a fake-quantized model that runs these same steps computes the
 // converted model's output bit for bit (Note [Bit-exact fake quantization]
-// in quant/fake_quantize.h).
+// in quant/fake_quant_modules.h).
 #pragma once
 
 #include <cmath>

@@ -4,12 +4,14 @@
 //   kiln-lenet --data data --epochs 30 --log run.jsonl --plot run.svg --save run.ckpt
 //   kiln-lenet --data data --resume run.ckpt          # after Ctrl-C
 //   kiln-lenet --data data --eval-only --resume run.ckpt
+//   kiln-lenet --data data --weights lenet.safetensors --quantize dynamic,static,qat
 #include <exception>
 #include <iostream>
 
 #include "apps/common/interrupt.h"
 #include "apps/common/progress.h"
 #include "apps/lenet/options.h"
+#include "apps/lenet/quantize.h"
 #include "apps/lenet/trainer.h"
 #include "tensor/error.h"
 
@@ -23,6 +25,18 @@ int main(int argc, char** argv) {
     // Without --save there is nothing to keep: Ctrl-C ends the process as usual.
     if (!options.save.empty() && !options.eval_only) install_interrupt_handlers();
     ignore_file_size_signal();
+    if (!options.quantize.empty()) {
+      QuantizeReportOptions q{.model = options.model,
+                              .weights = options.weights.empty() ? options.resume : options.weights,
+                              .data = options.data,
+                              .modes = options.quantize,
+                              .calib_images = options.calib_images,
+                              .qat_epochs = options.qat_epochs,
+                              .seed = options.seed};
+      QuantizeReport report = quantization_report(q, std::cout);
+      std::cout << format_quantization_table(report);
+      return 0;
+    }
     TrainerHooks hooks;
     hooks.interactive = stdout_is_terminal();
     TrainingResult result = run_training(options, hooks);

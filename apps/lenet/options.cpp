@@ -102,8 +102,18 @@ void validate(const TrainerOptions& o) {
              "--eval-only needs the model to evaluate: give --resume CHECKPOINT or --weights FILE.safetensors");
   KILN_CHECK(o.resume.empty() || o.weights.empty(), "--resume and --weights exclude each other: a checkpoint '",
              o.resume, "' already holds the weights");
-  KILN_CHECK(o.eval_only || o.weights.empty(),
-             "--weights only goes with --eval-only; to continue training, use --resume with a checkpoint");
+  KILN_CHECK(o.eval_only || !o.quantize.empty() || o.weights.empty(),
+             "--weights only goes with --eval-only or --quantize; to continue training, use --resume with a checkpoint");
+  for (const auto& mode : o.quantize) {
+    KILN_CHECK(mode == "dynamic" || mode == "static" || mode == "qat", "--quantize: unknown mode '", mode,
+               "' (expected dynamic, static or qat, comma-separated)");
+  }
+  KILN_CHECK(o.quantize.empty() || !o.resume.empty() || !o.weights.empty(),
+             "--quantize needs the trained model: give --weights FILE.safetensors or --resume CHECKPOINT");
+  KILN_CHECK(o.quantize.empty() || !(o.ddp || o.fsdp || o.dp || o.eval_only),
+             "--quantize runs in one process on its own; drop --ddp, --fsdp, --dp and --eval-only");
+  KILN_CHECK(o.calib_images >= 1, "--calib-images must be at least 1, got ", o.calib_images);
+  KILN_CHECK(o.qat_epochs > 0, "--qat-epochs must be positive, got ", o.qat_epochs);
 }
 
 CommandLine parse_command_line(int argc, const char* const* argv) {
@@ -153,6 +163,12 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
                  "continue the run saved in checkpoint FILE (with the same flags; on another number of processes, "
                  "with the --batch-size that keeps the global batch)");
   app.add_option("--weights", o.weights, "a model state dict (.safetensors) to evaluate with --eval-only");
+  app.add_option("--quantize", o.quantize,
+                 "quantize the trained model of --weights (or --resume) to int8: any of dynamic,static,qat; prints "
+                 "test accuracy, model size and latency at batch 1 and 64 beside float32, on one thread")
+      ->delimiter(',');
+  add_integer(app, "--calib-images", o.calib_images, "training images that calibrate --quantize static and qat");
+  app.add_option("--qat-epochs", o.qat_epochs, "QAT fine-tuning passes over the training set with --quantize qat");
   app.add_flag("--eval-only", o.eval_only,
                "only evaluate the test set (the model of --resume or --weights) and print the per-class table");
   add_data_parallel_flags(app, {o.ddp, o.fsdp, o.fsdp_strategy, o.backend}, "kiln-lenet");

@@ -63,8 +63,14 @@ struct TrainerOptions {
   int64_t workers = 0;
   std::string save;     // training checkpoint written every epoch and on Ctrl-C
   std::string resume;   // training checkpoint to continue from
-  std::string weights;  // a model state dict (safetensors) for --eval-only
+  std::string weights;  // a model state dict (safetensors) for --eval-only or --quantize
   bool eval_only = false;
+  // --quantize dynamic,static,qat: the trained model of --weights (or
+  // --resume) quantized each way, with accuracy, size and latency beside
+  // float32 (apps/lenet/quantize.h); nothing is trained but QAT's fine-tuning.
+  std::vector<std::string> quantize;
+  int64_t calib_images = 512;  // training images that calibrate static quantization
+  double qat_epochs = 1;       // QAT fine-tuning passes over the training set
   // Data parallel training over the processes kiln-run starts (Note
   // [kiln-lenet with DDP]); batch_size is then per process.
   bool ddp = false;

@@ -1,0 +1,64 @@
+// kiln-lenet --quantize: the flags, their errors, and a tiny report on a
+// few images of the real data (skipped without it).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include "apps/lenet/models.h"
+#include "apps/lenet/options.h"
+#include "apps/lenet/quantize.h"
+#include "tensor/random.h"
+#include "tensor/safetensors.h"
+
+namespace kiln::apps::lenet {
+namespace {
+
+TEST(LenetQuantizeFlags, ParseAndCheck) {
+  CommandLine ok = parse_command_line(std::vector<std::string>{"kiln-lenet", "--weights", "w.safetensors", "--quantize", "static,qat"});
+  ASSERT_TRUE(ok.options.has_value());
+  EXPECT_EQ(ok.options->quantize, (std::vector<std::string>{"static", "qat"}));
+  try {
+    parse_command_line(std::vector<std::string>{"kiln-lenet", "--weights", "w.safetensors", "--quantize", "int4"});
+    FAIL() << "--quantize int4 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--quantize: unknown mode 'int4'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_command_line(std::vector<std::string>{"kiln-lenet", "--quantize", "static"}), Error);
+  EXPECT_THROW(parse_command_line(std::vector<std::string>{"kiln-lenet", "--weights", "w.safetensors", "--quantize",
+                                                           "static", "--ddp"}),
+               Error);
+}
+
+TEST(LenetQuantizeReport, EveryModeOnAFewImages) {
+  const char* data = std::getenv("KILN_DATA");
+  std::filesystem::path archive = data ? std::filesystem::path(data) / "cifar10-jpeg.tar.gz" : "";
+  if (!data || !std::filesystem::exists(archive)) GTEST_SKIP() << "KILN_DATA with cifar10-jpeg.tar.gz is not set";
+  manual_seed(3);
+  auto model = make_model("lenet");
+  auto path = std::filesystem::temp_directory_path() / "kiln_quantize_report_lenet.safetensors";
+  save_safetensors(path.string(), model->state_dict());
+  QuantizeReportOptions o{.model = "lenet", .weights = path.string(), .data = archive.string(),
+                          .modes = {"dynamic", "static", "qat"}, .calib_images = 64, .test_images = 128,
+                          .qat_epochs = 1, .qat_images = 128, .warmup = 1, .b1_runs = 2, .b64_runs = 2,
+                          .min_seconds = 0};
+  std::ostringstream log;
+  QuantizeReport report = quantization_report(o, log);
+  ASSERT_EQ(report.rows.size(), 4u);
+  EXPECT_EQ(report.rows[0].mode, "float32");
+  EXPECT_EQ(report.rows[0].bytes, 62006 * 4);
+  for (const auto& row : report.rows) {
+    EXPECT_GE(row.accuracy, 0.0);
+    EXPECT_LE(row.accuracy, 100.0);
+    EXPECT_GT(row.b1_ms, 0.0);
+    EXPECT_GT(row.b64_ms, 0.0);
+    if (row.mode == "static" || row.mode == "qat") EXPECT_LE(row.bytes, 0.26 * report.rows[0].bytes);
+  }
+  EXPECT_NE(format_quantization_table(report).find("static"), std::string::npos);
+  EXPECT_EQ(quant_line("lenet", report.rows[2]).rfind("quant model=lenet runtime=kiln mode=static acc=", 0), 0u);
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace kiln::apps::lenet
