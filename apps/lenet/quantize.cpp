@@ -8,6 +8,7 @@
 
 #include "apps/lenet/data_source.h"
 #include "apps/lenet/models.h"
+#include "nn/models/resnet.h"
 #include "autograd/grad_mode.h"
 #include "data/sampler.h"
 #include "nn/functional.h"
@@ -98,21 +99,11 @@ double median_ms(nn::Module& model, const Tensor& x, const QuantizeReportOptions
   return times[times.size() / 2];
 }
 
-// ResNet-20's Conv+BN(+ReLU) groups in the order its forward runs them,
-// below `prefix`; LeNet has none (its ReLUs are functions after pooling).
-std::vector<std::vector<std::string>> fusion_groups(const std::string& model, const std::string& prefix) {
-  std::vector<std::vector<std::string>> groups;
-  if (model != "resnet20") return groups;
-  groups.push_back({prefix + "conv1", prefix + "bn1", prefix + "relu"});
-  for (int stage = 1; stage <= 3; ++stage) {
-    for (int block = 0; block < 3; ++block) {
-      std::string b = prefix + "layer" + std::to_string(stage) + "." + std::to_string(block) + ".";
-      groups.push_back({b + "conv1", b + "bn1", b + "relu1"});
-      groups.push_back({b + "conv2", b + "bn2"});
-      if (stage > 1 && block == 0) groups.push_back({b + "downsample.0", b + "downsample.1"});
-    }
-  }
-  return groups;
+// The Conv+BN(+ReLU) groups to fuse: ResNet-20's, below `prefix`; LeNet
+// has none (its ReLUs are functions after pooling).
+std::vector<std::vector<std::string>> fusion_groups(const nn::Module& model, const std::string& prefix) {
+  auto resnet = dynamic_cast<const nn::CifarResNet*>(&model);
+  return resnet ? resnet->fusion_groups(prefix) : std::vector<std::vector<std::string>>{};
 }
 
 // QAT fine-tuning from the float weights: SGD over a seeded shuffle of the
@@ -193,16 +184,18 @@ QuantizeReport quantization_report(const QuantizeReportOptions& o, std::ostream&
       // ResNet-20's convolutions stay float.
       quant::quantize_dynamic(*m);
     } else if (mode == "static") {
-      m = std::make_shared<quant::QuantWrapper>(float_model());
+      auto f = float_model();
+      m = std::make_shared<quant::QuantWrapper>(f);
       m->eval();
-      quant::fuse_modules(*m, fusion_groups(o.model, "module."));
+      quant::fuse_modules(*m, fusion_groups(*f, "module."));
       quant::prepare(*m);
       calibrate(*m, calib);
       quant::convert(*m);
     } else {  // qat
-      m = std::make_shared<quant::QuantWrapper>(float_model());
+      auto f = float_model();
+      m = std::make_shared<quant::QuantWrapper>(f);
       m->train();
-      quant::fuse_modules_qat(*m, fusion_groups(o.model, "module."));
+      quant::fuse_modules_qat(*m, fusion_groups(*f, "module."));
       quant::prepare_qat(*m);
       m->eval();
       calibrate(*m, calib);  // observers start from the float model's ranges

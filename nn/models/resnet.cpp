@@ -86,6 +86,20 @@ CifarResNet::CifarResNet(int64_t depth, int64_t num_classes)
   register_module("fc", std::make_shared<Linear>(64, num_classes));
 }
 
+std::vector<std::vector<std::string>> CifarResNet::fusion_groups(const std::string& prefix) const {
+  std::vector<std::vector<std::string>> groups{{prefix + "conv1", prefix + "bn1", prefix + "relu"}};
+  for (int64_t stage = 1; stage <= 3; ++stage) {
+    for (int64_t block = 0; block < blocks_per_stage; ++block) {
+      std::string b = prefix + "layer" + std::to_string(stage) + "." + std::to_string(block) + ".";
+      groups.push_back({b + "conv1", b + "bn1", b + "relu1"});
+      groups.push_back({b + "conv2", b + "bn2"});
+      auto basic = std::dynamic_pointer_cast<resnet::BasicBlock>(get_submodule(b.substr(prefix.size(), b.size() - prefix.size() - 1)));
+      if (basic && basic->has_downsample) groups.push_back({b + "downsample.0", b + "downsample.1"});
+    }
+  }
+  return groups;
+}
+
 Tensor CifarResNet::forward(const Tensor& x) {
   KILN_CHECK(x.dim() == 4 && x.size(1) == 3, "CifarResNet: expected images of shape (N, 3, H, W), got ",
              x.shape());

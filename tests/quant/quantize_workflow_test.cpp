@@ -45,18 +45,9 @@ std::shared_ptr<QuantWrapper> lenet(uint64_t seed = 1) {
   return std::make_shared<QuantWrapper>(std::make_shared<nn::LeNet>());
 }
 
-// ResNet-20's Conv+BN(+ReLU) groups, in the order its forward runs them.
+// ResNet-20's Conv+BN(+ReLU) groups below the wrapper.
 std::vector<std::vector<std::string>> resnet_groups(const std::string& prefix) {
-  std::vector<std::vector<std::string>> groups{{prefix + "conv1", prefix + "bn1", prefix + "relu"}};
-  for (int stage = 1; stage <= 3; ++stage) {
-    for (int block = 0; block < 3; ++block) {
-      std::string b = prefix + "layer" + std::to_string(stage) + "." + std::to_string(block) + ".";
-      groups.push_back({b + "conv1", b + "bn1", b + "relu1"});
-      groups.push_back({b + "conv2", b + "bn2"});
-      if (stage > 1 && block == 0) groups.push_back({b + "downsample.0", b + "downsample.1"});
-    }
-  }
-  return groups;
+  return nn::CifarResNet(20).fusion_groups(prefix);
 }
 
 std::shared_ptr<QuantWrapper> resnet20(uint64_t seed = 2) {
