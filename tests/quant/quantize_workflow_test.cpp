@@ -11,6 +11,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "nn/functional.h"
+#include "nn/models/gpt.h"
 #include "nn/models/lenet.h"
 #include "nn/models/resnet.h"
 #include "optim/sgd.h"
@@ -227,6 +228,27 @@ TEST(QuantDynamic, LinearLayersCloseToFloat) {
   Tensor out = (*model)(x);
   double range = ops::max(ops::abs(reference)).item<float>();
   EXPECT_TRUE(allclose(out, reference, 0.0, 0.05 * range));
+}
+
+TEST(QuantDynamic, GPTLinearLayersAndGeneration) {
+  manual_seed(12);
+  nn::GPTConfig config{.vocab_size = 64, .block_size = 16, .n_layer = 2, .n_head = 2, .n_embd = 32};
+  auto gpt = std::make_shared<nn::GPT>(config);
+  gpt->eval();
+  manual_seed(13);
+  Tensor idx = randint(0, 64, {2, 16});
+  NoGradGuard no_grad;
+  Tensor reference = (*gpt)(idx);
+  quantize_dynamic(*gpt);
+  int swapped = 0;
+  for (const auto& m : gpt->modules()) swapped += std::dynamic_pointer_cast<DynamicQuantizedLinear>(m) ? 1 : 0;
+  EXPECT_EQ(swapped, 2 * 4);  // per block: c_attn, attn.c_proj, c_fc, mlp.c_proj (the tied head stays)
+  Tensor logits = (*gpt)(idx);
+  double range = ops::max(ops::abs(reference)).item<float>();
+  EXPECT_TRUE(allclose(logits, reference, 0.0, 0.05 * range));
+  // Generation with the KV cache runs the int8 layers too.
+  Tensor out = gpt->generate(idx.narrow(1, 0, 4), 6, {.temperature = 0.0});
+  EXPECT_EQ(out.shape(), (Shape{2, 10}));
 }
 
 TEST(QuantDynamic, ConvToo) {
