@@ -11,6 +11,7 @@
 #include "apps/common/run_setup.h"
 #include "apps/common/sharded_training.h"
 #include "apps/lenet/models.h"
+#include "tensor/device.h"
 #include "tensor/error.h"
 
 namespace kiln::apps::lenet {
@@ -20,6 +21,8 @@ std::string to_string(OptimizerKind kind) {
     case OptimizerKind::SGD: return "sgd";
     case OptimizerKind::Adam: return "adam";
     case OptimizerKind::AdamW: return "adamw";
+    case OptimizerKind::Adam8bit: return "adam8bit";
+    case OptimizerKind::AdamW8bit: return "adamw8bit";
   }
   return "?";
 }
@@ -34,10 +37,11 @@ std::string to_string(ScheduleKind kind) {
 }
 
 OptimizerKind parse_optimizer(const std::string& name) {
-  for (OptimizerKind kind : {OptimizerKind::SGD, OptimizerKind::Adam, OptimizerKind::AdamW}) {
+  for (OptimizerKind kind : {OptimizerKind::SGD, OptimizerKind::Adam, OptimizerKind::AdamW, OptimizerKind::Adam8bit,
+                             OptimizerKind::AdamW8bit}) {
     if (name == to_string(kind)) return kind;
   }
-  KILN_CHECK(false, "--optimizer: unknown optimizer '", name, "' (expected sgd, adam or adamw)");
+  KILN_CHECK(false, "--optimizer: unknown optimizer '", name, "' (expected sgd, adam, adamw, adam8bit or adamw8bit)");
   return OptimizerKind::SGD;
 }
 
@@ -97,6 +101,11 @@ void validate(const TrainerOptions& o) {
              "--fsdp and --dp exclude each other: --fsdp shards the model over processes, "
              "--dp replicates it in one process");
   check_fsdp_flags(o.fsdp, o.fsdp_strategy, o.amp, o.device);
+  const bool eight_bit = o.optimizer == OptimizerKind::Adam8bit || o.optimizer == OptimizerKind::AdamW8bit;
+  KILN_CHECK(!eight_bit || Device(o.device).is_cpu(), "--optimizer ", to_string(o.optimizer),
+             " updates its 8-bit state on the CPU only, not with --device ", o.device);
+  KILN_CHECK(!eight_bit || !o.fsdp, "--optimizer ", to_string(o.optimizer),
+             " keeps block-wise state that --fsdp cannot shard; use adam or adamw");
   KILN_CHECK(o.replicas >= 1, "--replicas must be at least 1, got ", o.replicas);
   KILN_CHECK(!o.eval_only || !o.resume.empty() || !o.weights.empty(),
              "--eval-only needs the model to evaluate: give --resume CHECKPOINT or --weights FILE.safetensors");
@@ -138,9 +147,10 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   app.add_option("--momentum", o.momentum,
                  "SGD momentum (with --schedule onecycle, momentum cycles between 0.85 and 0.95 instead)")
       ->capture_default_str();
-  app.add_option("--weight-decay", o.weight_decay, "L2 penalty (sgd, adam) or decoupled decay (adamw)")
+  app.add_option("--weight-decay", o.weight_decay, "L2 penalty (sgd, adam, adam8bit) or decoupled decay (adamw, adamw8bit)")
       ->capture_default_str();
-  app.add_option("--optimizer", optimizer, "sgd, adam or adamw")->capture_default_str();
+  app.add_option("--optimizer", optimizer, "sgd, adam, adamw, adam8bit or adamw8bit (8-bit state, CPU)")
+      ->capture_default_str();
   app.add_option("--schedule", schedule,
                  "learning-rate schedule, stepped every batch: none, cosine (to 0 at the end) or onecycle")
       ->capture_default_str();

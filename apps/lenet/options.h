@@ -13,10 +13,11 @@
 
 namespace kiln::apps::lenet {
 
-enum class OptimizerKind { SGD, Adam, AdamW };
+enum class OptimizerKind { SGD, Adam, AdamW, Adam8bit, AdamW8bit };
 enum class ScheduleKind { None, Cosine, OneCycle };
 
-// "sgd", "adam", "adamw" / "none", "cosine", "onecycle": the spellings the
+// "sgd", "adam", "adamw", "adam8bit", "adamw8bit" (quant/adam8bit.h: 8-bit
+// state, CPU only) / "none", "cosine", "onecycle": the spellings the
 // command line takes. The parsers throw kiln::Error naming the flag, the
 // value and the accepted ones.
 std::string to_string(OptimizerKind kind);

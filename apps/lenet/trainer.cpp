@@ -24,6 +24,7 @@
 #include "distributed/fsdp/fully_sharded_data_parallel.h"
 #include "kiln.h"
 #include "optim/grad_scaler.h"
+#include "quant/adam8bit.h"
 #ifdef KILN_WITH_CUDA
 #include "tensor/cuda/device.h"
 #endif
@@ -58,6 +59,11 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerOptions& o, const 
       return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = o.lr, .weight_decay = o.weight_decay});
     case OptimizerKind::AdamW:
       return std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = o.lr, .weight_decay = o.weight_decay});
+    case OptimizerKind::Adam8bit:
+      return std::make_unique<quant::Adam8bit>(params, quant::Adam8bitOptions{.lr = o.lr, .weight_decay = o.weight_decay});
+    case OptimizerKind::AdamW8bit:
+      return std::make_unique<quant::AdamW8bit>(params,
+                                                quant::AdamW8bitOptions{.lr = o.lr, .weight_decay = o.weight_decay});
   }
   return nullptr;
 }

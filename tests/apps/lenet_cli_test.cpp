@@ -54,6 +54,8 @@ TEST(LenetOptions, FlagsAreRead) {
   EXPECT_EQ(o.plot, "a.svg");
   EXPECT_EQ(o.timeout, 30.0);
   EXPECT_EQ(o.heartbeat_timeout, 2.5);
+  for (const auto& [name, kind] : {std::pair{"adam8bit", OptimizerKind::Adam8bit}, std::pair{"adamw8bit", OptimizerKind::AdamW8bit}})
+    EXPECT_EQ(parse_command_line(std::vector<std::string>{"kiln-lenet", "--optimizer", name}).options->optimizer, kind);
   CommandLine off = parse_command_line(std::vector<std::string>{"kiln-lenet", "--augment=off"});
   EXPECT_FALSE(off.options->augment);
 }
@@ -61,7 +63,12 @@ TEST(LenetOptions, FlagsAreRead) {
 TEST(LenetOptions, BadValuesAreNamed) {
   EXPECT_EQ(parse_error({"--batch-size", "0"}), "--batch-size must be at least 1, got 0");
   EXPECT_EQ(parse_error({"--epochs", "-1"}), "--epochs must be at least 1, got -1");
-  EXPECT_EQ(parse_error({"--optimizer", "rmsprop"}), "--optimizer: unknown optimizer 'rmsprop' (expected sgd, adam or adamw)");
+  EXPECT_EQ(parse_error({"--optimizer", "rmsprop"}),
+            "--optimizer: unknown optimizer 'rmsprop' (expected sgd, adam, adamw, adam8bit or adamw8bit)");
+  EXPECT_EQ(parse_error({"--optimizer", "adamw8bit", "--device", "cuda"}),
+            "--optimizer adamw8bit updates its 8-bit state on the CPU only, not with --device cuda");
+  EXPECT_EQ(parse_error({"--optimizer", "adam8bit", "--fsdp"}),
+            "--optimizer adam8bit keeps block-wise state that --fsdp cannot shard; use adam or adamw");
   EXPECT_EQ(parse_error({"--schedule", "step"}), "--schedule: unknown schedule 'step' (expected none, cosine or onecycle)");
   EXPECT_EQ(parse_error({"--lr", "0"}), "--lr must be positive and finite, got 0");
   EXPECT_EQ(parse_error({"--momentum", "1.5"}), "--momentum must be in [0, 1), got 1.5");
