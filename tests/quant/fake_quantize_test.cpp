@@ -15,7 +15,9 @@
 #include "tensor/cpu/cpu_features.h"
 #include "quant_test_util.h"
 #include "tensor/quant_math.h"
+#ifdef KILN_WITH_CUDA
 #include "tensor/cuda/device.h"
+#endif
 #include "tensor/quantize.h"
 
 namespace kiln::quant {
@@ -161,6 +163,7 @@ TEST(FakeQuantize, Avx2LoopMatchesBaselineLoop) {
 }
 
 TEST(FakeQuantize, CudaMatchesCpu) {
+#ifdef KILN_WITH_CUDA
   if (!cuda::cuda_available()) GTEST_SKIP() << "no CUDA device on this machine (cuda::device_count() == 0)";
   const Device gpu = cuda_device(0);
   std::vector<float> v = hard_values(0.1f, 2000, 4);
@@ -178,6 +181,9 @@ TEST(FakeQuantize, CudaMatchesCpu) {
   Tensor w = tensor_of(std::vector<float>(v.begin(), v.begin() + 2002), {2, 1001});  // without the NaN
   EXPECT_EQ(values_f32(fake_quantize_per_channel(w.to(gpu), {0.1, 0.2}, {0, 1}, 0, -8, 7)),
             values_f32(fake_quantize_per_channel(w, {0.1, 0.2}, {0, 1}, 0, -8, 7)));
+#else
+  GTEST_SKIP() << "Kiln was built without CUDA";
+#endif
 }
 
 // ---- against torch ---------------------------------------------------------------
