@@ -25,7 +25,10 @@
 // qgemm_path() is the best path the CPU has and the caps allow: KILN_SIMD
 // (scalar|avx2|avx512, as for every kernel) and KILN_QGEMM
 // (scalar|avx2|avxvnni|avx512vnni|amx), which picks one path for comparisons;
-// a path the CPU lacks is never chosen. qgemm_paths_available() lists every
+// a path the CPU lacks is never chosen. On the Amx path, qgemm uses the tiles
+// only from 32 rows of A on and hands smaller products to the Avx512Vnni
+// kernels, which read the same packed panels (amx_pays in qgemm_amx.cpp: one
+// row would fill one sixteenth of a tile). qgemm_paths_available() lists every
 // path this CPU can run, which the tests compare with Scalar.
 #pragma once
 
