@@ -2,6 +2,7 @@
 // the tensors, allocate the result, dispatch (Note [Device dispatch]).
 #include "tensor/conv.h"
 
+#include "tensor/conv_geometry.h"
 #include "tensor/reduce.h"
 
 namespace kiln::ops {
@@ -69,6 +70,25 @@ Tensor col2im(const Tensor& cols, const ConvGeometry& g) {
 
 // ---- conv2d -------------------------------------------------------------------
 
+ConvGeometry conv2d_group_geometry(const Tensor& x, const Tensor& weight, const Conv2dParams& p, std::string_view op) {
+  KILN_CHECK(x.dim() == 3 || x.dim() == 4, op, ": expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got shape ",
+             x.shape());
+  KILN_CHECK(weight.dim() == 4, op, ": expected a 4-d weight (OC, C/groups, kh, kw), got shape ", weight.shape());
+  KILN_CHECK(p.groups > 0, op, ": groups must be positive, got ", p.groups);
+  const int64_t channels = x.size(-3), out_channels = weight.size(0);
+  KILN_CHECK(channels == weight.size(1) * p.groups, op, ": input of shape ", x.shape(), " has ", channels,
+             " channels, but weight of shape ", weight.shape(), " with groups=", p.groups, " expects ",
+             weight.size(1), " * ", p.groups, " = ", weight.size(1) * p.groups);
+  KILN_CHECK(out_channels % p.groups == 0, op, ": weight of shape ", weight.shape(), " has ", out_channels,
+             " output channels, not divisible by groups=", p.groups);
+  ConvGeometry g{weight.size(1), x.size(-2), x.size(-1), weight.size(2), weight.size(3)};
+  g.stride_h = p.stride_h, g.stride_w = p.stride_w;
+  g.pad_h = p.pad_h, g.pad_w = p.pad_w;
+  g.dilation_h = p.dilation_h, g.dilation_w = p.dilation_w;
+  check_geometry(g, op);
+  return g;
+}
+
 namespace {
 
 // Checks x and weight against each other and p, and returns the geometry of
@@ -83,19 +103,7 @@ ConvGeometry conv2d_geometry(const Tensor& x, const Tensor& weight, const Conv2d
   KILN_CHECK(x.is_floating_point(), op, ": expected floating point tensors, got ", x.dtype());
   KILN_CHECK(x.device() == weight.device(), op, ": expected x and weight on one device, got ", x.device(), " and ",
              weight.device());
-  KILN_CHECK(p.groups > 0, op, ": groups must be positive, got ", p.groups);
-  const int64_t channels = x.size(-3), out_channels = weight.size(0);
-  KILN_CHECK(channels == weight.size(1) * p.groups, op, ": input of shape ", x.shape(), " has ", channels,
-             " channels, but weight of shape ", weight.shape(), " with groups=", p.groups, " expects ",
-             weight.size(1), " * ", p.groups, " = ", weight.size(1) * p.groups);
-  KILN_CHECK(out_channels % p.groups == 0, op, ": weight of shape ", weight.shape(), " has ", out_channels,
-             " output channels, not divisible by groups=", p.groups);
-  ConvGeometry g{weight.size(1), x.size(-2), x.size(-1), weight.size(2), weight.size(3)};
-  g.stride_h = p.stride_h, g.stride_w = p.stride_w;
-  g.pad_h = p.pad_h, g.pad_w = p.pad_w;
-  g.dilation_h = p.dilation_h, g.dilation_w = p.dilation_w;
-  check_geometry(g, op);
-  return g;
+  return conv2d_group_geometry(x, weight, p, op);
 }
 
 // The dtype the kernels of x's backend run in: the dtype itself when the

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "tensor/conv_geometry.h"
 #include "tensor/quant_math.h"
 #include "tensor/quantize.h"
 
@@ -108,33 +109,6 @@ Tensor as_rows(const Tensor& x, int64_t k, std::shared_ptr<const QuantParams> pa
   return with_params(rows, std::move(params));
 }
 
-// The geometry of one group, checked against x and the weight; `op` names the caller.
-ConvGeometry conv_geometry(const Tensor& x, const Tensor& weight, const Conv2dParams& p, std::string_view op) {
-  KILN_CHECK(x.dim() == 3 || x.dim() == 4, op, ": expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got shape ",
-             x.shape());
-  KILN_CHECK(p.groups > 0, op, ": groups must be positive, got ", p.groups);
-  const int64_t channels = x.size(-3), out_channels = weight.size(0);
-  KILN_CHECK(channels == weight.size(1) * p.groups, op, ": input of shape ", x.shape(), " has ", channels,
-             " channels, but weight of shape ", weight.shape(), " with groups=", p.groups, " expects ",
-             weight.size(1), " * ", p.groups, " = ", weight.size(1) * p.groups);
-  KILN_CHECK(out_channels % p.groups == 0, op, ": weight of shape ", weight.shape(), " has ", out_channels,
-             " output channels, not divisible by groups=", p.groups);
-  ConvGeometry g{weight.size(1), x.size(-2), x.size(-1), weight.size(2), weight.size(3)};
-  g.stride_h = p.stride_h, g.stride_w = p.stride_w;
-  g.pad_h = p.pad_h, g.pad_w = p.pad_w;
-  g.dilation_h = p.dilation_h, g.dilation_w = p.dilation_w;
-  KILN_CHECK(g.height > 0 && g.width > 0, op, ": expected a positive input size, got H=", g.height, " W=", g.width);
-  KILN_CHECK(g.stride_h > 0 && g.stride_w > 0, op, ": stride must be positive, got ", g.stride_h, " x ", g.stride_w);
-  KILN_CHECK(g.dilation_h > 0 && g.dilation_w > 0, op, ": dilation must be positive, got ", g.dilation_h, " x ",
-             g.dilation_w);
-  KILN_CHECK(g.pad_h >= 0 && g.pad_w >= 0, op, ": padding must be non-negative, got ", g.pad_h, " x ", g.pad_w);
-  const int64_t extent_h = g.dilation_h * (g.kernel_h - 1) + 1, extent_w = g.dilation_w * (g.kernel_w - 1) + 1;
-  KILN_CHECK(extent_h <= g.height + 2 * g.pad_h && extent_w <= g.width + 2 * g.pad_w, op, ": kernel ", g.kernel_h,
-             " x ", g.kernel_w, " with dilation ", g.dilation_h, " x ", g.dilation_w, " spans ", extent_h, " x ",
-             extent_w, ", more than the padded input ", g.height + 2 * g.pad_h, " x ", g.width + 2 * g.pad_w,
-             " (output size would be < 1)");
-  return g;
-}
 
 // The conv's output shape, (N, O, oh, ow) or (O, oh, ow) for an unbatched x.
 Shape conv_output_shape(const Tensor& x, int64_t out_channels, const ConvGeometry& g) {
@@ -214,7 +188,7 @@ Tensor quantized_conv2d(const Tensor& x, const PackedQuantizedWeight& w, const T
   constexpr std::string_view op = "quantized conv2d";
   check_activation(x, op);
   const Tensor& weight = check_weight(w, x, 4, op);
-  const ConvGeometry g = conv_geometry(x, weight, p, op);
+  const ConvGeometry g = conv2d_group_geometry(x, weight, p, op);
   Tensor b = checked_bias(bias, weight.size(0), x, op);
   check_output_grid(out_scale, out_zero_point, DType::UInt8, op);
   QuantizedKernels& kernels = quantized_kernels_for(x.device(), op);
@@ -234,7 +208,7 @@ Tensor quantized_conv2d_dynamic(const Tensor& x, const PackedQuantizedWeight& w,
   constexpr std::string_view op = "quantized conv2d_dynamic";
   check_float_input(x, op);
   const Tensor& weight = check_weight(w, x, 4, op);
-  const ConvGeometry g = conv_geometry(x, weight, p, op);
+  const ConvGeometry g = conv2d_group_geometry(x, weight, p, op);
   Tensor b = checked_bias(bias, weight.size(0), x, op);
   QuantizedKernels& kernels = quantized_kernels_for(x.device(), op);
 

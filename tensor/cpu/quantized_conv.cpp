@@ -160,15 +160,6 @@ void conv_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWei
   }
 }
 
-struct PerTensorParams {
-  float scale;
-  int32_t zero_point;
-};
-PerTensorParams per_tensor(const Tensor& t) {
-  const QuantParams& p = *t.impl()->quant_params();
-  return {quant_math::scale_as_float(p.scales[0]), static_cast<int32_t>(p.zero_points[0])};
-}
-
 }  // namespace
 
 void CpuQuantizedKernels::conv2d(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w,

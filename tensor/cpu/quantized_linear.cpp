@@ -201,15 +201,6 @@ void linear_rows(const Tensor& x, const CpuPackedQuantizedWeight& w, const QGemm
   });
 }
 
-struct PerTensorParams {
-  float scale;
-  int32_t zero_point;
-};
-PerTensorParams per_tensor(const Tensor& t) {
-  const QuantParams& p = *t.impl()->quant_params();
-  return {quant_math::scale_as_float(p.scales[0]), static_cast<int32_t>(p.zero_points[0])};
-}
-
 }  // namespace
 
 void CpuQuantizedKernels::linear(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w,

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "tensor/cpu/qgemm.h"
+#include "tensor/quant_math.h"
 #include "tensor/quantized_kernels.h"
 
 namespace kiln::cpu {
@@ -102,6 +103,16 @@ DynamicQParams dynamic_qparams(float min, float max, bool reduce_range);
 // x: float32, any shape and strides -> a quint8 tensor of x's shape on x's
 // grid from dynamic_qparams of its own min and max (0 included).
 Tensor quantize_dynamic_input(const Tensor& x, bool reduce_range);
+
+// The float32 scale and the zero point of a per-tensor quantized activation.
+struct PerTensorParams {
+  float scale;
+  int32_t zero_point;
+};
+inline PerTensorParams per_tensor(const Tensor& t) {
+  const QuantParams& p = *t.impl()->quant_params();
+  return {quant_math::scale_as_float(p.scales[0]), static_cast<int32_t>(p.zero_points[0])};
+}
 
 // Bytes past every scratch buffer's end that copies may write and read
 // (Note [Quantized convolution on the int8 GEMM]).
