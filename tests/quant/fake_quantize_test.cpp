@@ -23,24 +23,13 @@
 namespace kiln::quant {
 namespace {
 
+using quanttest::error_of;
 using quanttest::py_list;
 using quanttest::run_torch;
+using quanttest::tensor_of;
 using quanttest::same_bits;
 using quanttest::values_f32;
 
-Tensor tensor_of(const std::vector<float>& v, Shape shape = {}) {
-  if (shape.empty()) shape = {static_cast<int64_t>(v.size())};
-  return from_vector<float>(v, shape);
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(no error)";
-}
 
 // Random values around a grid of `scale`, with exact ties (x / scale =
 // k + 0.5), values far outside [quant_min, quant_max] and a NaN.

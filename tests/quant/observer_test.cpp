@@ -14,22 +14,11 @@
 namespace kiln::quant {
 namespace {
 
+using quanttest::error_of;
 using quanttest::py_list;
 using quanttest::run_torch;
+using quanttest::tensor_of;
 
-Tensor tensor_of(const std::vector<float>& v, Shape shape = {}) {
-  if (shape.empty()) shape = {static_cast<int64_t>(v.size())};
-  return from_vector<float>(v, shape);
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(no error)";
-}
 
 ObserverOptions opts(DType dtype, QScheme qscheme, bool reduce_range = false) {
   ObserverOptions o;

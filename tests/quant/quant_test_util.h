@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -59,6 +60,22 @@ inline std::string py_list(const std::vector<float>& v) {
   }
   os << "]";
   return os.str();
+}
+
+// A float32 tensor of `v`, 1-d unless `shape` is given.
+inline Tensor tensor_of(const std::vector<float>& v, Shape shape = {}) {
+  if (shape.empty()) shape = {static_cast<int64_t>(v.size())};
+  return from_vector<float>(v, shape);
+}
+
+// The message of the kiln::Error `fn` throws, or "(no error)".
+inline std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "(no error)";
 }
 
 inline std::vector<float> values_f32(const Tensor& t) {
