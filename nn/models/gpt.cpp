@@ -259,31 +259,35 @@ GPT::GPT(const GPTConfig& config_in) : config(validated(config_in)) {
   }
 }
 
-void GPT::check_tokens(const Tensor& idx, int64_t past, const char* op) const {
+namespace gpt {
+
+void check_tokens(const Tensor& idx, int64_t past, int64_t block_size, const char* op) {
   KILN_CHECK(idx.dtype() == DType::Int64, op, ": idx must hold Int64 token ids, got ", idx.dtype());
   KILN_CHECK(idx.dim() == 2 && idx.size(1) >= 1, op, ": idx must have shape (B, T) with T >= 1, got ",
              idx.shape());
   const int64_t T = idx.size(1);
   if (past == 0) {
-    KILN_CHECK(T <= config.block_size, op, ": cannot forward a sequence of length ", T, ", block_size is only ",
-               config.block_size);
+    KILN_CHECK(T <= block_size, op, ": cannot forward a sequence of length ", T, ", block_size is only ",
+               block_size);
   } else {
-    KILN_CHECK(past + T <= config.block_size, op, ": cannot forward ", T, " tokens after ", past,
-               " cached ones, block_size is only ", config.block_size);
+    KILN_CHECK(past + T <= block_size, op, ": cannot forward ", T, " tokens after ", past,
+               " cached ones, block_size is only ", block_size);
   }
 }
 
-Tensor GPT::embed(const Tensor& idx, int64_t past) {
+Tensor embed(Embedding& wte, Embedding& wpe, Dropout& drop, const Tensor& idx, int64_t past) {
   const int64_t T = idx.size(1);
   Tensor positions = arange(past, past + T, 1, TensorOptions(DType::Int64, idx.device()));  // (T)
-  Tensor tok = (*wte)(idx);        // (B, T, E)
-  Tensor pos = (*wpe)(positions);  // (T, E), broadcast over the batch
-  return (*drop)(tok + pos);
+  Tensor tok = wte(idx);        // (B, T, E)
+  Tensor pos = wpe(positions);  // (T, E), broadcast over the batch
+  return drop(tok + pos);
 }
 
+}  // namespace gpt
+
 Tensor GPT::forward(const Tensor& idx) {
-  check_tokens(idx, 0, "GPT");
-  Tensor x = embed(idx, 0);  // (B, T, E)
+  gpt::check_tokens(idx, 0, config.block_size, "GPT");
+  Tensor x = gpt::embed(*wte, *wpe, *drop, idx, 0);  // (B, T, E)
   for (const auto& block : blocks) x = (*block)(x);
   return (*lm_head)((*ln_f)(x));  // (B, T, V)
 }
@@ -305,11 +309,11 @@ Tensor GPT::next_token_logits(const Tensor& idx, std::vector<gpt::KVCache>& cach
   KILN_CHECK(cache.size() == blocks.size(), "GPT::next_token_logits: the cache has ", cache.size(),
              " layers, the model ", blocks.size(), " (make it with new_cache())");
   const int64_t past = cache[0].length;
-  check_tokens(idx, past, "GPT::next_token_logits");
+  gpt::check_tokens(idx, past, config.block_size, "GPT::next_token_logits");
   const int64_t T = idx.size(1);
   KILN_CHECK(past == 0 || T == 1, "GPT::next_token_logits: with ", past,
              " cached tokens, one new token is run at a time, got ", T);
-  Tensor x = embed(idx, past);  // (B, T, E)
+  Tensor x = gpt::embed(*wte, *wpe, *drop, idx, past);  // (B, T, E)
   for (size_t l = 0; l < blocks.size(); ++l) x = blocks[l]->forward_cached(x, cache[l]);
   // Only the last position's logits are needed: ln_f and the head are per
   // position, so the other T - 1 rows (T x V products each) are skipped.

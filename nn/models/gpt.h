@@ -173,6 +173,14 @@ class TiedLinear : public Module {
   Tensor weight;
 };
 
+// GPT's input check for an op named `op` ("GPT", "GPT stage 0"): idx (B, T)
+// Int64 with T >= 1 and past + T <= block_size, `past` tokens being cached
+// before it. GPT and the first of its pipeline stages (nn/models/gpt_stages.h)
+// both run it and embed(), so a stage computes exactly what GPT does.
+void check_tokens(const Tensor& idx, int64_t past, int64_t block_size, const char* op);
+// drop(wte(idx) + wpe(positions past .. past + T - 1)): idx (B, T) -> (B, T, E).
+Tensor embed(Embedding& wte, Embedding& wpe, Dropout& drop, const Tensor& idx, int64_t past);
+
 }  // namespace gpt
 
 // How generate() picks each token.
@@ -235,10 +243,6 @@ class GPT : public Module {
   std::shared_ptr<gpt::TiedLinear> lm_head;
 
  private:
-  // Checks idx (B, T) for an op named `op`, with `past` tokens before it.
-  void check_tokens(const Tensor& idx, int64_t past, const char* op) const;
-  // transformer.drop(wte(idx) + wpe(positions past .. past + T - 1)): (B, T, E).
-  Tensor embed(const Tensor& idx, int64_t past);
   // The next token (B, 1) Int64 from last-position logits (B, V).
   Tensor pick_token(const Tensor& logits, const GenerateOptions& options) const;
 };
