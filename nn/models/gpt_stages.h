@@ -96,8 +96,8 @@ class Stage : public Module {
   std::shared_ptr<Embedding> wpe;  // first stage only
   std::shared_ptr<Dropout> drop;   // first stage only
   std::vector<std::shared_ptr<Block>> blocks;
-  std::shared_ptr<LayerNorm> ln_f;        // last stage only
-  std::shared_ptr<TiedLinear> lm_head;    // last stage only
+  std::shared_ptr<LayerNorm> ln_f;      // last stage only
+  std::shared_ptr<TiedLinear> lm_head;  // last stage only
 
  private:
   std::string op_;  // "GPT stage <index>", for errors

@@ -50,7 +50,7 @@ Tensor run_chained(const StageSplit& split, const Tensor& idx) {
 }
 
 // The balances tried everywhere: 1 to 4 stages, and stages without blocks.
-const std::vector<std::vector<int64_t>> kBalances = {{4},    {2, 2},       {3, 1},    {1, 2, 1},
+const std::vector<std::vector<int64_t>> kBalances = {{4},          {2, 2},    {3, 1},    {1, 2, 1},
                                                      {1, 1, 1, 1}, {0, 4, 0}, {2, 0, 2}, {4, 0}};
 
 std::string str(const std::vector<int64_t>& balance) {
@@ -175,14 +175,14 @@ TEST(GPTStages, StateDictKeysAreTheModelsKeysInOrder) {
   }
   // A block keeps its global number on the stage that holds it.
   StageSplit split = split_into_stages(*gpt, {1, 2, 1});
-  EXPECT_EQ(split.stages[2]->state_dict().keys(),
-            (std::vector<std::string>{"transformer.h.3.ln_1.weight", "transformer.h.3.ln_1.bias",
-                                      "transformer.h.3.attn.c_attn.weight", "transformer.h.3.attn.c_attn.bias",
-                                      "transformer.h.3.attn.c_proj.weight", "transformer.h.3.attn.c_proj.bias",
-                                      "transformer.h.3.ln_2.weight", "transformer.h.3.ln_2.bias",
-                                      "transformer.h.3.mlp.c_fc.weight", "transformer.h.3.mlp.c_fc.bias",
-                                      "transformer.h.3.mlp.c_proj.weight", "transformer.h.3.mlp.c_proj.bias",
-                                      "transformer.ln_f.weight", "transformer.ln_f.bias", "lm_head.weight"}));
+  EXPECT_EQ(
+      split.stages[2]->state_dict().keys(),
+      (std::vector<std::string>{
+          "transformer.h.3.ln_1.weight", "transformer.h.3.ln_1.bias", "transformer.h.3.attn.c_attn.weight",
+          "transformer.h.3.attn.c_attn.bias", "transformer.h.3.attn.c_proj.weight", "transformer.h.3.attn.c_proj.bias",
+          "transformer.h.3.ln_2.weight", "transformer.h.3.ln_2.bias", "transformer.h.3.mlp.c_fc.weight",
+          "transformer.h.3.mlp.c_fc.bias", "transformer.h.3.mlp.c_proj.weight", "transformer.h.3.mlp.c_proj.bias",
+          "transformer.ln_f.weight", "transformer.ln_f.bias", "lm_head.weight"}));
   EXPECT_EQ(split.stages[1]->state_dict().keys().front(), "transformer.h.1.ln_1.weight");
   EXPECT_EQ(split.stages[0]->state_dict().keys().front(), "transformer.wte.weight");
 }
@@ -240,7 +240,8 @@ TEST(GPTStages, TiedListsTheEmbeddingAndTheHead) {
     using Holders = std::vector<std::pair<int, std::string>>;
     ASSERT_EQ(split.tied.size(), 1u) << str(balance);
     EXPECT_EQ(split.tied[0], (Holders{{0, "transformer.wte.weight"}, {S - 1, "lm_head.weight"}})) << str(balance);
-    EXPECT_TRUE(split.stages[0]->get_parameter("transformer.wte.weight")
+    EXPECT_TRUE(split.stages[0]
+                    ->get_parameter("transformer.wte.weight")
                     .is_same(split.stages[static_cast<size_t>(S - 1)]->get_parameter("lm_head.weight")));
   }
 }
@@ -283,10 +284,16 @@ TEST(GPTStages, StagesAreTypedAndPrintTheirBlocks) {
 TEST(GPTStages, SplitRejectsBadBalances) {
   auto gpt = tiny_gpt(24);
   expect_error([&] { split_into_stages(*gpt, {}); }, "split_into_stages: blocks_per_stage is empty");
-  expect_error_parts([&] { split_into_stages(*gpt, {3, -1, 2}); },
-                     {"split_into_stages: stage 1 has -1 blocks", "counts must be >= 0"});
-  expect_error_parts([&] { split_into_stages(*gpt, {2, 1}); },
-                     {"split_into_stages: blocks_per_stage", "sums to 3, the model has n_layer 4"});
+  expect_error_parts(
+      [&] {
+        split_into_stages(*gpt, {3, -1, 2});
+      },
+      {"split_into_stages: stage 1 has -1 blocks", "counts must be >= 0"});
+  expect_error_parts(
+      [&] {
+        split_into_stages(*gpt, {2, 1});
+      },
+      {"split_into_stages: blocks_per_stage", "sums to 3, the model has n_layer 4"});
   expect_error_parts([&] { split_into_stages(*gpt, {2, 2, 1}); }, {"sums to 5, the model has n_layer 4"});
 }
 
@@ -299,8 +306,11 @@ TEST(GPTStages, StagesRejectBadInputsNamingTheStage) {
   expect_error([&] { first(zeros({8}, DType::Int64)); }, "GPT stage 0: idx must have shape (B, T) with T >= 1");
   expect_error([&] { first(tokens(1, 9, 26)); },
                "GPT stage 0: cannot forward a sequence of length 9, block_size is only 8");
-  expect_error([&] { first(TensorList{tokens(1, 4, 27), tokens(1, 4, 28)}); },
-               "GPT stage 0: expected one input, {idx (B, T) Int64}, got 2");
+  expect_error(
+      [&] {
+        first(TensorList{tokens(1, 4, 27), tokens(1, 4, 28)});
+      },
+      "GPT stage 0: expected one input, {idx (B, T) Int64}, got 2");
   expect_error([&] { middle(zeros({2, 4, 15})); }, "GPT stage 1: expected x of shape (B, T, 16)");
   expect_error([&] { middle(tokens(2, 4, 29)); }, "GPT stage 1: expected x of shape (B, T, 16)");
   expect_error([&] { middle(TensorList{}); }, "GPT stage 1: expected one input, {x (B, T, E)}, got 0");
