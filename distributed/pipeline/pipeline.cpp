@@ -1,0 +1,556 @@
+#include "distributed/pipeline/pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "autograd/checkpoint.h"
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "tensor/error.h"
+#include "tensor/factory.h"
+#include "tensor/ops.h"
+
+namespace kiln::distributed::pipeline {
+
+using detail::str;
+
+namespace {
+
+// Each kind of message has its own tag (Note [Pipeline runtime]).
+constexpr int kTagActivations = 7101;  // handshakes and activations, stage s -> s+1
+constexpr int kTagGrads = 7102;        // gradients of inputs, stage s -> s-1
+constexpr int kTagTied = 7103;         // tied parameters' gradients
+
+using Signature = std::vector<std::pair<DType, Shape>>;
+
+Signature signature_of(const TensorList& tensors) {
+  Signature s;
+  for (const Tensor& t : tensors) s.emplace_back(t.dtype(), t.shape());
+  return s;
+}
+
+std::string describe(const Signature& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i)
+    out += str(i ? ", " : "", dtype_name(s[i].first), " ", s[i].second);
+  return "[" + out + "]";
+}
+
+// Signature <-> int64 words: count, then per tensor dtype, ndim, sizes.
+Tensor encode(const Signature& s) {
+  std::vector<int64_t> words = {static_cast<int64_t>(s.size())};
+  for (const auto& [dtype, shape] : s) {
+    words.push_back(static_cast<int64_t>(dtype));
+    words.push_back(static_cast<int64_t>(shape.size()));
+    words.insert(words.end(), shape.begin(), shape.end());
+  }
+  Tensor t = empty({static_cast<int64_t>(words.size())}, TensorOptions(DType::Int64));
+  std::copy(words.begin(), words.end(), t.data<int64_t>());
+  return t;
+}
+
+Signature decode(const Tensor& t) {
+  const int64_t* w = t.data<int64_t>();
+  const int64_t n = t.numel();
+  Signature s;
+  int64_t at = 1;
+  for (int64_t i = 0; i < w[0]; ++i) {
+    KILN_CHECK(at + 2 <= n && at + 2 + w[at + 1] <= n, "pipeline: a malformed shape handshake");
+    const DType dtype = static_cast<DType>(w[at]);
+    const Shape shape(w + at + 2, w + at + 2 + w[at + 1]);
+    s.emplace_back(dtype, shape);
+    at += 2 + w[at + 1];
+  }
+  return s;
+}
+
+// The device a stage's parameters live on (the CPU for a stage without any).
+Device device_of(const nn::Module& module) {
+  for (const Tensor& p : module.parameters()) return p.device();
+  return kCPU;
+}
+
+// x.detach() as a leaf that requires grad when floating point and `train`:
+// where a stage's graph begins.
+Tensor stage_input(const Tensor& x, bool train) {
+  Tensor leaf = x.detach();
+  if (train && is_floating(leaf.dtype())) leaf.requires_grad_();
+  return leaf;
+}
+
+}  // namespace
+
+// ---- one step ----
+
+struct Pipeline::MicroBatchState {
+  TensorList inputs;        // leaves where received or handed over
+  TensorList outputs;       // the stage's outputs (what SEND_F sends)
+  Tensor loss;              // last stage: the micro-batch's loss scaled by b_i / B
+  TensorList output_grads;  // per output: its gradient (undefined for non-floating outputs)
+  TensorList input_grads;   // per input: its gradient (undefined where none)
+  bool backward_done = false;      // B or W has run: the graph is freed
+  bool input_grads_passed = false; // sent, handed over, or none to pass (stage 0)
+};
+
+struct Pipeline::Run {
+  bool train = true;
+  std::vector<int64_t> sizes;             // micro-batch sizes
+  int64_t batch = 0;                      // their sum
+  std::vector<TensorList> first_inputs;   // per micro-batch, on stage 0's rank
+  std::vector<Tensor> targets;            // per micro-batch, on the last stage's rank
+  std::map<std::pair<int, int>, MicroBatchState> states;  // (stage, micro-batch)
+  std::vector<WorkPtr> sends;
+  Tensor loss_sum;
+};
+
+Pipeline::Pipeline(Schedule schedule, std::map<int, std::shared_ptr<nn::Module>> stages, LossFn loss,
+                   std::shared_ptr<ProcessGroup> group, PipelineOptions options)
+    : schedule_(std::move(schedule)),
+      stages_(std::move(stages)),
+      loss_(std::move(loss)),
+      group_(std::move(group)),
+      options_(std::move(options)) {
+  KILN_CHECK(group_ != nullptr, "Pipeline: no process group");
+  KILN_CHECK(loss_ != nullptr, "Pipeline: no loss function");
+  rank_ = group_->rank();
+  validate(schedule_);
+  KILN_CHECK(schedule_.num_ranks == group_->size(), "Pipeline: schedule '", schedule_.name, "' is for ",
+             schedule_.num_ranks, " ranks but the process group has ", group_->size());
+  const std::vector<int> mine = schedule_.stages_of(rank_);
+  for (int s : mine)
+    KILN_CHECK(stages_.count(s) && stages_.at(s) != nullptr, "Pipeline: rank ", rank_, " runs stage ", s,
+               " in schedule '", schedule_.name, "' but was given no module for it");
+  for (const auto& [s, module] : stages_)
+    KILN_CHECK(std::find(mine.begin(), mine.end(), s) != mine.end(), "Pipeline: rank ", rank_,
+               " was given a module for stage ", s, ", which schedule '", schedule_.name, "' runs on rank ",
+               s >= 0 && s < schedule_.num_stages ? std::to_string(schedule_.stage_rank[s]) : "none");
+  for (const TiedParameter& tied : options_.tied) {
+    KILN_CHECK(tied.size() >= 2, "Pipeline: a tied parameter needs at least two holders, got ", tied.size());
+    for (const auto& [s, key] : tied) {
+      KILN_CHECK(s >= 0 && s < schedule_.num_stages, "Pipeline: tied parameter '", key, "' names stage ", s,
+                 " outside 0..", schedule_.num_stages - 1);
+      if (stages_.count(s))
+        KILN_CHECK(stages_.at(s)->named_parameters().contains(key), "Pipeline: stage ", s,
+                   " has no parameter '", key, "' to tie");
+    }
+  }
+}
+
+Tensor Pipeline::step(const TensorList& inputs, const Tensor& target) { return run(inputs, target, true); }
+
+Tensor Pipeline::evaluate(const TensorList& inputs, const Tensor& target) {
+  NoGradGuard no_grad;
+  return run(inputs, target, false);
+}
+
+Tensor Pipeline::run(const TensorList& inputs, const Tensor& target, bool train) {
+  const int M = schedule_.num_micro_batches;
+  Run run;
+  run.train = train;
+  // The micro-batch sizes go from stage 0's rank to every rank.
+  // A batch stage 0's rank cannot split is announced as -1 so that every
+  // rank fails at once instead of waiting for micro-batches that never come.
+  Tensor sizes = zeros({M}, TensorOptions(DType::Int64));
+  std::string split_error;
+  if (holds_first_stage()) {
+    KILN_CHECK(!inputs.empty(), "Pipeline::step: rank ", rank_, " runs stage 0 and needs its inputs");
+    const int64_t B = inputs[0].dim() > 0 ? inputs[0].size(0) : 0;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      KILN_CHECK(inputs[i].dim() > 0 && inputs[i].size(0) == B, "Pipeline::step: input ", i, " has shape ",
+                 inputs[i].shape(), " but input 0 has ", B, " examples (inputs are split along dim 0)");
+    const int64_t chunk = (B + M - 1) / M;
+    if (B >= 1 && (M - 1) * chunk < B) {
+      for (int m = 0; m < M; ++m) sizes.data<int64_t>()[m] = std::min(chunk, B - m * chunk);
+    } else {
+      split_error = str("Pipeline::step: a batch of ", B, " examples cannot be split into ", M,
+                        " micro-batches (micro-batches of ", chunk, " leave the last one empty)");
+      sizes.data<int64_t>()[0] = -1;
+    }
+  }
+  group_->broadcast(sizes, schedule_.stage_rank.front())->wait();
+  if (!split_error.empty()) KILN_FAIL(split_error);
+  KILN_CHECK(sizes.data<int64_t>()[0] > 0, "Pipeline::step: stage 0's rank could not split its batch into ", M,
+             " micro-batches; see its error");
+  for (int m = 0; m < M; ++m) {
+    run.sizes.push_back(sizes.data<int64_t>()[m]);
+    run.batch += run.sizes.back();
+  }
+  int64_t start = 0;
+  for (int m = 0; m < M; ++m) {
+    if (holds_first_stage()) {
+      TensorList part;
+      for (const Tensor& x : inputs) part.push_back(x.narrow(0, start, run.sizes[m]).detach());
+      run.first_inputs.push_back(std::move(part));
+    }
+    if (holds_last_stage()) {
+      if (m == 0)
+        KILN_CHECK(target.defined() && target.dim() > 0 && target.size(0) == run.batch, "Pipeline::step: the target",
+                   target.defined() ? str(" has shape ", target.shape()) : std::string(" is missing"),
+                   " but the batch on stage 0's rank has ", run.batch, " examples");
+      run.targets.push_back(target.narrow(0, start, run.sizes[m]).detach());
+    }
+    start += run.sizes[m];
+  }
+
+  // Run this rank's actions; a forward-only pass keeps the forwards and their messages.
+  try {
+    for (const Action& action : schedule_.ranks[rank_]) {
+      const bool forward_only = action.type == ActionType::Forward ||
+                                action.type == ActionType::SendActivations ||
+                                action.type == ActionType::RecvActivations;
+      if (train || forward_only) run_action(run, action);
+    }
+    for (const WorkPtr& work : run.sends) work->wait();
+  } catch (...) {
+    // Sends still in flight reference tensors of `run`: wait for them
+    // (each fails or completes within the group's timeout) before unwinding.
+    for (const WorkPtr& work : run.sends) {
+      try {
+        work->wait();
+      } catch (...) {
+      }
+    }
+    throw;
+  }
+  if (train) exchange_tied_gradients();
+  return holds_last_stage() ? run.loss_sum : Tensor();
+}
+
+void Pipeline::run_action(Run& run, const Action& a) {
+  const int s = a.stage, m = a.micro_batch;
+  const int S = schedule_.num_stages;
+  MicroBatchState& st = run.states[{s, m}];
+  const bool prev_here = s > 0 && schedule_.stage_rank[s - 1] == rank_;
+  nn::Module& module = *stages_.at(s);
+  auto where = [&] { return str("pipeline stage ", s, ", micro-batch ", m); };
+
+  // The roots of this stage's backward and the gradients they receive.
+  auto backward_roots = [&](TensorList& roots, TensorList& grads) {
+    if (s == S - 1) {
+      roots.push_back(st.loss);
+      return;
+    }
+    for (size_t i = 0; i < st.outputs.size(); ++i) {
+      if (!st.outputs[i].requires_grad()) continue;
+      KILN_CHECK(i < st.output_grads.size() && st.output_grads[i].defined(), where(),
+                 ": no gradient arrived for output ", i);
+      roots.push_back(st.outputs[i]);
+      grads.push_back(st.output_grads[i]);
+    }
+  };
+  // The gradients of the inputs, once computed: handed to the previous
+  // stage when it is on this rank.
+  auto input_grads_done = [&](TensorList grads) {
+    st.input_grads = std::move(grads);
+    if (prev_here) run.states[{s - 1, m}].output_grads = st.input_grads;
+    if (s == 0 || prev_here) st.input_grads_passed = true;
+  };
+  auto release = [&] { run.states.erase({s, m}); };
+  // The (stage, micro-batch) is over once its graph is freed and its input
+  // gradients have gone where they go.
+  auto release_if_done = [&] {
+    if (st.backward_done && st.input_grads_passed) release();
+  };
+
+  switch (a.type) {
+    case ActionType::Forward: {
+      const bool checkpointed = run.train && options_.checkpoint_activations;
+      if (s == 0) {
+        // A checkpointed stage must have an input that requires grad for
+        // its backward to run (autograd/checkpoint.h): stage 0's floating
+        // data become such leaves (their gradient is computed and dropped).
+        for (const Tensor& x : run.first_inputs[m]) st.inputs.push_back(checkpointed ? stage_input(x, true) : x);
+      } else if (prev_here) {
+        for (const Tensor& x : run.states.at({s - 1, m}).outputs) st.inputs.push_back(stage_input(x, run.train));
+      }
+      auto call = [&module](const TensorList& in) { return module(in); };
+      bool any_requires_grad = false;
+      for (const Tensor& x : st.inputs) any_requires_grad = any_requires_grad || x.requires_grad();
+      // A stage with no such input (a GPT's token ids) runs without checkpointing.
+      st.outputs = checkpointed && any_requires_grad ? autograd::checkpoint(call, st.inputs) : call(st.inputs);
+      if (s == S - 1) {
+        Tensor loss = loss_(st.outputs, run.targets[m]);
+        KILN_CHECK(loss.defined() && loss.numel() == 1, where(), ": the loss function returned ",
+                   loss.defined() ? str("shape ", loss.shape()) : std::string("nothing"), ", not a scalar");
+        st.loss = loss.reshape({}) * (static_cast<double>(run.sizes[m]) / static_cast<double>(run.batch));
+        Tensor value = st.loss.detach();
+        run.loss_sum = run.loss_sum.defined() ? ops::add(run.loss_sum, value) : value.clone();
+        if (!run.train) release();
+      }
+      break;
+    }
+    case ActionType::SendActivations: {
+      const int dst = schedule_.stage_rank[s + 1];
+      const Signature sig = signature_of(st.outputs);
+      const auto key = std::make_pair(s, run.sizes[m]);
+      auto known = handshakes_.find(key);
+      if (known == handshakes_.end()) {
+        Tensor header = encode(sig);
+        Tensor length = full({1}, static_cast<double>(header.numel()), TensorOptions(DType::Int64));
+        run.sends.push_back(group_->isend(length, dst, kTagActivations));
+        run.sends.push_back(group_->isend(header, dst, kTagActivations));
+        handshakes_.emplace(key, sig);
+      } else {
+        KILN_CHECK(known->second == sig, where(), ": the outputs are ", describe(sig), " but were ",
+                   describe(known->second), " for micro-batches of ", run.sizes[m],
+                   " examples when the stages first exchanged shapes");
+      }
+      for (const Tensor& out : st.outputs) {
+        Tensor data = out.detach().contiguous();
+        run.sends.push_back(group_->isend(data, dst, kTagActivations));
+      }
+      if (!run.train) release();
+      break;
+    }
+    case ActionType::RecvActivations: {
+      const int src = schedule_.stage_rank[s - 1];
+      const auto key = std::make_pair(s - 1, run.sizes[m]);
+      auto known = handshakes_.find(key);
+      if (known == handshakes_.end()) {
+        Tensor length = zeros({1}, TensorOptions(DType::Int64));
+        group_->irecv(length, src, kTagActivations)->wait();
+        Tensor header = zeros({length.data<int64_t>()[0]}, TensorOptions(DType::Int64));
+        group_->irecv(header, src, kTagActivations)->wait();
+        known = handshakes_.emplace(key, decode(header)).first;
+      }
+      const Device device = device_of(module);
+      for (const auto& [dtype, shape] : known->second) {
+        Tensor x = empty(shape, TensorOptions(dtype, device));
+        group_->irecv(x, src, kTagActivations)->wait();
+        st.inputs.push_back(stage_input(x, run.train));
+      }
+      break;
+    }
+    case ActionType::Backward: {
+      TensorList roots, grads;
+      backward_roots(roots, grads);
+      if (!roots.empty()) autograd::run_backward(roots, grads, false, false);
+      TensorList input_grads;
+      for (const Tensor& x : st.inputs) input_grads.push_back(x.requires_grad() ? x.grad() : Tensor());
+      input_grads_done(std::move(input_grads));
+      st.backward_done = true;
+      release_if_done();
+      break;
+    }
+    case ActionType::BackwardInput: {
+      TensorList roots, grads, wanted;
+      backward_roots(roots, grads);
+      for (const Tensor& x : st.inputs)
+        if (x.requires_grad()) wanted.push_back(x);
+      TensorList input_grads(st.inputs.size());
+      if (!roots.empty() && !wanted.empty()) {
+        TensorList got = autograd::grad(roots, wanted, grads, /*retain_graph=*/true, false, /*allow_unused=*/true);
+        for (size_t i = 0, k = 0; i < st.inputs.size(); ++i)
+          if (st.inputs[i].requires_grad()) input_grads[i] = got[k++];
+      }
+      input_grads_done(std::move(input_grads));
+      break;
+    }
+    case ActionType::BackwardWeight: {
+      TensorList roots, grads;
+      backward_roots(roots, grads);
+      if (!roots.empty()) autograd::run_backward(roots, grads, false, false);
+      st.backward_done = true;
+      release_if_done();
+      break;
+    }
+    case ActionType::SendGrads: {
+      const int dst = schedule_.stage_rank[s - 1];
+      for (size_t i = 0; i < st.inputs.size(); ++i) {
+        if (!is_floating(st.inputs[i].dtype())) continue;
+        Tensor g = i < st.input_grads.size() && st.input_grads[i].defined() ? st.input_grads[i].contiguous()
+                                                                            : zeros_like(st.inputs[i]);
+        run.sends.push_back(group_->isend(g, dst, kTagGrads));
+      }
+      st.input_grads.clear();
+      st.input_grads_passed = true;
+      release_if_done();  // after I, the state waits for W
+      break;
+    }
+    case ActionType::RecvGrads: {
+      const int src = schedule_.stage_rank[s + 1];
+      st.output_grads.assign(st.outputs.size(), Tensor());
+      for (size_t i = 0; i < st.outputs.size(); ++i) {
+        if (!is_floating(st.outputs[i].dtype())) continue;
+        Tensor g = empty(st.outputs[i].shape(), TensorOptions(st.outputs[i].dtype(), st.outputs[i].device()));
+        group_->irecv(g, src, kTagGrads)->wait();
+        st.output_grads[i] = g;
+      }
+      break;
+    }
+  }
+}
+
+void Pipeline::exchange_tied_gradients() {
+  NoGradGuard no_grad;
+  for (const TiedParameter& tied : options_.tied) {
+    std::vector<Tensor> params(tied.size()), parts(tied.size());
+    std::set<int> remote_ranks;
+    for (size_t j = 0; j < tied.size(); ++j) {
+      const int holder = schedule_.stage_rank[tied[j].first];
+      if (holder == rank_) {
+        params[j] = stages_.at(tied[j].first)->named_parameters().at(tied[j].second);
+        parts[j] = params[j].grad().defined() ? params[j].grad() : zeros_like(params[j]);
+      } else {
+        remote_ranks.insert(holder);
+      }
+    }
+    if (remote_ranks.empty()) continue;  // one process: one tensor, nothing to add
+    bool holds_any = false;
+    for (const Tensor& p : params) holds_any = holds_any || p.defined();
+    if (!holds_any) continue;
+    // Each holder sends its parts to every other holder, in member order,
+    // and everyone adds all parts in member (stage) order.
+    std::vector<WorkPtr> sends;
+    for (size_t j = 0; j < tied.size(); ++j) {
+      if (!parts[j].defined()) continue;
+      parts[j] = parts[j].contiguous();
+      for (int q : remote_ranks) sends.push_back(group_->isend(parts[j], q, kTagTied));
+    }
+    Tensor like;
+    for (const Tensor& p : params)
+      if (p.defined()) like = p;
+    for (size_t j = 0; j < tied.size(); ++j) {
+      if (parts[j].defined()) continue;
+      parts[j] = empty(like.shape(), TensorOptions(like.dtype(), like.device()));
+      group_->irecv(parts[j], schedule_.stage_rank[tied[j].first], kTagTied)->wait();
+    }
+    for (const WorkPtr& w : sends) w->wait();
+    Tensor sum = parts[0].clone();
+    for (size_t j = 1; j < parts.size(); ++j) sum = ops::add(sum, parts[j]);
+    std::set<const void*> done;
+    for (const Tensor& p : params)
+      if (p.defined() && done.insert(p.impl()).second) p.set_grad(sum.clone());
+  }
+}
+
+std::vector<Tensor> Pipeline::parameters() const {
+  std::vector<Tensor> out;
+  std::set<const void*> seen;
+  for (const auto& [s, module] : stages_)
+    for (const Tensor& p : module->parameters())
+      if (seen.insert(p.impl()).second) out.push_back(p);
+  return out;
+}
+
+double Pipeline::clip_grad_norm_(double max_norm) {
+  NoGradGuard no_grad;
+  // A tied tensor's gradient counts once: on the holder of its first stage.
+  std::set<const void*> not_counted;
+  for (const TiedParameter& tied : options_.tied)
+    for (size_t j = 1; j < tied.size(); ++j)
+      if (schedule_.stage_rank[tied[j].first] == rank_ && schedule_.stage_rank[tied[0].first] != rank_)
+        not_counted.insert(stages_.at(tied[j].first)->named_parameters().at(tied[j].second).impl());
+  double local = 0.0;
+  const std::vector<Tensor> params = parameters();
+  for (const Tensor& p : params) {
+    if (!p.grad().defined() || not_counted.count(p.impl())) continue;
+    Tensor g64 = p.grad().to(DType::Float64);
+    local += ops::sum(ops::mul(g64, g64)).item<double>();
+  }
+  Tensor total = full({1}, local, TensorOptions(DType::Float64, group_->collective_device()));
+  group_->all_reduce(total)->wait();
+  const double norm = std::sqrt(total.to(kCPU).data<double>()[0]);
+  const double coef = std::min(max_norm / (norm + 1e-6), 1.0);
+  if (coef != 1.0)
+    for (const Tensor& p : params)
+      if (p.grad().defined()) {
+        Tensor g = p.grad();
+        ops::mul_(g, coef);
+      }
+  return norm;
+}
+
+// ---- splitting ----
+
+std::vector<std::shared_ptr<nn::Module>> split_sequential(const nn::Sequential& model,
+                                                          const std::vector<int64_t>& balance) {
+  KILN_CHECK(!balance.empty(), "split_sequential: the balance is empty");
+  int64_t total = 0;
+  for (size_t i = 0; i < balance.size(); ++i) {
+    KILN_CHECK(balance[i] >= 1, "split_sequential: stage ", i, " gets ", balance[i],
+               " modules; every stage needs at least one");
+    total += balance[i];
+  }
+  KILN_CHECK(total == static_cast<int64_t>(model.size()), "split_sequential: the balance adds up to ", total,
+             " modules but the model has ", model.size());
+  const auto children = model.named_children();
+  std::vector<std::shared_ptr<nn::Module>> stages;
+  size_t at = 0;
+  for (int64_t count : balance) {
+    std::vector<nn::NamedModule> part(children.begin() + at, children.begin() + at + count);
+    stages.push_back(std::make_shared<nn::Sequential>(part));
+    at += count;
+  }
+  return stages;
+}
+
+std::vector<int64_t> balance_by_costs(const std::vector<double>& costs, int num_stages) {
+  const int n = static_cast<int>(costs.size());
+  KILN_CHECK(num_stages >= 1 && num_stages <= n, "balance_by_costs: cannot cut ", n, " modules into ", num_stages,
+             " stages of at least one module each");
+  for (size_t i = 0; i < costs.size(); ++i)
+    KILN_CHECK(costs[i] >= 0 && std::isfinite(costs[i]), "balance_by_costs: module ", i, " has cost ", costs[i]);
+  // best[k][i]: the smallest possible largest stage cost cutting the first i
+  // modules into k stages; cut[k][i] where its last stage starts.
+  std::vector<double> prefix(n + 1, 0.0);
+  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + costs[i];
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(num_stages + 1, std::vector<double>(n + 1, inf));
+  std::vector<std::vector<int>> cut(num_stages + 1, std::vector<int>(n + 1, 0));
+  best[0][0] = 0;
+  for (int k = 1; k <= num_stages; ++k)
+    for (int i = k; i <= n; ++i)
+      for (int j = k - 1; j < i; ++j) {
+        const double worst = std::max(best[k - 1][j], prefix[i] - prefix[j]);
+        if (worst < best[k][i]) best[k][i] = worst, cut[k][i] = j;
+      }
+  std::vector<int64_t> balance(num_stages);
+  for (int k = num_stages, i = n; k >= 1; --k) {
+    balance[k - 1] = i - cut[k][i];
+    i = cut[k][i];
+  }
+  return balance;
+}
+
+std::vector<int64_t> balance_by_parameters(const nn::Sequential& model, int num_stages) {
+  std::vector<double> costs;
+  for (const auto& module : model) {
+    double count = 0;
+    for (const Tensor& p : module->parameters()) count += static_cast<double>(p.numel());
+    costs.push_back(count);
+  }
+  return balance_by_costs(costs, num_stages);
+}
+
+std::vector<int64_t> balance_by_time(nn::Sequential& model, const Tensor& sample, int num_stages, int repeats) {
+  KILN_CHECK(repeats >= 1, "balance_by_time: repeats must be at least 1, got ", repeats);
+  using Clock = std::chrono::steady_clock;
+  std::vector<std::vector<double>> times(model.size());
+  for (int r = 0; r < repeats; ++r) {
+    Tensor x = sample;
+    for (size_t i = 0; i < model.size(); ++i) {
+      Tensor in = stage_input(x, true);
+      const auto t0 = Clock::now();
+      Tensor out = (*model[static_cast<int64_t>(i)])(in);
+      Tensor total = is_floating(out.dtype()) ? kiln::sum(out) : Tensor();
+      if (total.defined() && total.requires_grad()) total.backward();
+      times[i].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      x = out.detach();
+    }
+  }
+  for (const auto& module : model)
+    for (const Tensor& p : module->parameters()) p.set_grad(Tensor());
+  std::vector<double> costs;
+  for (auto& t : times) {
+    std::sort(t.begin(), t.end());
+    costs.push_back(t[t.size() / 2]);
+  }
+  return balance_by_costs(costs, num_stages);
+}
+
+}  // namespace kiln::distributed::pipeline
