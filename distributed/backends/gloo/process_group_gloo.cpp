@@ -541,7 +541,17 @@ WorkPtr ProcessGroupGloo::run_send(const Tensor& tensor, int dst, int tag) {
   if (data_buffer) track(data_buffer, false);
   return point_to_point_->enqueue(name, [this, name, preamble, preamble_buffer, data_buffer, host,
                                          timeout = timeout()] {
-    wait_tracked(preamble_buffer, false, timeout, name);
+    try {
+      wait_tracked(preamble_buffer, false, timeout, name);
+    } catch (...) {
+      // The data buffer dies with this operation: the destructor must not
+      // find it among the pending buffers and abort a freed one.
+      if (data_buffer) {
+        std::lock_guard lock(pending_mutex_);
+        pending_.erase({data_buffer.get(), false});
+      }
+      throw;
+    }
     if (data_buffer) wait_tracked(data_buffer, false, timeout, name);
   });
 }
