@@ -147,7 +147,14 @@ Tensor Pipeline::evaluate(const TensorList& inputs, const Tensor& target) {
   return run(inputs, target, false);
 }
 
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+}  // namespace
+
 Tensor Pipeline::run(const TensorList& inputs, const Tensor& target, bool train) {
+  const auto step_start = Clock::now();
+  times_ = StepTimes{};
   const int M = schedule_.num_micro_batches;
   Run run;
   run.train = train;
@@ -202,7 +209,12 @@ Tensor Pipeline::run(const TensorList& inputs, const Tensor& target, bool train)
       const bool forward_only = action.type == ActionType::Forward ||
                                 action.type == ActionType::SendActivations ||
                                 action.type == ActionType::RecvActivations;
-      if (train || forward_only) run_action(run, action);
+      if (!train && !forward_only) continue;
+      const auto start = Clock::now();
+      run_action(run, action);
+      if (is_compute(action.type)) times_.compute_seconds += seconds_since(start);
+      if (action.type == ActionType::RecvActivations || action.type == ActionType::RecvGrads)
+        times_.recv_seconds += seconds_since(start);
     }
     for (const WorkPtr& work : run.sends) work->wait();
   } catch (...) {
@@ -217,6 +229,7 @@ Tensor Pipeline::run(const TensorList& inputs, const Tensor& target, bool train)
     throw;
   }
   if (train) exchange_tied_gradients();
+  times_.seconds = seconds_since(step_start);
   return holds_last_stage() ? run.loss_sum : Tensor();
 }
 
@@ -529,7 +542,6 @@ std::vector<int64_t> balance_by_parameters(const nn::Sequential& model, int num_
 
 std::vector<int64_t> balance_by_time(nn::Sequential& model, const Tensor& sample, int num_stages, int repeats) {
   KILN_CHECK(repeats >= 1, "balance_by_time: repeats must be at least 1, got ", repeats);
-  using Clock = std::chrono::steady_clock;
   std::vector<std::vector<double>> times(model.size());
   for (int r = 0; r < repeats; ++r) {
     Tensor x = sample;

@@ -96,6 +96,13 @@ struct PipelineOptions {
   std::vector<TiedParameter> tied;
 };
 
+// Where the last step's time went on this rank, for measuring the bubble.
+struct StepTimes {
+  double seconds = 0;          // the whole step()
+  double compute_seconds = 0;  // in F, B, I and W actions
+  double recv_seconds = 0;     // waiting in receives (the bubble, and transfer time)
+};
+
 class Pipeline {
  public:
   // `stages` maps each stage of schedule.stages_of(group->rank()) to its
@@ -123,6 +130,9 @@ class Pipeline {
   // when that is below 1. Returns the norm before clipping. Every rank calls it.
   double clip_grad_norm_(double max_norm);
 
+  // The last step()'s times on this rank.
+  const StepTimes& last_step_times() const { return times_; }
+
   // This rank's parameters, each once (for the optimizer).
   std::vector<Tensor> parameters() const;
   const Schedule& schedule() const { return schedule_; }
@@ -147,6 +157,7 @@ class Pipeline {
   // The output signatures handed over so far: (stage, micro-batch size) ->
   // the dtypes and shapes of the stage's outputs (Note [Pipeline runtime]).
   std::map<std::pair<int, int64_t>, std::vector<std::pair<DType, Shape>>> handshakes_;
+  StepTimes times_;
 };
 
 // ---- splitting a model into stages ----
