@@ -50,14 +50,16 @@ nn::TensorList DistributedDataParallel::forward_many(const nn::TensorList& input
   // Through operator(), so that the wrapped module's hooks run as they do
   // without DDP (an FSDP-style gather in a pre-hook, a profiler's timing).
   nn::TensorList outputs = (*module_)(inputs);
-  if (training && sync_) {
-    // The search for unused parameters starts from one output.
-    KILN_CHECK(!options_.find_unused_parameters || outputs.size() == 1,
-               "DistributedDataParallel: find_unused_parameters needs a module of one output, but ", module_->name(),
-               " returned ", outputs.size());
-    reducer_->prepare_for_backward(outputs.empty() ? Tensor() : outputs[0]);
-  }
+  if (training && sync_) prepare_for_backward(outputs);
   return outputs;
+}
+
+void DistributedDataParallel::prepare_for_backward(const nn::TensorList& outputs) {
+  // The search for unused parameters starts from one output.
+  KILN_CHECK(!options_.find_unused_parameters || outputs.size() == 1,
+             "DistributedDataParallel: find_unused_parameters needs a module of one output, but ", module_->name(),
+             " returned ", outputs.size());
+  reducer_->prepare_for_backward(outputs.empty() ? Tensor() : outputs[0]);
 }
 
 }  // namespace kiln::distributed

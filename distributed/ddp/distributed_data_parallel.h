@@ -93,6 +93,14 @@ class DistributedDataParallel : public nn::Module {
   };
   [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
 
+  // Arms the reducer for the next backward, as a forward outside no_sync
+  // does, for a caller that runs its forwards under no_sync and learns only
+  // later which backward completes the step: a pipeline stage, whose last
+  // micro-batch's backward can come after other micro-batches' backwards.
+  // `outputs`: that forward's outputs (find_unused_parameters searches from
+  // the first).
+  void prepare_for_backward(const nn::TensorList& outputs);
+
   // Replaces the communication hook; call it before a forward.
   void register_comm_hook(std::shared_ptr<CommHook> hook) { reducer_->set_hook(std::move(hook)); }
 

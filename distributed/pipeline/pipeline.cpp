@@ -10,6 +10,7 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "distributed/ddp/distributed_data_parallel.h"
 #include "tensor/error.h"
 #include "tensor/factory.h"
 #include "tensor/ops.h"
@@ -105,6 +106,7 @@ struct Pipeline::Run {
   std::map<std::pair<int, int>, MicroBatchState> states;  // (stage, micro-batch)
   std::vector<WorkPtr> sends;
   Tensor loss_sum;
+  bool completes_gradients = false;  // the action running is its stage's last B or W
 };
 
 Pipeline::Pipeline(Schedule schedule, std::map<int, std::shared_ptr<nn::Module>> stages, LossFn loss,
@@ -128,6 +130,12 @@ Pipeline::Pipeline(Schedule schedule, std::map<int, std::shared_ptr<nn::Module>>
     KILN_CHECK(std::find(mine.begin(), mine.end(), s) != mine.end(), "Pipeline: rank ", rank_,
                " was given a module for stage ", s, ", which schedule '", schedule_.name, "' runs on rank ",
                s >= 0 && s < schedule_.num_stages ? std::to_string(schedule_.stage_rank[s]) : "none");
+  // The action after which each stage's gradients are complete: a
+  // DistributedDataParallel stage reduces in it.
+  const std::vector<Action>& actions = schedule_.ranks[rank_];
+  for (size_t i = 0; i < actions.size(); ++i)
+    if (actions[i].type == ActionType::Backward || actions[i].type == ActionType::BackwardWeight)
+      last_gradient_action_[actions[i].stage] = i;
   for (const TiedParameter& tied : options_.tied) {
     KILN_CHECK(tied.size() >= 2, "Pipeline: a tied parameter needs at least two holders, got ", tied.size());
     for (const auto& [s, key] : tied) {
@@ -205,7 +213,10 @@ Tensor Pipeline::run(const TensorList& inputs, const Tensor& target, bool train)
 
   // Run this rank's actions; a forward-only pass keeps the forwards and their messages.
   try {
-    for (const Action& action : schedule_.ranks[rank_]) {
+    const std::vector<Action>& actions = schedule_.ranks[rank_];
+    for (size_t i = 0; i < actions.size(); ++i) {
+      const Action& action = actions[i];
+      run.completes_gradients = last_gradient_action_.at(action.stage) == i;
       const bool forward_only = action.type == ActionType::Forward ||
                                 action.type == ActionType::SendActivations ||
                                 action.type == ActionType::RecvActivations;
@@ -239,6 +250,7 @@ void Pipeline::run_action(Run& run, const Action& a) {
   MicroBatchState& st = run.states[{s, m}];
   const bool prev_here = s > 0 && schedule_.stage_rank[s - 1] == rank_;
   nn::Module& module = *stages_.at(s);
+  auto* ddp = dynamic_cast<DistributedDataParallel*>(&module);
   auto where = [&] { return str("pipeline stage ", s, ", micro-batch ", m); };
 
   // The roots of this stage's backward and the gradients they receive.
@@ -280,7 +292,12 @@ void Pipeline::run_action(Run& run, const Action& a) {
       } else if (prev_here) {
         for (const Tensor& x : run.states.at({s - 1, m}).outputs) st.inputs.push_back(stage_input(x, run.train));
       }
-      auto call = [&module](const TensorList& in) { return module(in); };
+      // A data-parallel stage reduces once per step, in its last backward.
+      auto call = [&module, ddp](const TensorList& in) {
+        if (!ddp) return module(in);
+        auto local = ddp->no_sync();
+        return module(in);
+      };
       bool any_requires_grad = false;
       for (const Tensor& x : st.inputs) any_requires_grad = any_requires_grad || x.requires_grad();
       // A stage with no such input (a GPT's token ids) runs without checkpointing.
@@ -341,6 +358,7 @@ void Pipeline::run_action(Run& run, const Action& a) {
     case ActionType::Backward: {
       TensorList roots, grads;
       backward_roots(roots, grads);
+      if (ddp && run.completes_gradients) ddp->prepare_for_backward(roots);
       if (!roots.empty()) autograd::run_backward(roots, grads, false, false);
       TensorList input_grads;
       for (const Tensor& x : st.inputs) input_grads.push_back(x.requires_grad() ? x.grad() : Tensor());
@@ -366,6 +384,7 @@ void Pipeline::run_action(Run& run, const Action& a) {
     case ActionType::BackwardWeight: {
       TensorList roots, grads;
       backward_roots(roots, grads);
+      if (ddp && run.completes_gradients) ddp->prepare_for_backward(roots);
       if (!roots.empty()) autograd::run_backward(roots, grads, false, false);
       st.backward_done = true;
       release_if_done();

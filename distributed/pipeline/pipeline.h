@@ -56,6 +56,13 @@
 // and the same optimizer update keeps both copies equal. In one process
 // they are one tensor, and nothing is exchanged.
 //
+// Data parallelism (one DDP group per stage). With R pipelines side by
+// side, the ranks holding the same stage in each form a data-parallel
+// group, and the stage module may be a DistributedDataParallel over it.
+// Its forwards run under no_sync and its last B (or W) of the step arms its
+// reducer, so that the gradients summed over the micro-batches are
+// averaged over the replicas once, during that backward, overlapping it.
+//
 // A stage is any nn::Module: it is called with a TensorList
 // (Note [Modules of several tensors]) and returns one. Parameters belong to
 // the stage that holds them; every rank's optimizer steps its own.
@@ -158,6 +165,7 @@ class Pipeline {
   // the dtypes and shapes of the stage's outputs (Note [Pipeline runtime]).
   std::map<std::pair<int, int64_t>, std::vector<std::pair<DType, Shape>>> handshakes_;
   StepTimes times_;
+  std::map<int, size_t> last_gradient_action_;  // stage -> index of its last B or W in this rank's list
 };
 
 // ---- splitting a model into stages ----

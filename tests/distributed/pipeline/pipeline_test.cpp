@@ -10,6 +10,7 @@
 #include <cmath>
 #include <string>
 
+#include "distributed/ddp/distributed_data_parallel.h"
 #include "kiln.h"
 #include "nn/activation.h"
 #include "nn/conv.h"
@@ -213,6 +214,48 @@ TEST(Pipeline, GptOnFourRanksEqualsSingleProcessForEverySchedule) {
     auto group = make_test_group("gloo", std::chrono::seconds(60));
     for (const PipeSetup& setup : setups(4)) run_gpt(rank, 4, group, setup);
   }, within(400));
+}
+
+// Two pipelines of 2 stages side by side on 4 ranks, each stage a
+// DistributedDataParallel over the two ranks holding it: each replica trains
+// on half of every batch, and the result is one process on the whole batch.
+TEST(Pipeline, DataParallelStagesEqualSingleProcess) {
+  run_on_ranks(4, [](int rank) {
+    auto world = make_test_group("gloo", std::chrono::seconds(60));
+    const int replica = rank / 2, stage = rank % 2;
+    ProcessGroupOptions options;
+    options.timeout = std::chrono::seconds(60);
+    // Every rank makes every group, in the same order; each keeps its own.
+    std::shared_ptr<ProcessGroup> pipeline_group, data_group;
+    for (int r = 0; r < 2; ++r)
+      if (auto g = world->new_subgroup({2 * r, 2 * r + 1}, options)) pipeline_group = g;
+    for (int s = 0; s < 2; ++s)
+      if (auto g = world->new_subgroup({s, s + 2}, options)) data_group = g;
+    for (const char* name : {"gpipe", "1f1b", "zero-bubble"}) {
+      SCOPED_TRACE(name);
+      auto reference = make_cnn(21), model = make_cnn(21);
+      const std::vector<int64_t> balance = {7, 5};
+      auto stages = split_sequential(*model, balance);
+      DDPOptions ddp_options;
+      ddp_options.group = data_group;
+      auto ddp = std::make_shared<DistributedDataParallel>(stages[stage], ddp_options);
+      auto loss_fn = [](const TensorList& out, const Tensor& y) { return F::cross_entropy(out[0], y); };
+      Pipeline pipe(make_schedule(name, 2, 3), {{stage, ddp}}, loss_fn, pipeline_group);
+      optim::SGD ref_opt(reference->parameters(), {.lr = 0.05, .momentum = 0.9});
+      optim::SGD opt(pipe.parameters(), {.lr = 0.05, .momentum = 0.9});
+      for (int step = 0; step < 20; ++step) {
+        auto [x, y] = images_for(step, 10);
+        ref_opt.zero_grad();
+        F::cross_entropy((*reference)(x), y).backward();
+        ref_opt.step();
+        opt.zero_grad();
+        pipe.step({x.narrow(0, 5 * replica, 5)}, y.narrow(0, 5 * replica, 5));
+        opt.step();
+      }
+      const TensorDict want = split_sequential(*reference, balance)[stage]->named_parameters();
+      for (const auto& [key, value] : stages[stage]->named_parameters()) expect_close(value, want.at(key), key);
+    }
+  }, within(300));
 }
 
 // ---- what goes wrong ----
