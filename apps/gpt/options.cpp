@@ -8,6 +8,7 @@
 
 #include "apps/common/cli.h"
 #include "apps/common/data_parallel_run.h"
+#include "apps/common/pipeline_training.h"
 #include "apps/common/run_setup.h"
 #include "apps/common/sharded_training.h"
 #include "tensor/error.h"
@@ -61,8 +62,27 @@ void validate(const TrainOptions& o) {
   KILN_CHECK(!o.fsdp_cpu_offload || (o.fsdp && o.device.starts_with("cuda")),
              "--fsdp-cpu-offload only goes with --fsdp on a CUDA --device (the shards move to host memory and each "
              "unit is gathered onto the GPU), got ", o.fsdp ? "" : "no --fsdp and ", "--device ", o.device);
+  check_pipeline_flags(pipeline_flags(o), "--schedule", o.batch_size);
+  if (o.pp > 0) {
+    for (const auto& [flag, given] : {std::pair{"--ddp", o.ddp}, std::pair{"--fsdp", o.fsdp}}) {
+      KILN_CHECK(!given, "--pp and ", flag, " exclude each other for now: a pipeline stage is not replicated or "
+                 "sharded over a data-parallel group yet; give one");
+    }
+    for (const auto& [flag, path] : {std::pair{"--save", o.save}, std::pair{"--resume", o.resume}}) {
+      KILN_CHECK(path.empty(), "--pp with ", flag, " is not supported yet: kiln-gpt does not write or read the "
+                 "checkpoints of a model cut into pipeline stages");
+    }
+    KILN_CHECK(!o.amp, "--pp with --amp is not supported yet: the pipeline runs its stages in float32");
+    KILN_CHECK(o.device == "cpu", "--pp runs on the CPU only for now (stages exchange activations over gloo), got "
+               "--device ", o.device);
+  }
   check_process_group_flags({.backend = o.backend, .timeout = o.timeout, .heartbeat_timeout = o.heartbeat_timeout},
-                            o.ddp || o.fsdp);
+                            o.ddp || o.fsdp || o.pp > 0);
+}
+
+PipelineFlags pipeline_flags(const TrainOptions& o) {
+  return {.pp = o.pp, .schedule = o.pp_schedule, .micro_batches = o.micro_batches,
+          .virtual_stages = o.virtual_stages};
 }
 
 double learning_rate(const TrainOptions& o, int64_t step) {
@@ -133,6 +153,19 @@ void add_train_flags(CLI::App& app, TrainOptions& o) {
   app.add_flag("--fsdp-cpu-offload", o.fsdp_cpu_offload,
                "with --fsdp on a CUDA --device: keep the shards, their gradients and AdamW's state in host memory "
                "and gather each unit onto the GPU to compute");
+  add_integer(app, "--pp", o.pp,
+              "pipeline parallelism over N processes (kiln-run --nproc-per-node N kiln-gpt train --pp N): the GPT "
+              "cut into N stages by blocks, one per process; --batch-size is the whole batch, which every process "
+              "reads; no --save, --resume, --amp, CUDA, --ddp or --fsdp yet (0: no pipeline)");
+  app.add_option("--schedule", o.pp_schedule,
+                 "with --pp: the pipeline schedule, gpipe, 1f1b, interleaved (--virtual-stages stages per process) "
+                 "or zero-bubble")
+      ->capture_default_str();
+  add_integer(app, "--micro-batches", o.micro_batches,
+              "with --pp: micro-batches each batch is split into (0: the most up to 2N that --batch-size splits "
+              "into; with interleaved, a multiple of N)");
+  add_integer(app, "--virtual-stages", o.virtual_stages,
+              "with --pp and --schedule interleaved: stages per process (0: 2)");
   app.add_option("--timeout", o.timeout,
                  "with --ddp or --fsdp: seconds the rendezvous and each collective may take (0: "
                  "KILN_DISTRIBUTED_TIMEOUT, else 300)")

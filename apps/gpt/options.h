@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/pipeline_training.h"
+
 namespace kiln::apps::gpt {
 
 // The default recipe is what these initialisers say; --help prints them. It
@@ -73,7 +75,18 @@ struct TrainOptions {
   // precision] in distributed/fsdp/flat_param.h).
   bool fsdp_cpu_offload = false;
   std::string backend = "gloo";  // of the process group: gloo, mpi or nccl
-  // With --ddp or --fsdp, in seconds: the rendezvous's and each collective's
+  // Pipeline parallelism over the processes kiln-run starts (Note [Trainers
+  // under pipeline parallelism] in apps/common/pipeline_training.h): --pp N
+  // cuts the GPT into N stages by blocks (N x virtual_stages with
+  // interleaved), one process each; pp_schedule is gpipe, 1f1b, interleaved
+  // or zero-bubble; micro_batches 0 is the most up to 2N that batch_size
+  // splits into; virtual_stages 0 is 2 for interleaved, else 1. batch_size
+  // is then the whole batch, which every process reads.
+  int64_t pp = 0;
+  std::string pp_schedule = "1f1b";
+  int64_t micro_batches = 0;
+  int64_t virtual_stages = 0;
+  // With --ddp, --fsdp or --pp, in seconds: the rendezvous's and each collective's
   // limit, and how long a silent peer is waited for (0: the environment's,
   // else distributed/init.h's defaults).
   double timeout = 0;
@@ -82,8 +95,13 @@ struct TrainOptions {
 
 // Throws kiln::Error naming the flag for a value out of range, and for
 // flags that exclude each other (--ddp and --fsdp; --fsdp with --amp on
-// CUDA) or only go with others (--backend, the timeouts and --fsdp-strategy).
+// CUDA; --pp with --ddp, --fsdp, --save, --resume, --amp or a CUDA device) or
+// only go with others (--backend, the timeouts, --fsdp-strategy, and
+// --schedule, --micro-batches and --virtual-stages with --pp).
 void validate(const TrainOptions& options);
+
+// The --pp flags of `options`, as apps/common/pipeline_training.h takes them.
+PipelineFlags pipeline_flags(const TrainOptions& options);
 
 // nanoGPT's get_lr: (step + 1) / (warmup_steps + 1) of lr during the
 // warmup, then a cosine from lr at step warmup_steps to min_lr at step

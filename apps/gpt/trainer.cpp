@@ -13,6 +13,7 @@
 #include "apps/common/checkpoint_fields.h"
 #include "apps/common/data_parallel_run.h"
 #include "apps/common/jsonl.h"
+#include "apps/common/pipeline_training.h"
 #include "apps/common/progress.h"
 #include "apps/common/run_setup.h"
 #include "apps/common/sharded_training.h"
@@ -22,6 +23,7 @@
 #include "distributed/ddp/training_helpers.h"
 #include "distributed/fsdp/fully_sharded_data_parallel.h"
 #include "kiln.h"
+#include "nn/models/gpt_stages.h"
 #include "optim/adam.h"
 #include "optim/clip_grad.h"
 #include "optim/grad_scaler.h"
@@ -32,6 +34,7 @@ namespace kiln::apps::gpt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+namespace pp = distributed::pipeline;
 
 // Every setting that shapes the trajectory: a checkpoint must have been made
 // with the same (the evaluation settings, threads and device may differ).
@@ -98,13 +101,22 @@ struct Run {
   Corpus corpus;
   TextData data;
   std::string tokenizer_text;  // its file, as the checkpoint stores it
-  std::shared_ptr<nn::GPT> model;  // under FSDP, between steps, it holds this rank's shards
+  std::shared_ptr<nn::GPT> model;  // under FSDP, between steps, it holds this rank's shards; null under --pp
   int64_t parameters = 0;          // counted before FSDP shards them
   std::unique_ptr<optim::AdamW> optimizer;
   // What the training steps call: the model, or DDP or FSDP around it.
   std::shared_ptr<distributed::DistributedDataParallel> ddp;
   std::shared_ptr<distributed::fsdp::FullyShardedDataParallel> fsdp;
   nn::Module* trained = nullptr;
+  // --pp (Note [Trainers under pipeline parallelism]): this rank's stages,
+  // a Sequential holding them (for the train/eval mode and the memory
+  // lines), the pipelines that train and evaluate them and the blocks of
+  // each stage. The optimizer is null on a rank whose stages hold no parameters.
+  std::map<int, std::shared_ptr<nn::Module>> stages;
+  std::shared_ptr<nn::Sequential> held;
+  std::unique_ptr<pp::Pipeline> pipe;
+  std::unique_ptr<pp::Pipeline> eval_pipe;
+  std::vector<int64_t> blocks_per_stage;
 
   Position pos;
   RunningLossSum loss_sum;    // of the training losses since the last evaluation
@@ -114,22 +126,24 @@ struct Run {
   double stretch_seconds = 0;
 
   double elapsed() const { return elapsed_before + std::chrono::duration<double>(Clock::now() - start).count(); }
+  // The processes a batch is shared by: under --pp every rank reads the whole batch.
+  int data_world() const { return o.pp > 0 ? 1 : dp.world_size; }
   // This rank's rows of a batch of n windows: [r n / N, (r + 1) n / N)
   // (Note [kiln-gpt across processes]).
   std::pair<int64_t, int64_t> my_rows(int64_t n) const {
     return {dp.rank * n / dp.world_size, (dp.rank + 1) * n / dp.world_size};
   }
   // The running loss sum since the last evaluation, averaged over the ranks
-  // (a collective under --ddp and --fsdp).
+  // (a collective under --ddp and --fsdp; under --pp every rank holds the same).
   double mean_loss_sum() const {
-    if (!dp.group) return loss_sum.read();
+    if (!dp.group || o.pp > 0) return loss_sum.read();
     std::vector<double> sum = {loss_sum.read()};
     distributed::all_reduce_sum(sum, *dp.group);
     return sum[0] / static_cast<double>(dp.world_size);
   }
   std::map<std::string, std::string> extra() const {
     const nn::GPTConfig& c = model->config;
-    return {{"recipe", recipe(o, dp.world_size)},
+    return {{"recipe", recipe(o, data_world())},
             {"tokenizer", tokenizer_text},
             {"text_hash", std::to_string(corpus.hash)},
             {"text_bytes", std::to_string(corpus.text.size())},
@@ -167,10 +181,11 @@ struct Run {
 // the outputs before anything is read.
 Run::Run(const TrainOptions& options, const TrainerHooks& hooks)
     : o((validate(options), options)),
-      dp(o.ddp || o.fsdp ? start_data_parallel(
-                               {.backend = o.backend, .timeout = o.timeout, .heartbeat_timeout = o.heartbeat_timeout},
-                               o.fsdp ? "--fsdp" : "--ddp")
-                         : DataParallelRun{}),
+      dp(o.ddp || o.fsdp || o.pp > 0
+             ? start_data_parallel(
+                   {.backend = o.backend, .timeout = o.timeout, .heartbeat_timeout = o.heartbeat_timeout},
+                   o.fsdp ? "--fsdp" : o.ddp ? "--ddp" : "--pp")
+             : DataParallelRun{}),
       out(dp.is_main() ? hooks.out : &silent),
       err(dp.is_main() ? hooks.err : &silent),
       rank_out(hooks.out),
@@ -179,6 +194,7 @@ Run::Run(const TrainOptions& options, const TrainerHooks& hooks)
       device(o.device),
       amp_dtype(autocast_dtype(device)),
       scaler({.enabled = o.amp && device.is_cuda()}) {
+  if (o.pp > 0) check_pipeline_world_size(o.pp, dp.world_size, "kiln-gpt train");
   check_outputs_on_main({{"--save", o.save}, {"--log", o.log}, {"--plot", o.plot}}, dp);
   if (o.threads > 0) set_num_threads(o.threads);
   if (dp.is_main()) warn_if_oversubscribed(*err, "kiln-gpt", dp.local_world_size);
@@ -196,7 +212,7 @@ void open_data(Run& run) {
     load_safetensors(o.resume, &metadata);
     const std::map<std::string, std::string> extra = extra_strings(metadata);
     const CheckpointFields f(extra, o.resume, "kiln-gpt");
-    f.check_recipe(recipe(o, run.dp.world_size));
+    f.check_recipe(recipe(o, run.data_world()));
     KILN_CHECK(f.text("text_hash") == std::to_string(run.corpus.hash), "--resume '", o.resume,
                "': the checkpoint was trained on another text (", f.text("text_bytes"), " bytes, hash ",
                f.text("text_hash"), ") than ", run.corpus.description, " (", run.corpus.text.size(), " bytes, hash ",
@@ -204,7 +220,7 @@ void open_data(Run& run) {
     tokenizer = data::tokenizer_from_text(f.text("tokenizer"), "the tokenizer in --resume '" + o.resume + "'");
   }
   run.tokenizer_text = tokenizer->to_text();
-  run.data = open_text_data(run.corpus, std::move(tokenizer), o, run.dp.world_size);
+  run.data = open_text_data(run.corpus, std::move(tokenizer), o, run.data_world());
 }
 
 // The GPT from manual_seed(seed), on its device; then, across processes,
@@ -217,7 +233,34 @@ void build_model(Run& run) {
   run.model->train();
   run.parameters = run.model->num_parameters(false);
   run.trained = run.model.get();
-  if (run.dp.group) default_generator().set_state(distributed::per_rank_seed(run.o.seed, run.dp.rank), 0);
+  if (run.dp.group && run.o.pp == 0) {
+    default_generator().set_state(distributed::per_rank_seed(run.o.seed, run.dp.rank), 0);
+  }
+}
+
+// --pp: the GPT cut into the schedule's stages by blocks (even_balance),
+// this rank's kept and the rest dropped with the whole model; the
+// pipelines that train and evaluate them (Note [Trainers under pipeline
+// parallelism]).
+void split_model(Run& run) {
+  const pp::Schedule schedule = training_schedule(pipeline_flags(run.o), run.o.batch_size);
+  run.blocks_per_stage = nn::gpt::even_balance(run.o.n_layer, schedule.num_stages);
+  const nn::gpt::StageSplit split = nn::gpt::split_into_stages(*run.model, run.blocks_per_stage);
+  run.held = std::make_shared<nn::Sequential>();
+  for (int s : schedule.stages_of(run.dp.rank)) {
+    run.stages[s] = split.stages[s];
+    run.held->push_back(split.stages[s]);
+  }
+  pp::PipelineOptions options;
+  options.tied = split.tied;
+  auto loss = [](const nn::TensorList& outputs, const Tensor& target) {
+    return nn::GPT::loss_from_logits(outputs[0], target);
+  };
+  run.pipe = std::make_unique<pp::Pipeline>(schedule, run.stages, loss, run.dp.group, options);
+  run.eval_pipe =
+      std::make_unique<pp::Pipeline>(evaluation_schedule(schedule), run.stages, loss, run.dp.group, options);
+  run.model.reset();
+  run.trained = run.held.get();
 }
 
 // --ddp or --fsdp: the wrapper the steps call, made once the optimizer (and
@@ -247,9 +290,13 @@ void wrap_model(Run& run) {
 // (Note [Exact resume of kiln-gpt]), or the start with a fresh log.
 void set_up_training(Run& run) {
   const TrainOptions& o = run.o;
-  run.optimizer = std::make_unique<optim::AdamW>(
-      optim::weight_decay_groups(run.model->parameters(), o.weight_decay),
-      optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .weight_decay = o.weight_decay});
+  // Under --pp, this rank's parameters (a middle stage of no blocks has none).
+  const std::vector<Tensor> parameters = run.pipe ? run.pipe->parameters() : run.model->parameters();
+  if (!parameters.empty()) {
+    run.optimizer = std::make_unique<optim::AdamW>(
+        optim::weight_decay_groups(parameters, o.weight_decay),
+        optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .weight_decay = o.weight_decay});
+  }
   if (o.resume.empty()) {
     if (!o.log.empty() && run.dp.is_main()) start_jsonl(o.log);
     wrap_model(run);
@@ -282,9 +329,15 @@ void print_header(const Run& run) {
            << o.n_embd << ", block " << o.block_size << ") on " << run.corpus.description << ": " << d.tokenizer->name()
            << " tokenizer of " << d.tokenizer->vocab_size() << " tokens, " << d.train->num_tokens() << " training and "
            << d.val->num_tokens() << " validation tokens\n"
-           << recipe(o, run.dp.world_size) << ", " << get_num_threads() << " threads, device " << run.device.str()
+           << recipe(o, run.data_world()) << ", " << get_num_threads() << " threads, device " << run.device.str()
            << (o.amp ? ", mixed precision " + std::string(dtype_name(run.amp_dtype)) : std::string());
-  if (run.dp.group) {
+  if (run.pipe) {
+    const pp::Schedule& s = run.pipe->schedule();
+    *run.out << ", pipeline of " << s.num_stages << " stages over " << run.dp.world_size << " processes ("
+             << run.dp.group->backend_name() << "), schedule " << s.name << ", " << s.num_micro_batches
+             << " micro-batches, blocks per stage";
+    for (int64_t b : run.blocks_per_stage) *run.out << " " << b;
+  } else if (run.dp.group) {
     *run.out << ", " << run.dp.world_size << " processes (" << run.dp.group->backend_name() << ") of batch "
              << o.batch_size;
   }
@@ -300,13 +353,15 @@ void print_header(const Run& run) {
 // that the line at the end shows training's.
 void print_memory_at_start(Run& run) {
   if (!run.dp.group) return;
-  print_memory_line(*run.rank_out, run.dp.rank, "at the start", *run.model, run.optimizer.get(), run.device);
+  const nn::Module& held = run.held ? static_cast<const nn::Module&>(*run.held) : *run.model;
+  print_memory_line(*run.rank_out, run.dp.rank, "at the start", held, run.optimizer.get(), run.device);
   reset_peak_memory(run.device);
 }
 
 void print_memory_at_end(Run& run) {
   if (!run.dp.group) return;
-  print_memory_line(*run.rank_out, run.dp.rank, "at the end", *run.model, run.optimizer.get(), run.device);
+  const nn::Module& held = run.held ? static_cast<const nn::Module&>(*run.held) : *run.model;
+  print_memory_line(*run.rank_out, run.dp.rank, "at the end", held, run.optimizer.get(), run.device);
 }
 
 // The mean loss over `batches` (each batch weighted by its windows) of
@@ -334,6 +389,22 @@ double mean_loss(Run& run, nn::Module& model, const data::FixedWindowBatches& ba
   return sums[0] / sums[1];
 }
 
+// The same under --pp: each batch whole through the evaluation pipeline,
+// whose loss exists on the last stage's rank; the sums are summed over the
+// ranks (the others add zeros), so every rank ends with the one-process value.
+double pipeline_mean_loss(Run& run, const data::FixedWindowBatches& batches) {
+  std::vector<double> sums = {0, 0};  // loss x windows, windows
+  for (int64_t k = 0; k < batches.num_batches(); ++k) {
+    const data::Batch b = batches.batch(k);
+    const Tensor loss = run.eval_pipe->evaluate({b.data}, b.target);
+    if (!loss.defined()) continue;
+    sums[0] += loss.item<double>() * static_cast<double>(b.data.size(0));
+    sums[1] += static_cast<double>(b.data.size(0));
+  }
+  distributed::all_reduce_sum(sums, *run.dp.group);
+  return sums[0] / sums[1];
+}
+
 // Evaluates both splits, prints the line, then writes the checkpoint first,
 // the log and the chart (a chart that cannot be written is warned about;
 // it is redrawn whole at the next evaluation).
@@ -341,7 +412,12 @@ void record_evaluation(Run& run) {
   const TrainOptions& o = run.o;
   Position& pos = run.pos;
   EvalRecord r{.step = pos.step, .lr = pos.step > 0 ? learning_rate(o, pos.step - 1) : 0.0};
-  {
+  if (run.pipe) {
+    run.held->eval();
+    r.train_loss = pipeline_mean_loss(run, *run.data.train_eval);
+    r.val_loss = pipeline_mean_loss(run, *run.data.val_eval);
+    run.held->train();
+  } else {
     NoGradGuard no_grad;
     // Through FSDP, whose units gather their shards; otherwise the plain
     // model (DDP's replica is the model itself).
@@ -373,10 +449,36 @@ void record_evaluation(Run& run) {
   }
 }
 
+// One optimizer step on training batch pos.step under --pp: the whole batch
+// through the pipeline (stage 0's rank reads its inputs, the last stage's
+// rank its targets), the clip by the norm over every stage, AdamW on this
+// rank's parameters; the loss comes from the last stage's rank.
+void pipeline_train_step(Run& run) {
+  const TrainOptions& o = run.o;
+  const Clock::time_point start = Clock::now();
+  if (run.optimizer) {
+    const double lr = learning_rate(o, run.pos.step);
+    for (size_t g = 0; g < run.optimizer->num_param_groups(); ++g) run.optimizer->set_lr(g, lr);
+  }
+  const data::Batch batch = run.data.batches->batch(run.pos.step);  // (B, T) Int64 each
+  const Tensor loss = run.pipe->step({batch.data}, batch.target);
+  if (o.grad_clip > 0) run.pipe->clip_grad_norm_(o.grad_clip);
+  if (run.optimizer) {
+    run.optimizer->step();
+    run.optimizer->zero_grad();
+  }
+  run.loss_sum.add(loss_from_last_stage(loss, *run.pipe, *run.dp.group), 1);
+  ++run.pos.loss_steps;
+  ++run.pos.step;
+  run.stretch_tokens += batch.data.numel();
+  run.stretch_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 // One optimizer step on training batch pos.step (this rank's rows of it):
 // the lr of the schedule, forward under autocast, backward, gradient
 // clipping, AdamW.
 void train_step(Run& run) {
+  if (run.pipe) return pipeline_train_step(run);
   const TrainOptions& o = run.o;
   const Clock::time_point start = Clock::now();
   const double lr = learning_rate(o, run.pos.step);
@@ -431,7 +533,7 @@ bool train_until_evaluation(Run& run) {
   int64_t tokens = 0;
   do {
     train_step(run);
-    tokens += o.batch_size * run.dp.world_size * o.block_size;
+    tokens += o.batch_size * run.data_world() * o.block_size;
     // Rank 0's running loss: reading the others' would be a collective per update.
     progress.update(
         pos.step, [&] { return run.loss_sum.read() / static_cast<double>(pos.loss_steps); }, tokens);
@@ -454,6 +556,13 @@ TrainingResult end_run(Run& run, RunStatus status) {
     plain->to(run.device);
     load_gathered_state(*run.fsdp, *plain);
     run.model = plain;
+  }
+  if (run.pipe) {
+    // Every rank gathers the whole trained GPT from the stages' ranks.
+    auto whole = std::make_shared<nn::GPT>(model_config(run.o, run.data.tokenizer->vocab_size()));
+    gather_stages(run.stages, nn::gpt::split_into_stages(*whole, run.blocks_per_stage).stages,
+                  run.pipe->schedule(), *run.dp.group);
+    run.model = whole;
   }
   finish_data_parallel(run.dp);
   return {.status = status,
@@ -489,6 +598,7 @@ TrainingResult run_training(const TrainOptions& o, const TrainerHooks& hooks) {
   Run run(o, hooks);
   open_data(run);
   build_model(run);
+  if (o.pp > 0) split_model(run);
   set_up_training(run);
   print_header(run);
   print_memory_at_start(run);

@@ -47,6 +47,11 @@
 //   resume. After every step the ranks agree, in one all_reduce, on whether
 //   to stop (Ctrl-C reaches them at different steps). Every rank prints
 //   what it holds in memory at the start and at the end of training.
+// `kiln-run --nproc-per-node 2 ... kiln-gpt train --pp 2` instead cuts the
+// GPT into pipeline stages by blocks, one per process (Note [Trainers under
+// pipeline parallelism] in apps/common/pipeline_training.h): every rank
+// reads the whole batch, --batch-size is the whole batch, and the run
+// returns the whole model gathered from the stages on every rank.
 #pragma once
 
 #include <cstdint>
