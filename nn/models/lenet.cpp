@@ -1,5 +1,7 @@
 #include "nn/models/lenet.h"
 
+#include "nn/activation.h"
+#include "nn/flatten.h"
 #include "nn/functional.h"
 
 namespace kiln::nn {
@@ -38,6 +40,25 @@ Tensor LeNet::forward(const Tensor& x) {
   h = F::relu(layer("fc1")(h));                          // (N, 120)
   h = F::relu(layer("fc2")(h));                          // (N, 84)
   return layer("fc3")(h);                                // (N, 10)
+}
+
+std::shared_ptr<Sequential> LeNet::as_sequential() const {
+  // forward()'s order: pooling before relu (see there), F::flatten(h, 1)
+  // as Flatten's default (start_dim 1, end_dim -1).
+  return std::make_shared<Sequential>(std::vector<NamedModule>{
+      {"conv1", get_submodule("conv1")},
+      {"pool1", get_submodule("pool")},
+      {"relu1", std::make_shared<ReLU>()},
+      {"conv2", get_submodule("conv2")},
+      {"pool2", get_submodule("pool")},
+      {"relu2", std::make_shared<ReLU>()},
+      {"flatten", std::make_shared<Flatten>()},
+      {"fc1", get_submodule("fc1")},
+      {"relu3", std::make_shared<ReLU>()},
+      {"fc2", get_submodule("fc2")},
+      {"relu4", std::make_shared<ReLU>()},
+      {"fc3", get_submodule("fc3")},
+  });
 }
 
 }  // namespace kiln::nn

@@ -104,6 +104,56 @@ TEST(LeNet, PoolingBeforeReluIsTheClassicModelExactly) {
   for (size_t i = 0; i < actual_grads.size(); ++i) EXPECT_EQ(actual_grads[i], expected_grads[i]) << i;
 }
 
+// as_sequential(): the same modules in forward()'s order, so the same
+// logits and parameter gradients bit for bit, the same state-dict keys and
+// tensors, and the module names a pipeline split goes by.
+TEST(LeNet, AsSequentialIsTheSameNetworkBitForBit) {
+  auto net = std::make_shared<LeNet>();
+  std::shared_ptr<Sequential> seq = net->as_sequential();
+  std::vector<std::string> names;
+  for (const auto& [name, module] : seq->named_children()) names.push_back(name);
+  // named_children() lists each module once: the one pooling module under
+  // its first name; the Sequential runs it at both places.
+  EXPECT_EQ(names, (std::vector<std::string>{"conv1", "pool1", "relu1", "conv2", "relu2", "flatten", "fc1", "relu3",
+                                             "fc2", "relu4", "fc3"}));
+  EXPECT_EQ(seq->size(), 12u);
+  EXPECT_EQ(seq->get_submodule("pool2").get(), net->pool.get());
+  EXPECT_EQ((*seq)[0].get(), net->conv1.get());
+  EXPECT_EQ((*seq)[1].get(), net->pool.get());
+  EXPECT_EQ((*seq)[4].get(), net->pool.get());
+  EXPECT_EQ(seq->state_dict().keys(), net->state_dict().keys());
+  const TensorDict want = net->named_parameters(), got = seq->named_parameters();
+  EXPECT_EQ(got.keys(), want.keys());
+  for (const auto& [name, tensor] : want) EXPECT_EQ(got.at(name).impl(), tensor.impl()) << name;
+
+  Tensor x = kiln::randn({5, 3, 32, 32});
+  Tensor target = from_vector<int64_t>({3, 7, 0, 9, 1}, {5});
+  auto grads = [&] {
+    std::vector<std::vector<double>> result;
+    for (const auto& [name, p] : net->named_parameters()) {
+      result.push_back(testing::values_of(p.grad()));
+      p.set_grad(Tensor());
+    }
+    return result;
+  };
+  Tensor expected = (*net)(x);
+  F::cross_entropy(expected, target).backward();
+  const auto expected_grads = grads();
+  Tensor actual = (*seq)(x);
+  F::cross_entropy(actual, target).backward();
+  const auto actual_grads = grads();
+  EXPECT_EQ(testing::values_of(actual), testing::values_of(expected));
+  ASSERT_EQ(actual_grads.size(), 10u);
+  for (size_t i = 0; i < actual_grads.size(); ++i) EXPECT_EQ(actual_grads[i], expected_grads[i]) << i;
+  // A step through the Sequential's parameters trains the model itself.
+  {
+    NoGradGuard no_grad;
+    Tensor bias = seq->named_parameters().at("fc3.bias");
+    bias.copy_(full({10}, 0.25));
+  }
+  EXPECT_EQ(testing::values_of(net->fc3->bias), std::vector<double>(10, 0.25));
+}
+
 TEST(LeNet, GradientDescentLowersTheLossEveryStep) {
   // Small steps along the negative gradient must lower the loss each time,
   // which wrong gradients anywhere in the network would break.
