@@ -32,6 +32,23 @@ struct Capture {
   size_t index;
 };
 
+thread_local const std::vector<bool>* t_wanted_inputs = nullptr;
+
+// Sets the inputs whose gradients a node's apply() is asked for
+// (Note [Split backward]); none set means all.
+class WantedInputs {
+ public:
+  explicit WantedInputs(const std::vector<bool>* wanted) : previous_(t_wanted_inputs) { t_wanted_inputs = wanted; }
+  ~WantedInputs() { t_wanted_inputs = previous_; }
+
+ private:
+  const std::vector<bool>* previous_;
+};
+
+}  // namespace
+
+namespace detail {
+
 // One backward call: the dependency counts, the gradients waiting at each
 // node's inputs, and what to capture (Note [Backward execution order]).
 class GraphTask {
@@ -39,6 +56,9 @@ class GraphTask {
   GraphTask(bool retain_graph, bool create_graph) : retain_graph_(retain_graph), create_graph_(create_graph) {}
 
   void add_capture(const Edge& edge, size_t index) { captures_[edge.node.get()].push_back({edge.input_nr, index}); }
+  // Makes this task backward_input's (Note [Split backward]): what it does
+  // not need for the captured inputs goes into `deferred`.
+  void defer_into(DeferredBackward& deferred) { deferred_ = &deferred; }
 
   // Runs the graph reachable from `roots`. With captures, only nodes that
   // lead to a captured edge run, and AccumulateGrad never does.
@@ -84,22 +104,77 @@ class GraphTask {
     while (!ready.empty()) {
       Node* node = ready.top();
       ready.pop();
-      TensorList grads = take_inputs(*node);
-      if (captured != nullptr) {
-        capture(*node, grads, *captured);
-        if (!needed_.count(node)) continue;
+      if (captured != nullptr && !needed_.count(node) && !captures_.count(node)) {
+        buffers_.erase(node);  // leads to nothing asked for
+      } else {
+        TensorList grads = take_inputs(*node);
+        if (captured != nullptr) capture(*node, grads, *captured);
+        if (captured == nullptr || needed_.count(node)) run_node(*node, std::move(grads));
       }
-      TensorList input_grads = run(*node, std::move(grads));
-      for (size_t i = 0; i < node->next_edges().size(); ++i) {
-        const Edge& edge = node->next_edges()[i];
+      for (const Edge& edge : node->next_edges()) {
         if (!edge.valid()) continue;
-        if (i < input_grads.size() && input_grads[i].defined())
-          add_gradient(edge, check_gradient(*node, i, input_grads[i]));
         if (--dependencies_[edge.node.get()] == 0 && queued_.insert(edge.node.get()).second)
           ready.push(edge.node.get());
       }
     }
   }
+
+  // Runs `node` and sends its gradients on. In backward_input, a gradient
+  // towards an input that leads to no captured input is kept for W
+  // instead, and a node that skipped such gradients is kept to be asked again.
+  void run_node(Node& node, TensorList grads) {
+    const std::vector<Edge>& edges = node.next_edges();
+    std::vector<bool> wanted;
+    bool defers = false;
+    if (deferred_ != nullptr) {
+      wanted.resize(edges.size());
+      for (size_t i = 0; i < edges.size(); ++i) {
+        Node* next = edges[i].node.get();
+        wanted[i] = edges[i].valid() && (needed_.count(next) || captures_.count(next));
+        defers = defers || (edges[i].valid() && !wanted[i]);
+      }
+    }
+    apply_hooks(node, grads);
+    TensorList kept = defers ? grads : TensorList();
+    TensorList input_grads = run(node, std::move(grads), deferred_ != nullptr ? &wanted : nullptr);
+    std::vector<bool> asked_again(edges.size(), false);
+    bool replay = false;
+    for (size_t i = 0; i < edges.size(); ++i) {
+      if (!edges[i].valid()) continue;
+      const bool computed = i < input_grads.size() && input_grads[i].defined();
+      if (deferred_ == nullptr || wanted[i]) {
+        if (computed) add_gradient(edges[i], check_gradient(node, i, input_grads[i]));
+      } else if (computed) {
+        deferred_->edges_.push_back(edges[i]);
+        deferred_->grads_.push_back(check_gradient(node, i, input_grads[i]));
+      } else {
+        asked_again[i] = replay = true;
+      }
+    }
+    if (replay) deferred_->replays_.push_back({node.shared_from_this(), std::move(kept), std::move(asked_again)});
+  }
+
+ public:
+  // W's half of a split backward: asks each kept node for the gradients it
+  // skipped, then backpropagates them with those computed in I.
+  void execute_deferred(DeferredBackward&& deferred) {
+    std::vector<Edge> edges = std::move(deferred.edges_);
+    TensorList grads = std::move(deferred.grads_);
+    for (DeferredBackward::Replay& replay : deferred.replays_) {
+      Node& node = *replay.node;
+      TensorList input_grads = run(node, std::move(replay.grad_outputs), &replay.wanted);
+      node.release();
+      for (size_t i = 0; i < node.next_edges().size(); ++i) {
+        if (!replay.wanted[i] || i >= input_grads.size() || !input_grads[i].defined()) continue;
+        edges.push_back(node.next_edges()[i]);
+        grads.push_back(check_gradient(node, i, input_grads[i]));
+      }
+    }
+    deferred.replays_.clear();
+    if (!edges.empty()) execute(edges, grads, nullptr);
+  }
+
+ private:
 
   void count_dependencies(const std::vector<Edge>& roots) {
     std::vector<Node*> stack;
@@ -173,13 +248,21 @@ class GraphTask {
     }
   }
 
-  TensorList run(Node& node, TensorList grads) {
+  void apply_hooks(Node& node, TensorList& grads) {
     AutoGradMode mode(create_graph_);
     CurrentNode current(node);
     for (const Node::GradHook& hook : node.grad_hooks()) {
       Tensor replaced = hook.fn(grads[hook.output_nr]);
       if (replaced.defined()) grads[hook.output_nr] = replaced;
     }
+  }
+
+  // node.apply() on gradients whose hooks have run, asking for `wanted`
+  // inputs' gradients (all when null).
+  TensorList run(Node& node, TensorList grads, const std::vector<bool>* wanted) {
+    AutoGradMode mode(create_graph_);
+    CurrentNode current(node);
+    WantedInputs asking(wanted);
     TensorList input_grads = node.apply(std::move(grads));
     KILN_CHECK(input_grads.size() <= node.next_edges().size(), node.name(), ": backward returned ", input_grads.size(),
                " gradients for ", node.next_edges().size(), " inputs");
@@ -204,9 +287,16 @@ class GraphTask {
   std::unordered_set<Node*> needed_;
   std::unordered_set<Node*> queued_;
   std::vector<std::function<void()>> final_callbacks_;
+  DeferredBackward* deferred_ = nullptr;
 };
 
 thread_local GraphTask* GraphTask::t_current_task = nullptr;
+
+}  // namespace detail
+
+namespace {
+
+using detail::GraphTask;
 
 // The edges and starting gradients for backward from `roots`.
 std::vector<Edge> root_edges(std::string_view op, const TensorList& roots, const TensorList& grad_roots,
@@ -254,6 +344,33 @@ void run_backward(const TensorList& roots, const TensorList& grad_roots, bool re
   std::vector<Edge> edges = root_edges("backward", roots, grad_roots, grads);
   GraphTask task(retain_graph || create_graph, create_graph);
   task.execute(edges, grads, nullptr);
+}
+
+bool input_gradient_wanted(size_t i) {
+  return t_wanted_inputs == nullptr || (i < t_wanted_inputs->size() && (*t_wanted_inputs)[i]);
+}
+
+TensorList backward_input(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,
+                          DeferredBackward& rest) {
+  KILN_CHECK(rest.empty(), "backward_input: the DeferredBackward still holds the rest of an earlier backward; run "
+                           "backward_weight on it first");
+  TensorList grads;
+  std::vector<Edge> edges = root_edges("backward_input", outputs, grad_outputs, grads);
+  GraphTask task(/*retain_graph=*/true, /*create_graph=*/false);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Edge edge = gradient_edge(inputs[i]);
+    KILN_CHECK(edge.valid(), "backward_input: input ", i, " does not require grad");
+    task.add_capture(edge, i);
+  }
+  task.defer_into(rest);
+  TensorList captured(inputs.size());
+  task.execute(edges, grads, &captured);
+  return captured;
+}
+
+void backward_weight(DeferredBackward&& rest) {
+  GraphTask task(/*retain_graph=*/false, /*create_graph=*/false);
+  task.execute_deferred(std::move(rest));
 }
 
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs, bool retain_graph,

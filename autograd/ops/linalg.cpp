@@ -1,8 +1,11 @@
 // Differentiable matrix products. For C = A @ B the gradients are
 // dA = dC @ B^T and dB = A^T @ dC; the transposes are views, which the GEMM
 // reads through their strides, so no operand is copied. Broadcast batch dims
-// of matmul are summed away (sum_to), as for any broadcast.
+// of matmul are summed away (sum_to), as for any broadcast. A gradient the
+// engine does not want now (autograd::input_gradient_wanted, Note [Split
+// backward]) is skipped: in a zero-bubble pipeline that is the weight's GEMM.
 #include "autograd/autocast.h"
+#include "autograd/engine.h"
 #include "autograd/function.h"
 #include "autograd/ops.h"
 
@@ -22,8 +25,10 @@ Tensor mm(const Tensor& a, const Tensor& b) {
     SavedTensor saved_a(need_b ? a : Tensor()), saved_b(need_a ? b : Tensor());
     record("mm", {a, b}, {out}, [saved_a, saved_b](const TensorList& g) -> TensorList {
       // g: (M, N), a: (M, K), b: (K, N)
-      Tensor ga = saved_b.defined() ? mm(g[0], saved_b.get().t()) : Tensor();  // (M, N) @ (N, K)
-      Tensor gb = saved_a.defined() ? mm(saved_a.get().t(), g[0]) : Tensor();  // (K, M) @ (M, N)
+      const bool want_a = saved_b.defined() && autograd::input_gradient_wanted(0);
+      const bool want_b = saved_a.defined() && autograd::input_gradient_wanted(1);
+      Tensor ga = want_a ? mm(g[0], saved_b.get().t()) : Tensor();  // (M, N) @ (N, K)
+      Tensor gb = want_b ? mm(saved_a.get().t(), g[0]) : Tensor();  // (K, M) @ (M, N)
       return {ga, gb};
     });
   }
@@ -96,8 +101,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     SavedTensor saved_a(need_b ? a : Tensor()), saved_b(need_a ? b : Tensor());
     record("matmul", {a, b}, {out},
            [saved_a, saved_b, sa = a.shape(), sb = b.shape()](const TensorList& g) -> TensorList {
-             Tensor av = saved_a.defined() ? saved_a.get() : Tensor();
-             Tensor bv = saved_b.defined() ? saved_b.get() : Tensor();
+             // a is saved for b's gradient and b for a's.
+             Tensor av = saved_a.defined() && autograd::input_gradient_wanted(1) ? saved_a.get() : Tensor();
+             Tensor bv = saved_b.defined() && autograd::input_gradient_wanted(0) ? saved_b.get() : Tensor();
              return matmul_backward(g[0], av, sa, bv, sb);
            });
   }
@@ -115,14 +121,17 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
            [saved_x, saved_w, need_b, x_shape = x.shape()](const TensorList& g) -> TensorList {
              // g: (*, out), x: (*, in), weight: (out, in). Rows are every
              // leading index of x, folded into one dim.
+             const bool want_x = saved_w.defined() && autograd::input_gradient_wanted(0);
+             const bool want_w = saved_x.defined() && autograd::input_gradient_wanted(1);
+             const bool want_b = need_b && autograd::input_gradient_wanted(2);
              Tensor gx, gw, gb, g_rows;
-             if (saved_x.defined() || need_b) g_rows = g[0].reshape({-1, g[0].size(-1)});  // (rows, out)
-             if (saved_w.defined()) gx = matmul(g[0], saved_w.get()).reshape(x_shape);  // (*, out) @ (out, in)
-             if (saved_x.defined()) {
+             if (want_w || want_b) g_rows = g[0].reshape({-1, g[0].size(-1)});  // (rows, out)
+             if (want_x) gx = matmul(g[0], saved_w.get()).reshape(x_shape);  // (*, out) @ (out, in)
+             if (want_w) {
                const Tensor& xv = saved_x.get();
                gw = mm(g_rows.t(), xv.reshape({-1, xv.size(-1)}));  // (out, rows) @ (rows, in)
              }
-             if (need_b) gb = sum(g_rows, {0});  // (out)
+             if (want_b) gb = sum(g_rows, {0});  // (out)
              return {gx, gw, gb};
            });
   }

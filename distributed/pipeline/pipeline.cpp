@@ -93,6 +93,8 @@ struct Pipeline::MicroBatchState {
   Tensor loss;              // last stage: the micro-batch's loss scaled by b_i / B
   TensorList output_grads;  // per output: its gradient (undefined for non-floating outputs)
   TensorList input_grads;   // per input: its gradient (undefined where none)
+  autograd::DeferredBackward rest;  // what I left for W (Note [Split backward])
+  bool split = false;              // I ran backward_input: W runs the rest
   bool backward_done = false;      // B or W has run: the graph is freed
   bool input_grads_passed = false; // sent, handed over, or none to pass (stage 0)
 };
@@ -372,11 +374,13 @@ void Pipeline::run_action(Run& run, const Action& a) {
       backward_roots(roots, grads);
       for (const Tensor& x : st.inputs)
         if (x.requires_grad()) wanted.push_back(x);
+      // Without inputs to differentiate (stage 0), all of backward is W's.
       TensorList input_grads(st.inputs.size());
       if (!roots.empty() && !wanted.empty()) {
-        TensorList got = autograd::grad(roots, wanted, grads, /*retain_graph=*/true, false, /*allow_unused=*/true);
+        TensorList got = autograd::backward_input(roots, wanted, grads, st.rest);
         for (size_t i = 0, k = 0; i < st.inputs.size(); ++i)
           if (st.inputs[i].requires_grad()) input_grads[i] = got[k++];
+        st.split = true;
       }
       input_grads_done(std::move(input_grads));
       break;
@@ -385,7 +389,11 @@ void Pipeline::run_action(Run& run, const Action& a) {
       TensorList roots, grads;
       backward_roots(roots, grads);
       if (ddp && run.completes_gradients) ddp->prepare_for_backward(roots);
-      if (!roots.empty()) autograd::run_backward(roots, grads, false, false);
+      if (st.split) {
+        autograd::backward_weight(std::move(st.rest));
+      } else if (!roots.empty()) {
+        autograd::run_backward(roots, grads, false, false);
+      }
       st.backward_done = true;
       release_if_done();
       break;

@@ -29,13 +29,12 @@
 //   last stage) with the gradients received for them; the parameters
 //   accumulate their .grad over the micro-batches, and the inputs' gradients
 //   are what SEND_B sends.
-// - I computes only the inputs' gradients (autograd::grad, keeping the
-//   graph); W then backpropagates again into the parameters and frees the
-//   graph. W repeats the activation-gradient part of I: Kiln's autograd
-//   computes a node's input gradients together, so the split costs about one
-//   extra backward through the stage's activations (torch's pipelining
-//   avoids that by keeping the gradients at the weights' nodes). It buys the
-//   freedom to run W in idle time; see docs/BENCHMARKS.md for what it costs.
+// - I computes only the inputs' gradients and W the parameters' (autograd's
+//   backward_input and backward_weight, Note [Split backward] in
+//   autograd/engine.h): I skips the weight-gradient GEMMs of linear, matmul
+//   and conv2d and keeps what they need; W computes them and accumulates
+//   into .grad. Together they do what B does, nothing twice. On stage 0,
+//   whose inputs need no gradient, I is empty and W is the whole backward.
 // - Sends are posted (isend) and waited for at the end of the step; a
 //   receive waits for its data. Activations, gradients and the tied
 //   parameters' gradients travel on tags of their own.

@@ -4,6 +4,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/engine.h"
 #include "nn/functional.h"
 
 namespace kiln::nn::functional {
@@ -86,7 +87,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d 
     const std::array<bool, 3> mask{x.requires_grad(), weight.requires_grad(), bias.defined() && bias.requires_grad()};
     autograd::record("conv2d", {x, weight, bias}, {out},
                      [x = SavedTensor(x), w = SavedTensor(weight), p, mask](const TensorList& g) -> TensorList {
-                       ops::Conv2dGrads grads = differentiable_conv2d_backward(g[0], x.get(), w.get(), p, mask);
+                       // Only what the engine wants now (Note [Split backward]).
+                       std::array<bool, 3> wanted = mask;
+                       for (size_t i = 0; i < 3; ++i) wanted[i] = wanted[i] && autograd::input_gradient_wanted(i);
+                       ops::Conv2dGrads grads = differentiable_conv2d_backward(g[0], x.get(), w.get(), p, wanted);
                        return {grads.grad_input, grads.grad_weight, grads.grad_bias};
                      });
   }
