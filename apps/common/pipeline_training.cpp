@@ -81,16 +81,28 @@ pp::Schedule training_schedule(const PipelineFlags& f, int64_t batch_size) {
                            virtual_stages(f));
 }
 
-pp::Schedule evaluation_schedule(const pp::Schedule& training) {
+pp::Schedule fill_drain_schedule(const pp::Schedule& training, int micro_batches) {
+  KILN_CHECK(micro_batches >= 1, "fill_drain_schedule: micro_batches must be at least 1, got ", micro_batches);
   std::vector<std::vector<pp::Action>> compute(training.num_ranks);
   for (int r = 0; r < training.num_ranks; ++r) {
     const std::vector<int> stages = training.stages_of(r);
-    for (int s : stages) compute[r].push_back({pp::ActionType::Forward, s, 0});
-    for (auto s = stages.rbegin(); s != stages.rend(); ++s) compute[r].push_back({pp::ActionType::Backward, *s, 0});
+    for (int m = 0; m < micro_batches; ++m)
+      for (int s : stages) compute[r].push_back({pp::ActionType::Forward, s, m});
+    for (int m = micro_batches - 1; m >= 0; --m)
+      for (auto s = stages.rbegin(); s != stages.rend(); ++s) compute[r].push_back({pp::ActionType::Backward, *s, m});
   }
-  pp::Schedule schedule = pp::with_communication("evaluation", 1, training.stage_rank, compute);
+  pp::Schedule schedule =
+      pp::with_communication(training.name + " fill-drain", micro_batches, training.stage_rank, compute);
   pp::validate(schedule);
   return schedule;
+}
+
+pp::Schedule evaluation_schedule(const pp::Schedule& training) { return fill_drain_schedule(training, 1); }
+
+int64_t micro_batches_for(int64_t batch, int64_t at_most) {
+  for (int64_t m = at_most; m > 1; --m)
+    if (splits_into(batch, m)) return m;
+  return 1;
 }
 
 void check_pipeline_world_size(int64_t pp, int world_size, const std::string& program) {
@@ -119,7 +131,9 @@ void gather_stages(const std::map<int, std::shared_ptr<nn::Module>>& mine,
       KILN_CHECK(from.keys() == into.keys(), "gather_stages: stage ", s, "'s keys differ from the whole model's");
       for (const auto& [key, tensor] : into) {
         Tensor target = tensor;
-        target.copy_(from.at(key));
+        const Tensor& source = from.at(key);
+        // `whole_stages` may be the very split the pipeline trains: nothing to copy.
+        if (target.data_ptr() != source.data_ptr()) target.copy_(source);
       }
     }
     for (const auto& [key, tensor] : into) group.broadcast(tensor, owner)->wait();

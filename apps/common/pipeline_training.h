@@ -74,11 +74,20 @@ int64_t micro_batches(const PipelineFlags& flags, int64_t batch_size);
 // virtual_stages()).
 distributed::pipeline::Schedule training_schedule(const PipelineFlags& flags, int64_t batch_size);
 
-// A schedule over `training`'s stages and ranks with one micro-batch: each
-// rank forwards its stages in order, then backwards them in reverse (what
-// Pipeline::evaluate runs is its forwards). Valid for every stage layout,
-// interleaved included, and for every batch of at least one example.
+// A schedule over `training`'s stages and ranks with `micro_batches`
+// micro-batches: each rank forwards every micro-batch through its stages in
+// order, then backwards them in reverse (GPipe's fill and drain, for any
+// stage layout, interleaved included). For a batch too small for the
+// training schedule's micro-batches (the last of an epoch), and, with one
+// micro-batch, for evaluations. Validated here.
+distributed::pipeline::Schedule fill_drain_schedule(const distributed::pipeline::Schedule& training, int micro_batches);
+// fill_drain_schedule(training, 1): what Pipeline::evaluate runs is its
+// forwards, and it takes any batch of at least one example whole.
 distributed::pipeline::Schedule evaluation_schedule(const distributed::pipeline::Schedule& training);
+
+// The most micro-batches up to `at_most` that `batch` examples split into
+// with none empty (1 for a batch of one).
+int64_t micro_batches_for(int64_t batch, int64_t at_most);
 
 // Throws unless the process group has exactly --pp processes, naming both
 // and the kiln-run flag that gives them.
@@ -91,9 +100,11 @@ Tensor loss_from_last_stage(const Tensor& loss, const distributed::pipeline::Pip
                             distributed::ProcessGroup& group);
 
 // Copies every stage's state into `whole_stages`, the same split of a
-// second, whole model (the same modules' keys): each stage's tensors are
-// broadcast from the rank that holds it, after that rank has copied its
-// own stage's values in. Every rank ends with the whole trained model.
+// whole model (the same modules' keys): each stage's tensors are broadcast
+// from the rank that holds it, after that rank has copied its own stage's
+// values in. Every rank ends with the whole trained model. `whole_stages`
+// may be the split the pipeline trains (each rank keeping the whole model
+// it split): the other ranks' stages are then brought up to date in place.
 // `mine` is this rank's stages (stage index -> module). Collective.
 void gather_stages(const std::map<int, std::shared_ptr<nn::Module>>& mine,
                    const std::vector<std::shared_ptr<nn::Module>>& whole_stages,

@@ -75,10 +75,10 @@ int64_t padded_order_size(int64_t dataset_size, int64_t replicas) {
 }
 
 DataParallelRun start_data_parallel(const TrainerOptions& o) {
-  if (!o.ddp && !o.fsdp) return {};
+  if (!o.ddp && !o.fsdp && o.pp == 0) return {};
   return apps::start_data_parallel(
       {.backend = o.backend, .timeout = o.timeout, .heartbeat_timeout = o.heartbeat_timeout},
-      o.fsdp ? "--fsdp" : "--ddp");
+      o.fsdp ? "--fsdp" : o.ddp ? "--ddp" : "--pp");
 }
 
 std::shared_ptr<data::Sampler> train_sampler(const DataParallelRun& run, int64_t dataset_size, uint64_t seed,

@@ -69,7 +69,7 @@ inline constexpr int64_t kStopCheckSteps = 32;
 // latency outweighs the few kilobytes they move.
 inline constexpr int64_t kFsdpUnitNumel = 10'000;
 
-// With --ddp or --fsdp: joins (or reuses) the default process group on
+// With --ddp, --fsdp or --pp: joins (or reuses) the default process group on
 // --backend (apps/common/data_parallel_run.h); else a run of one process.
 DataParallelRun start_data_parallel(const TrainerOptions& options);
 

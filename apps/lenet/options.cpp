@@ -73,6 +73,11 @@ CLI::Option* add_timeout(CLI::App& app, const std::string& flag, double& target,
 
 }  // namespace
 
+PipelineFlags pipeline_flags(const TrainerOptions& o) {
+  return {.pp = o.pp, .schedule = o.pp_schedule, .micro_batches = o.micro_batches,
+          .virtual_stages = o.virtual_stages};
+}
+
 void validate(const TrainerOptions& o) {
   check_model_name(o.model);
   KILN_CHECK(o.epochs > 0, "--epochs must be at least 1, got ", o.epochs);
@@ -82,8 +87,26 @@ void validate(const TrainerOptions& o) {
   KILN_CHECK(o.momentum >= 0 && o.momentum < 1, "--momentum must be in [0, 1), got ", o.momentum);
   KILN_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
              "--weight-decay must be non-negative and finite, got ", o.weight_decay);
+  check_pipeline_flags(pipeline_flags(o), "--pp-schedule", o.batch_size);
+  if (o.pp > 0) {
+    const std::pair<const char*, bool> excluded[] = {{"--ddp", o.ddp}, {"--fsdp", o.fsdp}, {"--dp", o.dp}};
+    for (const auto& [flag, given] : excluded) {
+      KILN_CHECK(!given, "--pp and ", flag, " exclude each other for now: a pipeline stage is not replicated or "
+                 "sharded yet; give one");
+    }
+    const std::pair<const char*, bool> unsupported[] = {{"--save", !o.save.empty()}, {"--resume", !o.resume.empty()},
+                                                        {"--eval-only", o.eval_only}, {"--quantize", !o.quantize.empty()},
+                                                        {"--amp", o.amp}, {"--accum-steps", o.accum_steps > 1}};
+    for (const auto& [flag, given] : unsupported) {
+      KILN_CHECK(!given, "--pp with ", flag, " is not supported yet: kiln-lenet pipelines plain float32 "
+                 "training steps, without checkpoints");
+    }
+    KILN_CHECK(o.model == "lenet", "--pp cuts LeNet into stages; --model ", o.model, " is not a Sequential yet");
+    KILN_CHECK(o.device == "cpu", "--pp runs on the CPU only for now (stages exchange activations over gloo), got "
+               "--device ", o.device);
+  }
   check_process_group_flags({.backend = o.backend, .timeout = o.timeout, .heartbeat_timeout = o.heartbeat_timeout},
-                            o.ddp || o.fsdp);
+                            o.ddp || o.fsdp || o.pp > 0);
   KILN_CHECK(o.threads >= 0, "--threads must be non-negative (0: all cores), got ", o.threads);
   KILN_CHECK(o.workers >= 0, "--workers must be non-negative (0: load batches on the training thread), got ",
              o.workers);
@@ -186,6 +209,20 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
                "train with DataParallel in this process: one replica per GPU with --device cuda, else "
                "--replicas replicas on the CPU, each batch split between them");
   add_integer(app, "--replicas", o.replicas, "DataParallel replicas on the CPU with --dp");
+  add_integer(app, "--pp", o.pp,
+              "pipeline parallelism over N processes (kiln-run --nproc-per-node N kiln-lenet --pp N): LeNet cut into "
+              "N stages balanced by parameters, one per process; --batch-size is the whole batch, which every "
+              "process reads; test accuracy on the stages' weights gathered to every process; no --save, --resume, "
+              "--amp, CUDA, --ddp, --fsdp or --dp yet (0: no pipeline)");
+  app.add_option("--pp-schedule", o.pp_schedule,
+                 "with --pp: the pipeline schedule, gpipe, 1f1b, interleaved (--virtual-stages stages per process) "
+                 "or zero-bubble")
+      ->capture_default_str();
+  add_integer(app, "--micro-batches", o.micro_batches,
+              "with --pp: micro-batches each batch is split into (0: the most up to 2N that --batch-size splits "
+              "into; with interleaved, a multiple of N)");
+  add_integer(app, "--virtual-stages", o.virtual_stages,
+              "with --pp and --pp-schedule interleaved: stages per process (0: 2)");
   add_integer(app, "--accum-steps", o.accum_steps,
               "batches per optimizer step (gradient accumulation; with --ddp only the last one communicates)");
   add_timeout(app, "--timeout", o.timeout,

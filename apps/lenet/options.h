@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/pipeline_training.h"
+
 namespace kiln::apps::lenet {
 
 enum class OptimizerKind { SGD, Adam, AdamW, Adam8bit, AdamW8bit };
@@ -89,6 +91,18 @@ struct TrainerOptions {
   // defaults (distributed/init.h).
   double timeout = 0;
   double heartbeat_timeout = 0;
+  // Pipeline parallelism over the processes kiln-run starts (Note [Trainers
+  // under pipeline parallelism] in apps/common/pipeline_training.h): --pp N
+  // cuts LeNet (nn::LeNet::as_sequential, 12 modules) into N stages
+  // balanced by parameter count, one process each (N x virtual_stages with
+  // interleaved); pp_schedule is gpipe, 1f1b, interleaved or zero-bubble;
+  // micro_batches 0 is the most up to 2N that batch_size splits into;
+  // virtual_stages 0 is 2 for interleaved, else 1. batch_size is then the
+  // whole batch, which every process reads.
+  int64_t pp = 0;
+  std::string pp_schedule = "1f1b";
+  int64_t micro_batches = 0;
+  int64_t virtual_stages = 0;
   // DataParallel in this process: one replica per CUDA device with --device
   // cuda, else `replicas` replicas on the CPU, each batch split between them.
   bool dp = false;
@@ -104,8 +118,13 @@ struct TrainerOptions {
 // batch size < 1, a negative, infinite or NaN lr, momentum, weight decay or
 // timeout, negative threads or workers, an unknown device or FSDP strategy,
 // --eval-only without --resume or --weights, and flags that exclude each
-// other (--ddp, --fsdp and --dp; --fsdp with --amp on CUDA).
+// other (--ddp, --fsdp and --dp; --fsdp with --amp on CUDA; --pp with any
+// of them, --model resnet20, --save, --resume, --eval-only, --quantize,
+// --amp, --accum-steps or a CUDA device).
 void validate(const TrainerOptions& options);
+
+// The --pp flags of `options`, as apps/common/pipeline_training.h takes them.
+PipelineFlags pipeline_flags(const TrainerOptions& options);
 
 // The result of parsing: options to run with, or none and the exit code
 // (0 after --help; CLI11's code after a parse error, already printed).

@@ -11,6 +11,7 @@
 
 #include "apps/common/checkpoint_fields.h"
 #include "apps/common/jsonl.h"
+#include "apps/common/pipeline_training.h"
 #include "apps/common/progress.h"
 #include "apps/common/run_setup.h"
 #include "apps/common/sharded_training.h"
@@ -23,6 +24,7 @@
 #include "distributed/ddp/training_helpers.h"
 #include "distributed/fsdp/fully_sharded_data_parallel.h"
 #include "kiln.h"
+#include "nn/models/lenet.h"
 #include "optim/grad_scaler.h"
 #include "quant/adam8bit.h"
 #ifdef KILN_WITH_CUDA
@@ -32,6 +34,7 @@
 namespace kiln::apps::lenet {
 
 namespace F = nn::functional;
+namespace pp = distributed::pipeline;
 
 namespace {
 
@@ -295,6 +298,21 @@ struct Run {
   std::shared_ptr<distributed::fsdp::FullyShardedDataParallel> fsdp;
   nn::Module* trained = nullptr;
   int64_t parameters = 0;  // counted before FSDP shards them
+  // --pp (Note [Trainers under pipeline parallelism]): LeNet's Sequential
+  // cut into stages (all of them: every rank keeps the whole model and
+  // gathers the other ranks' stages into it to evaluate), this rank's, a
+  // Sequential holding those (the memory lines), the training pipeline and,
+  // by micro-batch count, the fill-drain ones for batches too small for its
+  // micro-batches. Every rank reads the whole of every training batch, as
+  // one process does: train_dp().
+  std::vector<std::shared_ptr<nn::Module>> all_stages;
+  std::map<int, std::shared_ptr<nn::Module>> stages;
+  std::shared_ptr<nn::Sequential> held;
+  std::vector<int64_t> modules_per_stage;
+  std::unique_ptr<pp::Pipeline> pipe;
+  std::map<int64_t, std::unique_ptr<pp::Pipeline>> small_batch_pipes;
+  DataParallelRun one_process;
+  const DataParallelRun& train_dp() const { return pipe ? one_process : dp; }
 
   Datasets data;
   std::unique_ptr<data::DataLoader> test_loader;
@@ -313,8 +331,11 @@ struct Run {
   // Between steps under FSDP its parameters are this rank's shards.
   nn::Module& model() { return *result.model; }
   // Under FSDP through the wrapper, as often on every rank (Note [Trainers under FSDP]).
+  // Under --pp on the whole model, the stages gathered to every rank first;
+  // each rank evaluates its share of the test set, as under --ddp.
   Evaluation evaluate_test_set() {
     const int64_t classes = static_cast<int64_t>(data.class_names.size());
+    if (pipe) gather_stages(stages, all_stages, pipe->schedule(), *dp.group);
     if (!fsdp) return combine_evaluations(evaluate(model(), *test_loader, device, classes), dp);
     const int64_t batches = test_batches_per_rank(dp, data.test->size(), test_loader->options().batch_size);
     return combine_evaluations(evaluate(*fsdp, *test_loader, device, classes, batches), dp);
@@ -395,6 +416,47 @@ void set_up_model(Run& run) {
   }
 }
 
+// --pp: LeNet as a Sequential (the model's own modules) cut into the
+// schedule's stages balanced by parameter count, this rank's kept for the
+// pipeline (Note [Trainers under pipeline parallelism]).
+void split_model(Run& run) {
+  const TrainerOptions& o = run.o;
+  check_pipeline_world_size(o.pp, run.dp.world_size, "kiln-lenet");
+  const pp::Schedule schedule = training_schedule(pipeline_flags(o), o.batch_size);
+  const std::shared_ptr<nn::Sequential> seq = std::dynamic_pointer_cast<nn::LeNet>(run.result.model)->as_sequential();
+  run.modules_per_stage = pp::balance_by_parameters(*seq, schedule.num_stages);
+  run.all_stages = pp::split_sequential(*seq, run.modules_per_stage);
+  run.held = std::make_shared<nn::Sequential>();
+  for (int s : schedule.stages_of(run.dp.rank)) {
+    run.stages[s] = run.all_stages[s];
+    run.held->push_back(run.all_stages[s]);
+  }
+  run.pipe = std::make_unique<pp::Pipeline>(
+      schedule, run.stages, [](const nn::TensorList& out, const Tensor& y) { return F::cross_entropy(out[0], y); },
+      run.dp.group);
+  std::string balance;
+  for (int64_t n : run.modules_per_stage) balance += (balance.empty() ? "" : " ") + std::to_string(n);
+  KILN_CHECK(!run.pipe->parameters().empty(), "--pp ", o.pp, ": the stages of rank ", run.dp.rank,
+             " hold no parameters (modules per stage by parameter count: ", balance, "); use fewer stages");
+  run.trained = nullptr;  // the steps go through the pipeline
+}
+
+// The pipeline for a batch of `rows`: the training one, or for a batch too
+// small for its micro-batches (an epoch's last) a fill-drain pipeline over
+// the same stages with as many as the batch gives.
+pp::Pipeline& pipeline_for(Run& run, int64_t rows) {
+  const int64_t full = run.pipe->schedule().num_micro_batches;
+  const int64_t m = micro_batches_for(rows, full);
+  if (m == full) return *run.pipe;
+  std::unique_ptr<pp::Pipeline>& small = run.small_batch_pipes[m];
+  if (!small) {
+    small = std::make_unique<pp::Pipeline>(
+        fill_drain_schedule(run.pipe->schedule(), static_cast<int>(m)), run.stages,
+        [](const nn::TensorList& out, const Tensor& y) { return F::cross_entropy(out[0], y); }, run.dp.group);
+  }
+  return *small;
+}
+
 // The data sets and the test loader (larger batches than training: no
 // gradients are kept, and larger GEMMs run faster).
 void open_data(Run& run) {
@@ -442,10 +504,10 @@ void wrap_in_fsdp(Run& run) {
 // --resume (Note [Exact resume]), or the start with a fresh log.
 void set_up_training(Run& run) {
   const TrainerOptions& o = run.o;
-  run.train_loader = make_train_loader(run.data, o, run.dp, {});
+  run.train_loader = make_train_loader(run.data, o, run.train_dp(), {});
   run.batches_per_epoch = run.train_loader->size();
   const int64_t steps_per_epoch = (run.batches_per_epoch + o.accum_steps - 1) / o.accum_steps;
-  run.optimizer = make_optimizer(o, run.model().parameters());
+  run.optimizer = make_optimizer(o, run.pipe ? run.pipe->parameters() : run.model().parameters());
   run.scheduler = make_scheduler(o, *run.optimizer, o.epochs * steps_per_epoch);
   if (!o.resume.empty()) {
     run.pos = resume(o, run.dp, run.data, {run.model(), *run.optimizer, run.scheduler.get(), 0, {}, &run.scaler},
@@ -469,7 +531,13 @@ void print_header(Run& run) {
       << recipe(o) << ", " << o.workers << " loader workers, " << get_num_threads() << " threads, device "
       << run.device.str() << (o.amp ? ", mixed precision " + std::string(dtype_name(run.amp_dtype)) : std::string());
   if (run.data_parallel) out << ", DataParallel over " << run.data_parallel->devices().size() << " replicas";
-  if (run.dp.group) {
+  if (run.pipe) {
+    const pp::Schedule& s = run.pipe->schedule();
+    out << ", pipeline of " << s.num_stages << " stages over " << run.dp.world_size << " processes ("
+        << run.dp.group->backend_name() << "), schedule " << s.name << ", " << s.num_micro_batches
+        << " micro-batches, modules per stage";
+    for (int64_t n : run.modules_per_stage) out << " " << n;
+  } else if (run.dp.group) {
     out << ", " << run.dp.world_size << " processes (" << run.dp.group->backend_name() << "), global batch "
         << o.batch_size * run.dp.world_size;
   }
@@ -485,7 +553,8 @@ void print_header(Run& run) {
 // that the line at the end shows training's.
 void print_memory_at_start(Run& run) {
   if (!run.dp.group) return;
-  print_memory_line(*run.rank_out, run.dp.rank, "at the start", run.model(), run.optimizer.get(), run.device);
+  const nn::Module& held = run.held ? static_cast<const nn::Module&>(*run.held) : run.model();
+  print_memory_line(*run.rank_out, run.dp.rank, "at the start", held, run.optimizer.get(), run.device);
   reset_peak_memory(run.device);
 }
 
@@ -508,6 +577,17 @@ int64_t forward_backward(Run& run, int64_t micro, RunningLossSum& loss_sum) {
                run.batches_per_epoch, " batches");
     Tensor images = normalize_batch(batch->data.to(run.device));  // (B, 3, 32, 32) float32
     Tensor labels = batch->target.to(run.device);                  // (B) int64
+    if (run.pipe) {
+      // The whole batch through the pipeline (--accum-steps is 1): stage 0's
+      // rank reads the images, the last stage's the labels; the loss comes
+      // from the last stage's rank.
+      const Tensor loss = pipeline_for(run, labels.size(0)).step({images}, labels);
+      ++run.pos.step_in_epoch;
+      loss_sum.add(loss_from_last_stage(loss, *run.pipe, *run.dp.group), labels.size(0));
+      run.pos.images += labels.size(0);
+      images_done += labels.size(0);
+      continue;
+    }
     Tensor loss;
     {
       AutocastGuard autocast(run.device.type, run.amp_dtype, run.o.amp);
@@ -557,11 +637,11 @@ bool train_epoch(Run& run) {
     pos.seconds = seconds_before + std::chrono::duration<double>(Clock::now() - start).count();
     progress.update(
         pos.step_in_epoch, [&] { return loss_sum.read() / static_cast<double>(pos.images); },
-        images_this_run * run.dp.world_size);
+        images_this_run * run.train_dp().world_size);
     if (run.stop_now(run.global_step % kStopCheckSteps == 0)) {
       progress.finish();
       pos.loss_sum = loss_sum.read();
-      sum_over_ranks(pos, run.dp);  // every rank stops here together
+      sum_over_ranks(pos, run.train_dp());  // every rank stops here together
       run.save();
       return false;
     }
@@ -577,7 +657,7 @@ bool train_epoch(Run& run) {
 void finish_epoch(Run& run) {
   Position& pos = run.pos;
   run.result.evaluation = run.evaluate_test_set();
-  sum_over_ranks(pos, run.dp);
+  sum_over_ranks(pos, run.train_dp());  // under --pp every rank has the whole sums
   const double elapsed = run.elapsed_before + std::chrono::duration<double>(Clock::now() - run.start).count();
   pos.history.push_back(epoch_record(pos, run.result.evaluation, run.optimizer->lr(0), elapsed));
   *run.out << summary(pos.history.back(), run.o.epochs) << "\n" << std::flush;
@@ -593,8 +673,11 @@ void finish_epoch(Run& run) {
 // the run returns, a plain model with the gathered parameters.
 void end_training(Run& run) {
   if (run.dp.group) {
-    print_memory_line(*run.rank_out, run.dp.rank, "at the end", run.model(), run.optimizer.get(), run.device);
+    const nn::Module& held = run.held ? static_cast<const nn::Module&>(*run.held) : run.model();
+    print_memory_line(*run.rank_out, run.dp.rank, "at the end", held, run.optimizer.get(), run.device);
   }
+  // Under --pp the run returns the whole model on every rank.
+  if (run.pipe) gather_stages(run.stages, run.all_stages, run.pipe->schedule(), *run.dp.group);
   if (!run.fsdp) return;
   auto plain = make_model(run.o.model);
   plain->to(run.device);
@@ -639,6 +722,7 @@ TrainingResult finished(Run& run) {
 TrainingResult run_training(const TrainerOptions& o, const TrainerHooks& hooks) {
   Run run(o, hooks);
   set_up_model(run);
+  if (o.pp > 0) split_model(run);
   open_data(run);
   if (o.eval_only) return evaluate_only(run);
   set_up_training(run);

@@ -44,13 +44,16 @@ Tensor LeNet::forward(const Tensor& x) {
 
 std::shared_ptr<Sequential> LeNet::as_sequential() const {
   // forward()'s order: pooling before relu (see there), F::flatten(h, 1)
-  // as Flatten's default (start_dim 1, end_dim -1).
+  // as Flatten's default (start_dim 1, end_dim -1). pool2 is a second
+  // MaxPool2d(2, 2) rather than `pool` again: a Sequential holding one
+  // module twice lists it once among its named_children(), which
+  // split_sequential cuts by.
   return std::make_shared<Sequential>(std::vector<NamedModule>{
       {"conv1", get_submodule("conv1")},
       {"pool1", get_submodule("pool")},
       {"relu1", std::make_shared<ReLU>()},
       {"conv2", get_submodule("conv2")},
-      {"pool2", get_submodule("pool")},
+      {"pool2", std::make_shared<MaxPool2d>(2, 2)},
       {"relu2", std::make_shared<ReLU>()},
       {"flatten", std::make_shared<Flatten>()},
       {"fc1", get_submodule("fc1")},

@@ -46,10 +46,10 @@ class LeNet : public Module {
   // The same network as a Sequential of 12 modules, in forward()'s order,
   // for cutting into pipeline stages (distributed/pipeline/pipeline.h):
   //   conv1, pool1, relu1, conv2, pool2, relu2, flatten, fc1, relu3, fc2, relu4, fc3
-  // The convolutions, the linear layers and the pooling are this model's
-  // own module objects (pool1 and pool2 are both `pool`; each is taken from
-  // the registry, so a module put in place by replace_module is the one
-  // used), the activations and the flatten are new ones without state. So
+  // The convolutions, the linear layers and pool1 are this model's own
+  // module objects (taken from the registry, so a module put in place by
+  // replace_module is the one used); pool2 (a MaxPool2d(2, 2) like `pool`),
+  // the activations and the flatten are new ones without state. So
   // its output and gradients equal forward()'s bit for bit, training it
   // trains this model, and its state-dict keys are this model's
   // ("conv1.weight", ..., "fc3.bias"). Unlike forward() it does not check
