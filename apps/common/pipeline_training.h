@@ -21,10 +21,17 @@
 //   (the loss of a batch is summed from its micro-batches').
 // - The loss exists on the last stage's rank; after each step it is
 //   broadcast from there, so rank 0 prints, logs and plots as usual.
-// - Evaluations run the stages' forwards only through a second pipeline
-//   over the same stages whose schedule (evaluation_schedule) takes the
-//   whole evaluation batch as one micro-batch: any batch size works (a
-//   short last batch too), and the loss is the one-process run's bit for bit.
+// - kiln-gpt evaluates through a second pipeline over the same stages whose
+//   schedule (evaluation_schedule) takes the whole evaluation batch as one
+//   micro-batch: any batch size works (a short last batch too), and the loss
+//   is the one-process run's bit for bit. kiln-lenet needs predictions for
+//   its accuracy and per-class table, which a pipeline's loss does not
+//   give: it gathers the stages' weights into the whole model every rank
+//   keeps (gather_stages) and each rank evaluates its share of the test set
+//   as under --ddp.
+// - A training batch too small for the schedule's micro-batches (an
+//   epoch's last in kiln-lenet) goes through a fill-drain pipeline
+//   (fill_drain_schedule) over the same stages with as many as it gives.
 // - Dropout draws from the default generator, seeded alike on every rank;
 //   its masks differ from a one-process run's (each rank draws for its
 //   own stages only), so only runs without dropout compare exactly.
