@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "autograd/checkpoint.h"
@@ -11,6 +12,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "distributed/ddp/distributed_data_parallel.h"
+#include "distributed/fsdp/fully_sharded_data_parallel.h"
 #include "tensor/error.h"
 #include "tensor/factory.h"
 #include "tensor/ops.h"
@@ -132,6 +134,11 @@ Pipeline::Pipeline(Schedule schedule, std::map<int, std::shared_ptr<nn::Module>>
     KILN_CHECK(std::find(mine.begin(), mine.end(), s) != mine.end(), "Pipeline: rank ", rank_,
                " was given a module for stage ", s, ", which schedule '", schedule_.name, "' runs on rank ",
                s >= 0 && s < schedule_.num_stages ? std::to_string(schedule_.stage_rank[s]) : "none");
+  for (const Action& a : schedule_.ranks[rank_])
+    KILN_CHECK(a.type != ActionType::BackwardInput ||
+                   dynamic_cast<fsdp::FullyShardedDataParallel*>(stages_.at(a.stage).get()) == nullptr,
+               "Pipeline: stage ", a.stage, " is a FullyShardedDataParallel, whose backward cannot be split into I and",
+               " W (schedule '", schedule_.name, "'); use gpipe, 1f1b or interleaved");
   // The action after which each stage's gradients are complete: a
   // DistributedDataParallel stage reduces in it.
   const std::vector<Action>& actions = schedule_.ranks[rank_];
@@ -253,6 +260,13 @@ void Pipeline::run_action(Run& run, const Action& a) {
   const bool prev_here = s > 0 && schedule_.stage_rank[s - 1] == rank_;
   nn::Module& module = *stages_.at(s);
   auto* ddp = dynamic_cast<DistributedDataParallel*>(&module);
+  auto* sharded = dynamic_cast<fsdp::FullyShardedDataParallel*>(&module);
+  // An FSDP stage keeps its full gradients over the micro-batches and
+  // reduce-scatters their sum in its last backward.
+  std::optional<fsdp::FullyShardedDataParallel::NoSync> fsdp_accumulates;
+  if (sharded && !run.completes_gradients &&
+      (a.type == ActionType::Backward || a.type == ActionType::BackwardWeight))
+    fsdp_accumulates.emplace(sharded->no_sync());
   auto where = [&] { return str("pipeline stage ", s, ", micro-batch ", m); };
 
   // The roots of this stage's backward and the gradients they receive.
@@ -485,13 +499,29 @@ double Pipeline::clip_grad_norm_(double max_norm) {
     for (size_t j = 1; j < tied.size(); ++j)
       if (schedule_.stage_rank[tied[j].first] == rank_ && schedule_.stage_rank[tied[0].first] != rank_)
         not_counted.insert(stages_.at(tied[j].first)->named_parameters().at(tied[j].second).impl());
+  // Per stage: the sum of squares of its gradients; an FSDP stage's are
+  // shards, summed over its shard group first.
+  auto squares = [&](const std::vector<Tensor>& params) {
+    double sum = 0.0;
+    for (const Tensor& p : params) {
+      if (!p.grad().defined() || not_counted.count(p.impl())) continue;
+      Tensor g64 = p.grad().to(DType::Float64);
+      sum += ops::sum(ops::mul(g64, g64)).item<double>();
+      not_counted.insert(p.impl());  // a tensor shared by two stages here counts once
+    }
+    return sum;
+  };
   double local = 0.0;
-  const std::vector<Tensor> params = parameters();
-  for (const Tensor& p : params) {
-    if (!p.grad().defined() || not_counted.count(p.impl())) continue;
-    Tensor g64 = p.grad().to(DType::Float64);
-    local += ops::sum(ops::mul(g64, g64)).item<double>();
+  for (const auto& [s, module] : stages_) {
+    double stage_sum = squares(module->parameters());
+    if (auto* sharded = dynamic_cast<fsdp::FullyShardedDataParallel*>(module.get())) {
+      Tensor t = full({1}, stage_sum, TensorOptions(DType::Float64, sharded->shard_group()->collective_device()));
+      sharded->shard_group()->all_reduce(t)->wait();
+      stage_sum = t.to(kCPU).data<double>()[0];
+    }
+    local += stage_sum;
   }
+  const std::vector<Tensor> params = parameters();
   Tensor total = full({1}, local, TensorOptions(DType::Float64, group_->collective_device()));
   group_->all_reduce(total)->wait();
   const double norm = std::sqrt(total.to(kCPU).data<double>()[0]);
@@ -518,7 +548,12 @@ std::vector<std::shared_ptr<nn::Module>> split_sequential(const nn::Sequential& 
   }
   KILN_CHECK(total == static_cast<int64_t>(model.size()), "split_sequential: the balance adds up to ", total,
              " modules but the model has ", model.size());
+  // named_children() lists a module held twice once: such a model has no
+  // position-by-position list of names to cut.
   const auto children = model.named_children();
+  KILN_CHECK(children.size() == model.size(), "split_sequential: the model holds ", model.size(), " modules but only ",
+             children.size(), " distinct ones; a module used twice cannot be cut into stages (give each place its own",
+             " module)");
   std::vector<std::shared_ptr<nn::Module>> stages;
   size_t at = 0;
   for (int64_t count : balance) {

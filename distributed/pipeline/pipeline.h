@@ -61,6 +61,11 @@
 // Its forwards run under no_sync and its last B (or W) of the step arms its
 // reducer, so that the gradients summed over the micro-batches are
 // averaged over the replicas once, during that backward, overlapping it.
+// A stage may instead be a FullyShardedDataParallel over that group: its
+// backwards run under its no_sync but the last, which reduce-scatters the
+// gradients summed over the micro-batches; clip_grad_norm_ adds its shards'
+// squares over its shard group. FSDP cannot split a backward into I and W,
+// so zero-bubble refuses FSDP stages.
 //
 // A stage is any nn::Module: it is called with a TensorList
 // (Note [Modules of several tensors]) and returns one. Parameters belong to
@@ -131,8 +136,8 @@ class Pipeline {
   Tensor evaluate(const TensorList& inputs = {}, const Tensor& target = {});
 
   // torch.nn.utils.clip_grad_norm_ over every stage's parameters on every
-  // rank (a tied tensor counted once): the global 2-norm is summed over the
-  // group, and every rank scales its gradients by max_norm / (norm + 1e-6)
+  // rank (a tied tensor counted once, an FSDP stage's shards summed over its
+  // shard group): the global 2-norm is summed over the group, and every rank scales its gradients by max_norm / (norm + 1e-6)
   // when that is below 1. Returns the norm before clipping. Every rank calls it.
   double clip_grad_norm_(double max_norm);
 
@@ -172,7 +177,8 @@ class Pipeline {
 // The modules of `model` cut into consecutive stages: balance[i] modules in
 // stage i (each >= 1, summing to model.size()). Each stage is a Sequential
 // holding the same module objects (not copies), registered under their
-// index in `model`, so a stage's state-dict keys are the model's.
+// names in `model` ("3", or "conv1" in a named Sequential), so a stage's
+// state-dict keys are the model's. A module held twice is refused.
 std::vector<std::shared_ptr<nn::Module>> split_sequential(const nn::Sequential& model,
                                                           const std::vector<int64_t>& balance);
 

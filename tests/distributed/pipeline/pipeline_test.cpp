@@ -11,6 +11,7 @@
 #include <string>
 
 #include "distributed/ddp/distributed_data_parallel.h"
+#include "distributed/fsdp/fully_sharded_data_parallel.h"
 #include "kiln.h"
 #include "nn/activation.h"
 #include "nn/conv.h"
@@ -216,6 +217,8 @@ TEST(Pipeline, GptOnFourRanksEqualsSingleProcessForEverySchedule) {
   }, within(400));
 }
 
+std::string error_of(const std::function<void()>& f);
+
 // Two pipelines of 2 stages side by side on 4 ranks, each stage a
 // DistributedDataParallel over the two ranks holding it: each replica trains
 // on half of every batch, and the result is one process on the whole batch.
@@ -254,6 +257,56 @@ TEST(Pipeline, DataParallelStagesEqualSingleProcess) {
       }
       const TensorDict want = split_sequential(*reference, balance)[stage]->named_parameters();
       for (const auto& [key, value] : stages[stage]->named_parameters()) expect_close(value, want.at(key), key);
+    }
+  }, within(300));
+}
+
+// The same with each stage a FullyShardedDataParallel (FULL_SHARD) over the
+// two ranks holding it, and the gradients clipped by their global norm.
+TEST(Pipeline, ShardedStagesEqualSingleProcess) {
+  run_on_ranks(4, [](int rank) {
+    auto world = make_test_group("gloo", std::chrono::seconds(60));
+    const int replica = rank / 2, stage = rank % 2;
+    ProcessGroupOptions options;
+    options.timeout = std::chrono::seconds(60);
+    std::shared_ptr<ProcessGroup> pipeline_group, data_group;
+    for (int r = 0; r < 2; ++r)
+      if (auto g = world->new_subgroup({2 * r, 2 * r + 1}, options)) pipeline_group = g;
+    for (int s = 0; s < 2; ++s)
+      if (auto g = world->new_subgroup({s, s + 2}, options)) data_group = g;
+    for (const char* name : {"gpipe", "1f1b"}) {
+      SCOPED_TRACE(name);
+      auto reference = make_cnn(23), model = make_cnn(23);
+      const std::vector<int64_t> balance = {7, 5};
+      auto stages = split_sequential(*model, balance);
+      fsdp::FSDPOptions fsdp_options;
+      fsdp_options.group = data_group;
+      auto sharded = std::make_shared<fsdp::FullyShardedDataParallel>(stages[stage], fsdp_options);
+      auto loss_fn = [](const TensorList& out, const Tensor& y) { return F::cross_entropy(out[0], y); };
+      Pipeline pipe(make_schedule(name, 2, 3), {{stage, sharded}}, loss_fn, pipeline_group);
+      optim::SGD ref_opt(reference->parameters(), {.lr = 0.05, .momentum = 0.9});
+      optim::SGD opt(pipe.parameters(), {.lr = 0.05, .momentum = 0.9});
+      for (int step = 0; step < 20; ++step) {
+        auto [x, y] = images_for(step, 10);
+        ref_opt.zero_grad();
+        F::cross_entropy((*reference)(x), y).backward();
+        const double ref_norm = optim::clip_grad_norm_(reference->parameters(), 1.0);
+        ref_opt.step();
+        opt.zero_grad();
+        pipe.step({x.narrow(0, 5 * replica, 5)}, y.narrow(0, 5 * replica, 5));
+        EXPECT_NEAR(pipe.clip_grad_norm_(1.0), ref_norm, 1e-10 * ref_norm) << "step " << step;
+        opt.step();
+      }
+      const TensorDict want = split_sequential(*reference, balance)[stage]->named_parameters();
+      sharded->with_full_parameters([&] {
+        for (const auto& [key, value] : stages[stage]->named_parameters()) expect_close(value, want.at(key), key);
+      }, /*writeback=*/false);
+      if (std::string(name) == "1f1b") {
+        const std::string e = error_of([&] { Pipeline(zero_bubble(2, 3), {{stage, sharded}}, loss_fn, pipeline_group); });
+        EXPECT_NE(e.find("is a FullyShardedDataParallel, whose backward cannot be split into I and W"),
+                  std::string::npos)
+            << e;
+      }
     }
   }, within(300));
 }
@@ -397,6 +450,10 @@ TEST(Pipeline, SplittingBalancesModulesByCost) {
   EXPECT_NE(error_of([&] { split_sequential(*cnn, {7, 4}); }).find("adds up to 11 modules but the model has 12"),
             std::string::npos);
   EXPECT_NE(error_of([&] { split_sequential(*cnn, {12, 0}); }).find("stage 1 gets 0 modules"), std::string::npos);
+  auto relu = std::make_shared<nn::ReLU>();
+  nn::Sequential twice(std::vector<std::shared_ptr<nn::Module>>{relu, std::make_shared<nn::Linear>(2, 2), relu});
+  EXPECT_NE(error_of([&] { split_sequential(twice, {2, 1}); }).find("holds 3 modules but only 2 distinct ones"),
+            std::string::npos);
   EXPECT_NE(error_of([] { balance_by_costs({1, 2}, 3); }).find("cannot cut 2 modules into 3 stages"),
             std::string::npos);
 }
