@@ -219,6 +219,65 @@ TEST(Pipeline, GptOnFourRanksEqualsSingleProcessForEverySchedule) {
 
 std::string error_of(const std::function<void()>& f);
 
+// Stage boundaries of several tensors, one of them not floating point:
+// stage 0 returns {tanh(fc(x)), x's row labels (Int64), fc(x) squared};
+// stage 1 mixes the two floating ones and masks rows by their label.
+class FirstOfTwo : public nn::Module {
+ public:
+  FirstOfTwo() { fc = register_module("fc", std::make_shared<nn::Linear>(4, 6)); }
+  TensorList forward_many(const TensorList& in) override {
+    Tensor h = (*fc)(in[0]);
+    return {tanh(h), in[1], h * h};
+  }
+  std::shared_ptr<nn::Linear> fc;
+};
+
+class SecondOfTwo : public nn::Module {
+ public:
+  SecondOfTwo() { fc = register_module("fc", std::make_shared<nn::Linear>(6, 3)); }
+  TensorList forward_many(const TensorList& in) override {
+    Tensor keep = ops::lt(in[1], 4).to(DType::Float64).unsqueeze(1);  // (B, 1): rows labelled below 4
+    return {(*fc)(in[0] * keep + in[2] * 0.25)};
+  }
+  std::shared_ptr<nn::Linear> fc;
+};
+
+TEST(Pipeline, SeveralTensorsCrossTheStages) {
+  run_on_ranks(2, [](int rank) {
+    auto group = make_test_group("gloo", std::chrono::seconds(30));
+    manual_seed(4);
+    auto first = std::make_shared<FirstOfTwo>();
+    auto second = std::make_shared<SecondOfTwo>();
+    first->to(DType::Float64);
+    second->to(DType::Float64);
+    for (const char* name : {"gpipe", "1f1b", "zero-bubble"}) {
+      SCOPED_TRACE(name);
+      for (const Tensor& p : first->parameters()) p.set_grad(Tensor());
+      for (const Tensor& p : second->parameters()) p.set_grad(Tensor());
+      std::map<int, std::shared_ptr<nn::Module>> mine;
+      if (rank == 0) mine[0] = first;
+      else mine[1] = second;
+      Pipeline pipe(make_schedule(name, 2, 3), mine,
+                    [](const TensorList& out, const Tensor& y) { return F::cross_entropy(out[0], y); }, group);
+      Generator gen(8);
+      Tensor x = randn({7, 4}, DType::Float64, &gen), labels = arange(0, 7, 1, DType::Int64);
+      Tensor y = randint(0, 3, {7}, DType::Int64, &gen);
+      Tensor loss = pipe.step({x, labels}, y);
+      // The same two modules in one process, on the whole batch.
+      const TensorList in_pipeline = rank == 0 ? TensorList{first->fc->weight.grad()} : TensorList{second->fc->weight.grad()};
+      for (const Tensor& p : first->parameters()) p.set_grad(Tensor());
+      for (const Tensor& p : second->parameters()) p.set_grad(Tensor());
+      Tensor want = F::cross_entropy((*second)((*first)({x, labels}))[0], y);
+      want.backward();
+      const Tensor single = rank == 0 ? first->fc->weight.grad() : second->fc->weight.grad();
+      EXPECT_LE(max(abs(in_pipeline[0] - single)).item<double>(), 1e-14);
+      if (rank == 1) {
+        EXPECT_NEAR(loss.item<double>(), want.item<double>(), 1e-14);
+      }
+    }
+  });
+}
+
 // Two pipelines of 2 stages side by side on 4 ranks, each stage a
 // DistributedDataParallel over the two ranks holding it: each replica trains
 // on half of every batch, and the result is one process on the whole batch.
