@@ -47,10 +47,13 @@
 // a temporary folder; with RANK set (kiln-run) it is that rank and meets
 // through env://. Rank 0 prints one line:
 //   pipeline_kiln schedule=1f1b stages=2 micro_batches=8 batch=32 steps=20 tok_s=.. step_ms=.. bubble=..
-//                 bubble_formula=.. bubble_sim=.. loss_last=..
+//                 bubble_formula=.. bubble_sim=.. compute_ms_per_rank=.. loss_last=..
+// and, on stderr, each rank's median step(), compute and receive-wait times.
 //
 // Usage: build/bench/pipeline [--schedule gpipe|1f1b|interleaved|zero-bubble] [--micro-batches M] [--batch B]
 //                             [--steps N] [--warmup N] [--world N]
+#include "distributed/pipeline/pipeline.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -63,7 +66,6 @@
 #include "bench/gpt_configs.h"
 #include "bench/rank_processes.h"
 #include "distributed/init.h"
-#include "distributed/pipeline/pipeline.h"
 #include "distributed/pipeline/schedule.h"
 #include "kiln.h"
 #include "nn/models/gpt.h"
@@ -159,8 +161,8 @@ int run_rank(const Options& options) {
   kiln::nn::gpt::StageSplit split;
   {
     kiln::nn::GPT model(config.model);  // every rank the same weights; each keeps its stages
-    split = kiln::nn::gpt::split_into_stages(model, kiln::nn::gpt::even_balance(config.model.n_layer,
-                                                                                schedule.num_stages));
+    split =
+        kiln::nn::gpt::split_into_stages(model, kiln::nn::gpt::even_balance(config.model.n_layer, schedule.num_stages));
     for (int s : schedule.stages_of(rank)) mine[s] = split.stages[s];
   }
   pp::PipelineOptions pipe_options;
@@ -222,8 +224,7 @@ int run_rank(const Options& options) {
       std::fprintf(stderr, "pipeline_kiln rank %d (stages", r);
       for (int s : schedule.stages_of(r)) std::fprintf(stderr, " %d", s);
       std::fprintf(stderr, "): median step() %.2f ms, compute %.2f ms, waiting in receives %.2f ms\n",
-                   median(per_rank[r * 3]) * 1e3, median(per_rank[r * 3 + 1]) * 1e3,
-                   median(per_rank[r * 3 + 2]) * 1e3);
+                   median(per_rank[r * 3]) * 1e3, median(per_rank[r * 3 + 1]) * 1e3, median(per_rank[r * 3 + 2]) * 1e3);
     }
     const double step_s = median(step_seconds);
     const double sim = pp::simulate(schedule).bubble_fraction;
@@ -232,8 +233,8 @@ int run_rank(const Options& options) {
         "bubble=%.4f bubble_formula=%.4f bubble_sim=%.4f compute_ms_per_rank=%.2f loss_last=%.4f\n",
         options.schedule.c_str(), schedule.num_stages, static_cast<long long>(options.micro_batches),
         static_cast<long long>(config.batch), static_cast<long long>(options.steps),
-        static_cast<double>(config.batch * block) / step_s, step_s * 1e3, median(bubbles),
-        pp::bubble_formula(schedule), sim, compute_total / (options.steps * world) * 1e3, loss);
+        static_cast<double>(config.batch * block) / step_s, step_s * 1e3, median(bubbles), pp::bubble_formula(schedule),
+        sim, compute_total / (options.steps * world) * 1e3, loss);
     std::fflush(stdout);
   }
   dist::destroy_process_group();

@@ -1,4 +1,4 @@
-"""The PyTorch anchor of bench/pipeline.cpp: GPT training cut into pipeline stages with torch.distributed.pipelining, timed.
+"""The PyTorch anchor of bench/pipeline.cpp: GPT training in pipeline stages with torch.distributed.pipelining, timed.
 
 The same workload as bench/pipeline.cpp: scripts/gpt_torch.py's GPT
 (nanoGPT's architecture) of bench's small config (4 layers, 4 heads, width
