@@ -38,16 +38,23 @@
 // figure (pp::bubble_formula: (p-1)/(m+p-1), (p-1)/(v m+p-1) interleaved,
 // an upper bound for zero-bubble), and bubble_sim, the schedule run on paper
 // (pp::simulate with its default costs F = 1, B = 2, I = W = 1): the idle
-// time of the schedule alone, without sends, imbalance between the stages,
-// or the extra backward Kiln's W costs (Note [Pipeline runtime]).
+// time of the schedule alone, without sends or imbalance between the stages.
 // compute_ms_per_rank is the mean compute time of a rank per step.
+//
+// Activation memory. act_peak_mib is, on the rank where it is largest, the
+// CPU allocator's peak during the timed steps less what the rank held
+// before them (parameters, gradients, AdamW's state): the activations the
+// schedule keeps in flight, and the buffers of its messages.
+// act_peak_mib_per_rank lists every rank's. GPipe holds all m micro-batches'
+// activations on every rank; 1F1B at most p - r on rank r.
 //
 // How the ranks start, as bench/fsdp.cpp: without RANK in the environment
 // it starts --world processes of itself, which meet through a file store in
 // a temporary folder; with RANK set (kiln-run) it is that rank and meets
 // through env://. Rank 0 prints one line:
 //   pipeline_kiln schedule=1f1b stages=2 micro_batches=8 batch=32 steps=20 tok_s=.. step_ms=.. bubble=..
-//                 bubble_formula=.. bubble_sim=.. compute_ms_per_rank=.. loss_last=..
+//                 bubble_formula=.. bubble_sim=.. compute_ms_per_rank=.. act_peak_mib=.. act_peak_mib_per_rank=..
+//                 loss_last=..
 // and, on stderr, each rank's median step(), compute and receive-wait times.
 //
 // Usage: build/bench/pipeline [--schedule gpipe|1f1b|interleaved|zero-bubble] [--micro-batches M] [--batch B]
@@ -185,6 +192,10 @@ int run_rank(const Options& options) {
   };
   for (int64_t s = 0; s < options.warmup; ++s) step(s);
   dist::barrier();
+  // Activation memory: the allocator's peak during the timed steps above
+  // what the rank held before them (parameters, gradients, AdamW's state).
+  const size_t held_before = kiln::cpu_allocated_bytes();
+  kiln::cpu_reset_peak_allocated_bytes();
   std::vector<double> step_seconds;
   // (steps, world, 3): each rank fills its own (seconds, compute_seconds, recv_seconds) per step.
   Tensor times = kiln::zeros({options.steps, world, 3}, kiln::TensorOptions(kiln::DType::Float64));
@@ -201,6 +212,10 @@ int run_rank(const Options& options) {
     mine_t[2] = st.recv_seconds;
   }
   dist::all_reduce(times);  // every slot is one rank's, the others add zeros
+  Tensor activation_peak = kiln::zeros({world}, kiln::TensorOptions(kiln::DType::Float64));
+  activation_peak.data<double>()[rank] =
+      static_cast<double>(kiln::cpu_peak_allocated_bytes() - std::min(held_before, kiln::cpu_peak_allocated_bytes()));
+  dist::all_reduce(activation_peak);
   // The last step's loss lives on the last stage's rank; rank 0 prints it.
   Tensor last_loss = kiln::from_vector<double>({pipe.holds_last_stage() ? loss : 0.0}, {1});
   dist::all_reduce(last_loss);
@@ -227,14 +242,24 @@ int run_rank(const Options& options) {
                    median(per_rank[r * 3]) * 1e3, median(per_rank[r * 3 + 1]) * 1e3, median(per_rank[r * 3 + 2]) * 1e3);
     }
     const double step_s = median(step_seconds);
+    double peak_max = 0;
+    std::string per_rank_peaks;
+    for (int r = 0; r < world; ++r) {
+      const double peak = activation_peak.data<double>()[r];
+      peak_max = std::max(peak_max, peak);
+      char text[32];
+      std::snprintf(text, sizeof text, "%s%.2f", r ? "," : "", peak / (1 << 20));
+      per_rank_peaks += text;
+    }
     const double sim = pp::simulate(schedule).bubble_fraction;
     std::printf(
         "pipeline_kiln schedule=%s stages=%d micro_batches=%lld batch=%lld steps=%lld tok_s=%.0f step_ms=%.2f "
-        "bubble=%.4f bubble_formula=%.4f bubble_sim=%.4f compute_ms_per_rank=%.2f loss_last=%.4f\n",
+        "bubble=%.4f bubble_formula=%.4f bubble_sim=%.4f compute_ms_per_rank=%.2f act_peak_mib=%.2f "
+        "act_peak_mib_per_rank=%s loss_last=%.4f\n",
         options.schedule.c_str(), schedule.num_stages, static_cast<long long>(options.micro_batches),
         static_cast<long long>(config.batch), static_cast<long long>(options.steps),
         static_cast<double>(config.batch * block) / step_s, step_s * 1e3, median(bubbles), pp::bubble_formula(schedule),
-        sim, compute_total / (options.steps * world) * 1e3, loss);
+        sim, compute_total / (options.steps * world) * 1e3, peak_max / (1 << 20), per_rank_peaks.c_str(), loss);
     std::fflush(stdout);
   }
   dist::destroy_process_group();

@@ -21,6 +21,7 @@
 #
 # stdout gets one line per schedule:
 #   pipeline schedule=1f1b stages=2 micro_batches=8 kiln_tok_s=.. torch_tok_s=.. ratio=.. bubble=.. bubble_formula=..
+#            kiln_act_peak_mib=..
 # with ratio = kiln_tok_s / torch_tok_s, bubble Kiln's measured bubble (1 -
 # the ranks' compute time over world x the step's wall time, the median
 # step's; bench/pipeline.cpp) and bubble_formula the textbook figure for the
@@ -73,13 +74,14 @@ median() { sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : 
 args=(--world 2 --batch 32 --micro-batches "$micro_batches" --steps "$steps" --warmup "$warmup")
 echo "pipeline_vs_pytorch: schedules $schedules; 2 ranks, $micro_batches micro-batches, $warmup warm-up and" \
   "$steps timed steps, $rounds rounds; load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-declare -A kiln_tok torch_tok bubble formula stages
+declare -A kiln_tok torch_tok bubble formula stages peak
 for ((round = 1; round <= rounds; ++round)); do
   for schedule in $schedules; do
     line="$("$program" --schedule "$schedule" "${args[@]}")"
     echo "round $round: $line" >&2
     kiln_tok[$schedule]+="$(field tok_s <<<"$line") "
     bubble[$schedule]+="$(field bubble <<<"$line") "
+    peak[$schedule]+="$(field act_peak_mib <<<"$line") "
     formula[$schedule]="$(field bubble_formula <<<"$line")"
     stages[$schedule]="$(field stages <<<"$line")"
     line="$("$py" "$here/pipeline_torch.py" --schedule "$schedule" "${args[@]}")"
@@ -93,8 +95,9 @@ for schedule in $schedules; do
   kt="$(tr ' ' '\n' <<<"${kiln_tok[$schedule]}" | grep . | median)"
   tt="$(tr ' ' '\n' <<<"${torch_tok[$schedule]}" | grep . | median)"
   bu="$(tr ' ' '\n' <<<"${bubble[$schedule]}" | grep . | median)"
+  pk="$(tr ' ' '\n' <<<"${peak[$schedule]}" | grep . | median)"
   awk -v s="$schedule" -v st="${stages[$schedule]}" -v m="$micro_batches" -v kt="$kt" -v tt="$tt" -v bu="$bu" \
-    -v bf="${formula[$schedule]}" 'BEGIN {
-    printf "pipeline schedule=%s stages=%d micro_batches=%d kiln_tok_s=%.0f torch_tok_s=%.0f ratio=%.2f bubble=%.4f bubble_formula=%.4f\n",
-      s, st, m, kt, tt, kt / tt, bu, bf }'
+    -v bf="${formula[$schedule]}" -v pk="$pk" 'BEGIN {
+    printf "pipeline schedule=%s stages=%d micro_batches=%d kiln_tok_s=%.0f torch_tok_s=%.0f ratio=%.2f bubble=%.4f bubble_formula=%.4f kiln_act_peak_mib=%.2f\n",
+      s, st, m, kt, tt, kt / tt, bu, bf, pk }'
 done

@@ -111,6 +111,10 @@ struct Pipeline::Run {
   std::vector<WorkPtr> sends;
   Tensor loss_sum;
   bool completes_gradients = false;  // the action running is its stage's last B or W
+  size_t action_index = 0;           // of the action running, in this rank's list
+  // Receives posted when the step began (Note [Pipeline runtime]): per
+  // action index, its buffers and their Works.
+  std::map<size_t, std::vector<std::pair<Tensor, WorkPtr>>> posted;
 };
 
 Pipeline::Pipeline(Schedule schedule, std::map<int, std::shared_ptr<nn::Module>> stages, LossFn loss,
@@ -181,17 +185,20 @@ Tensor Pipeline::run(const TensorList& inputs, const Tensor& target, bool train)
   Tensor sizes = zeros({M}, TensorOptions(DType::Int64));
   std::string split_error;
   if (holds_first_stage()) {
-    KILN_CHECK(!inputs.empty(), "Pipeline::step: rank ", rank_, " runs stage 0 and needs its inputs");
-    const int64_t B = inputs[0].dim() > 0 ? inputs[0].size(0) : 0;
-    for (size_t i = 0; i < inputs.size(); ++i)
-      KILN_CHECK(inputs[i].dim() > 0 && inputs[i].size(0) == B, "Pipeline::step: input ", i, " has shape ",
-                 inputs[i].shape(), " but input 0 has ", B, " examples (inputs are split along dim 0)");
+    const int64_t B = !inputs.empty() && inputs[0].defined() && inputs[0].dim() > 0 ? inputs[0].size(0) : 0;
     const int64_t chunk = (B + M - 1) / M;
-    if (B >= 1 && (M - 1) * chunk < B) {
-      for (int m = 0; m < M; ++m) sizes.data<int64_t>()[m] = std::min(chunk, B - m * chunk);
-    } else {
+    if (inputs.empty()) split_error = str("Pipeline::step: rank ", rank_, " runs stage 0 and needs its inputs");
+    for (size_t i = 0; i < inputs.size() && split_error.empty(); ++i)
+      if (!inputs[i].defined() || inputs[i].dim() == 0 || inputs[i].size(0) != B)
+        split_error = str("Pipeline::step: input ", i, " has shape ",
+                          inputs[i].defined() ? str(inputs[i].shape()) : std::string("(undefined)"), " but input 0 has ",
+                          B, " examples (inputs are split along dim 0)");
+    if (split_error.empty() && !(B >= 1 && (M - 1) * chunk < B))
       split_error = str("Pipeline::step: a batch of ", B, " examples cannot be split into ", M,
                         " micro-batches (micro-batches of ", chunk, " leave the last one empty)");
+    if (split_error.empty()) {
+      for (int m = 0; m < M; ++m) sizes.data<int64_t>()[m] = std::min(chunk, B - m * chunk);
+    } else {
       sizes.data<int64_t>()[0] = -1;
     }
   }
@@ -222,9 +229,11 @@ Tensor Pipeline::run(const TensorList& inputs, const Tensor& target, bool train)
 
   // Run this rank's actions; a forward-only pass keeps the forwards and their messages.
   try {
+    post_receives(run);
     const std::vector<Action>& actions = schedule_.ranks[rank_];
     for (size_t i = 0; i < actions.size(); ++i) {
       const Action& action = actions[i];
+      run.action_index = i;
       run.completes_gradients = last_gradient_action_.at(action.stage) == i;
       const bool forward_only = action.type == ActionType::Forward ||
                                 action.type == ActionType::SendActivations ||
@@ -250,7 +259,52 @@ Tensor Pipeline::run(const TensorList& inputs, const Tensor& target, bool train)
   }
   if (train) exchange_tied_gradients();
   times_.seconds = seconds_since(step_start);
+  times_.other_seconds = times_.seconds - times_.compute_seconds - times_.recv_seconds;
   return holds_last_stage() ? run.loss_sum : Tensor();
+}
+
+void Pipeline::post_receives(Run& run) {
+  const std::vector<Action>& actions = schedule_.ranks[rank_];
+  // What each receive will get, where its shapes are known from an earlier
+  // handshake, and its channel (source rank, tag). A channel on which some
+  // receive still waits for a handshake posts nothing ahead: a receive
+  // posted early would take the handshake's message.
+  std::vector<std::optional<Signature>> expected(actions.size());
+  std::vector<std::pair<int, int>> channel(actions.size());
+  std::map<std::pair<int, int>, bool> channel_known;
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    const int64_t size = run.sizes[a.micro_batch];
+    if (a.type == ActionType::RecvActivations) {
+      channel[i] = {schedule_.stage_rank[a.stage - 1], kTagActivations};
+      auto known = handshakes_.find({a.stage - 1, size});
+      if (known != handshakes_.end()) expected[i] = known->second;
+    } else if (a.type == ActionType::RecvGrads && run.train) {
+      // The gradients of this stage's floating-point outputs, whose shapes
+      // this rank sent in its own handshake.
+      channel[i] = {schedule_.stage_rank[a.stage + 1], kTagGrads};
+      auto known = handshakes_.find({a.stage, size});
+      if (known != handshakes_.end()) {
+        Signature floating;
+        for (const auto& entry : known->second)
+          if (is_floating(entry.first)) floating.push_back(entry);
+        expected[i] = floating;
+      }
+    } else {
+      continue;
+    }
+    auto [it, fresh] = channel_known.emplace(channel[i], true);
+    it->second = it->second && expected[i].has_value();
+  }
+  for (size_t i = 0; i < actions.size(); ++i) {
+    if (!expected[i] || !channel_known.at(channel[i])) continue;
+    const Device device = device_of(*stages_.at(actions[i].stage));
+    auto& buffers = run.posted[i];
+    for (const auto& [dtype, shape] : *expected[i]) {
+      Tensor buffer = empty(shape, TensorOptions(dtype, device));
+      buffers.emplace_back(buffer, group_->irecv(buffer, channel[i].first, channel[i].second));
+    }
+  }
 }
 
 void Pipeline::run_action(Run& run, const Action& a) {
@@ -353,6 +407,13 @@ void Pipeline::run_action(Run& run, const Action& a) {
       break;
     }
     case ActionType::RecvActivations: {
+      if (auto posted = run.posted.find(run.action_index); posted != run.posted.end()) {
+        for (const auto& [buffer, work] : posted->second) {
+          work->wait();
+          st.inputs.push_back(stage_input(buffer, run.train));
+        }
+        break;
+      }
       const int src = schedule_.stage_rank[s - 1];
       const auto key = std::make_pair(s - 1, run.sizes[m]);
       auto known = handshakes_.find(key);
@@ -428,6 +489,16 @@ void Pipeline::run_action(Run& run, const Action& a) {
     case ActionType::RecvGrads: {
       const int src = schedule_.stage_rank[s + 1];
       st.output_grads.assign(st.outputs.size(), Tensor());
+      if (auto posted = run.posted.find(run.action_index); posted != run.posted.end()) {
+        size_t k = 0;
+        for (size_t i = 0; i < st.outputs.size(); ++i) {
+          if (!is_floating(st.outputs[i].dtype())) continue;
+          const auto& [buffer, work] = posted->second.at(k++);
+          work->wait();
+          st.output_grads[i] = buffer;
+        }
+        break;
+      }
       for (size_t i = 0; i < st.outputs.size(); ++i) {
         if (!is_floating(st.outputs[i].dtype())) continue;
         Tensor g = empty(st.outputs[i].shape(), TensorOptions(st.outputs[i].dtype(), st.outputs[i].device()));

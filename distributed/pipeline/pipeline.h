@@ -35,9 +35,14 @@
 //   and conv2d and keeps what they need; W computes them and accumulates
 //   into .grad. Together they do what B does, nothing twice. On stage 0,
 //   whose inputs need no gradient, I is empty and W is the whole backward.
-// - Sends are posted (isend) and waited for at the end of the step; a
-//   receive waits for its data. Activations, gradients and the tied
-//   parameters' gradients travel on tags of their own.
+// - Sends are posted (isend) and waited for at the end of the step. Every
+//   receive whose shapes are known (from an earlier step's handshake) is
+//   posted when the step begins, in the order of the rank's list, so that
+//   its data arrives while the rank computes; RECV_F and RECV_B only wait
+//   for it. (A receive posted only when its action runs costs a round of
+//   the backend's threads each time, which measured as most of the bubble.)
+//   Activations, gradients and the tied parameters' gradients travel on
+//   tags of their own. A step that throws leaves the pipeline unusable.
 // The activations of a (stage, micro-batch) are freed after its B or W.
 //
 // Shapes. A receiver must allocate what it receives, and only stage 0 sees
@@ -112,6 +117,7 @@ struct StepTimes {
   double seconds = 0;          // the whole step()
   double compute_seconds = 0;  // in F, B, I and W actions
   double recv_seconds = 0;     // waiting in receives (the bubble, and transfer time)
+  double other_seconds = 0;    // the rest: the step's size broadcast, sends, the tied gradients' exchange
 };
 
 class Pipeline {
@@ -156,6 +162,7 @@ class Pipeline {
   struct Run;              // one step's state, pipeline.cpp
 
   Tensor run(const TensorList& inputs, const Tensor& target, bool train);
+  void post_receives(Run& run);
   void run_action(Run& run, const Action& action);
   void exchange_tied_gradients();
 

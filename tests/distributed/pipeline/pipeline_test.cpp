@@ -479,9 +479,28 @@ TEST(Pipeline, ConstructionChecksTheScheduleAgainstTheGroupAndTheModules) {
                 Pipeline(gpipe(1, 2), Stages{{0, linear}}, loss, group, options);
               }).find("stage 0 has no parameter 'nope' to tie"),
               std::string::npos);
+    PipelineOptions lone;
+    lone.tied = {{{0, "weight"}}};
+    EXPECT_NE(error_of([&] { Pipeline(gpipe(1, 2), Stages{{0, linear}}, loss, group, lone); })
+                  .find("a tied parameter needs at least two holders, got 1"),
+              std::string::npos);
+    PipelineOptions far;
+    far.tied = {{{0, "weight"}, {3, "weight"}}};
+    EXPECT_NE(error_of([&] { Pipeline(gpipe(1, 2), Stages{{0, linear}}, loss, group, far); })
+                  .find("tied parameter 'weight' names stage 3 outside 0..0"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { Pipeline(gpipe(1, 2), Stages{{0, linear}}, nullptr, group); }).find("no loss function"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { Pipeline(gpipe(1, 2), Stages{{0, linear}}, loss, nullptr); }).find("no process group"),
+              std::string::npos);
     // One rank, one stage: the pipeline is plain gradient accumulation.
     Pipeline pipe(gpipe(1, 2), Stages{{0, linear}}, loss, group);
     Tensor x = randn({4, 2}), y = randn({4, 2});
+    EXPECT_NE(error_of([&] { pipe.step({}, y); }).find("rank 0 runs stage 0 and needs its inputs"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { pipe.step({x, x.narrow(0, 0, 3)}, y); })
+                  .find("input 1 has shape [3, 2] but input 0 has 4 examples"),
+              std::string::npos);
     Tensor loss_value = pipe.step({x}, y);
     Tensor want = F::mse_loss((*linear)(x), y);
     EXPECT_NEAR(loss_value.item<double>(), want.item<double>(), 1e-6);
