@@ -23,6 +23,10 @@
 // device. The stage modules are the model's own: after step() the
 // gradients are in the model's parameters, on their stages' devices.
 //
+// A Pipe therefore needs a process-group backend: gloo (a build with
+// KILN_GLOO=ON; without it the constructor throws naming the backend), or
+// nccl for stages on distinct GPUs.
+//
 // Errors. step() rethrows the error a stage thread raised first. A failing
 // stage leaves its peers waiting for messages that will not come; they fail
 // after options.timeout (their errors are consequences and are dropped), so

@@ -47,6 +47,9 @@ bool cuda_present() {
 #endif
 }
 
+#ifdef KILN_WITH_GLOO
+// A Pipe's in-process group is a gloo group when its stages are on the CPU.
+
 // Trains `model` and a reference of the same seed for `steps` steps and
 // compares their parameters.
 void expect_pipe_equals_single_process(const PipeOptions& options, int chunks, int steps = 20) {
@@ -139,6 +142,8 @@ TEST(Pipe, OptionsAreChecked) {
             std::string::npos);
 }
 
+#endif  // KILN_WITH_GLOO
+
 TEST(Pipe, ModelParallelismKeepsTheModelsValuesKeysAndGradients) {
   auto reference = make_mlp(2), model = make_mlp(2);
   auto placed = place_on_devices(*model, {3, 5}, {kCPU, kCPU});
@@ -153,9 +158,9 @@ TEST(Pipe, ModelParallelismKeepsTheModelsValuesKeysAndGradients) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(max(abs(a[i].grad() - b[i].grad())).item<double>(), 0.0);
 }
 
-TEST(Pipe, CudaStagesEqualTheCpu) {
-  if (!cuda_present()) GTEST_SKIP() << "no CUDA device: the Pipe and model-parallel placements on cuda:0 did not run";
-  // Model parallelism across the CPU and the GPU: gradients cross devices.
+TEST(Pipe, CudaModelParallelismEqualsTheCpu) {
+  if (!cuda_present()) GTEST_SKIP() << "no CUDA device: place_on_devices across the CPU and cuda:0 did not run";
+  // Stage 0 on the CPU, stage 1 on the GPU: gradients cross devices.
   auto reference = make_mlp(3), model = make_mlp(3);
   auto placed = place_on_devices(*model, {4, 4}, {kCPU, kCuda0});
   auto [x, y] = batch_for(1, 9);
@@ -167,13 +172,20 @@ TEST(Pipe, CudaStagesEqualTheCpu) {
   const auto a = reference->parameters(), b = model->parameters();
   for (size_t i = 0; i < a.size(); ++i)
     EXPECT_LE(max(abs(a[i].grad() - b[i].grad().to(kCPU))).item<double>(), 1e-10);
-  // A Pipe with both stages on the GPU (one device: gloo through the host).
+}
+
+#ifdef KILN_WITH_GLOO
+// expect_pipe_equals_single_process is above, under the same condition.
+TEST(Pipe, CudaStagesEqualTheCpu) {
+  if (!cuda_present()) GTEST_SKIP() << "no CUDA device: the Pipe with both stages on cuda:0 did not run";
+  // Both stages on the one GPU: the in-process group is gloo, through the host.
   PipeOptions options;
   options.schedule = "1f1b";
   options.balance = {4, 4};
   options.devices = {kCuda0, kCuda0};
   expect_pipe_equals_single_process(options, 3, 5);
 }
+#endif  // KILN_WITH_GLOO
 
 }  // namespace
 }  // namespace kiln::distributed::pipeline

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#ifdef KILN_WITH_GLOO
+
 #include <cmath>
 #include <string>
 
@@ -538,3 +540,5 @@ TEST(Pipeline, SplittingBalancesModulesByCost) {
 
 }  // namespace
 }  // namespace kiln::distributed::pipeline
+
+#endif  // KILN_WITH_GLOO
