@@ -216,12 +216,4 @@ int run_rank(const Options& options) {
 
 }  // namespace
 
-int main(int argc, char** argv) try {
-  const Options options = parse(argc, argv);
-  if (std::getenv("RANK")) return run_rank(options);
-  return kiln::bench::run_self_on_ranks(argc, argv, options.world, "fsdp");
-} catch (const std::exception& e) {
-  const char* rank = std::getenv("RANK");
-  std::fprintf(stderr, "fsdp%s%s: %s\n", rank ? " rank " : "", rank ? rank : "", e.what());
-  return 1;
-}
+int main(int argc, char** argv) { return kiln::bench::rank_program_main(argc, argv, "fsdp", parse, run_rank); }

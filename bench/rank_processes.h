@@ -117,6 +117,24 @@ inline int run_self_on_ranks(int argc, char** argv, int world, const std::string
   return 0;
 }
 
+// main() of a benchmark that starts its own ranks: parses the command line
+// with `parse` (which gives an Options with a `world`), then, in a rank
+// (RANK set), runs run_rank(options), and otherwise starts the ranks with
+// run_self_on_ranks. An exception is printed as "program[ rank R]: what"
+// and exits 1.
+template <class Parse, class RunRank>
+int rank_program_main(int argc, char** argv, const std::string& program, Parse parse, RunRank run_rank) {
+  try {
+    const auto options = parse(argc, argv);
+    if (std::getenv("RANK")) return run_rank(options);
+    return run_self_on_ranks(argc, argv, options.world, program);
+  } catch (const std::exception& e) {
+    const char* rank = std::getenv("RANK");
+    std::fprintf(stderr, "%s%s%s: %s\n", program.c_str(), rank ? " rank " : "", rank ? rank : "", e.what());
+    return 1;
+  }
+}
+
 // A rank's gloo process group: through the driver's file store
 // (KILN_BENCH_STORE, with RANK and WORLD_SIZE) or, started by a launcher
 // such as kiln-run, through env:// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).

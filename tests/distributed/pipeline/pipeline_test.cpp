@@ -280,21 +280,33 @@ TEST(Pipeline, SeveralTensorsCrossTheStages) {
   });
 }
 
+// 4 ranks as 2 pipelines of 2 stages: rank r is stage r % 2 of pipeline
+// (replica) r / 2; the pipeline groups are {0, 1} and {2, 3}, the
+// data-parallel groups of the stages {0, 2} and {1, 3}.
+struct TwoByTwo {
+  explicit TwoByTwo(int rank)
+      : replica(rank / 2), stage(rank % 2), world(make_test_group("gloo", std::chrono::seconds(60))) {
+    ProcessGroupOptions options;
+    options.timeout = std::chrono::seconds(60);
+    // Every rank makes every group, in the same order; each keeps its own.
+    for (int r = 0; r < 2; ++r)
+      if (auto g = world->new_subgroup({2 * r, 2 * r + 1}, options)) pipeline_group = g;
+    for (int s = 0; s < 2; ++s)
+      if (auto g = world->new_subgroup({s, s + 2}, options)) data_group = g;
+  }
+  int replica, stage;
+  std::shared_ptr<ProcessGroup> world, pipeline_group, data_group;
+};
+
 // Two pipelines of 2 stages side by side on 4 ranks, each stage a
 // DistributedDataParallel over the two ranks holding it: each replica trains
 // on half of every batch, and the result is one process on the whole batch.
 TEST(Pipeline, DataParallelStagesEqualSingleProcess) {
   run_on_ranks(4, [](int rank) {
-    auto world = make_test_group("gloo", std::chrono::seconds(60));
-    const int replica = rank / 2, stage = rank % 2;
-    ProcessGroupOptions options;
-    options.timeout = std::chrono::seconds(60);
-    // Every rank makes every group, in the same order; each keeps its own.
-    std::shared_ptr<ProcessGroup> pipeline_group, data_group;
-    for (int r = 0; r < 2; ++r)
-      if (auto g = world->new_subgroup({2 * r, 2 * r + 1}, options)) pipeline_group = g;
-    for (int s = 0; s < 2; ++s)
-      if (auto g = world->new_subgroup({s, s + 2}, options)) data_group = g;
+    const TwoByTwo grid(rank);
+    const int replica = grid.replica, stage = grid.stage;
+    const auto& pipeline_group = grid.pipeline_group;
+    const auto& data_group = grid.data_group;
     for (const char* name : {"gpipe", "1f1b", "zero-bubble"}) {
       SCOPED_TRACE(name);
       auto reference = make_cnn(21), model = make_cnn(21);
@@ -326,15 +338,10 @@ TEST(Pipeline, DataParallelStagesEqualSingleProcess) {
 // two ranks holding it, and the gradients clipped by their global norm.
 TEST(Pipeline, ShardedStagesEqualSingleProcess) {
   run_on_ranks(4, [](int rank) {
-    auto world = make_test_group("gloo", std::chrono::seconds(60));
-    const int replica = rank / 2, stage = rank % 2;
-    ProcessGroupOptions options;
-    options.timeout = std::chrono::seconds(60);
-    std::shared_ptr<ProcessGroup> pipeline_group, data_group;
-    for (int r = 0; r < 2; ++r)
-      if (auto g = world->new_subgroup({2 * r, 2 * r + 1}, options)) pipeline_group = g;
-    for (int s = 0; s < 2; ++s)
-      if (auto g = world->new_subgroup({s, s + 2}, options)) data_group = g;
+    const TwoByTwo grid(rank);
+    const int replica = grid.replica, stage = grid.stage;
+    const auto& pipeline_group = grid.pipeline_group;
+    const auto& data_group = grid.data_group;
     for (const char* name : {"gpipe", "1f1b"}) {
       SCOPED_TRACE(name);
       auto reference = make_cnn(23), model = make_cnn(23);
