@@ -25,13 +25,13 @@ std::chrono::milliseconds to_milliseconds(double seconds) {
 void check_process_group_flags(const ProcessGroupFlags& flags, bool distributed) {
   KILN_CHECK(flags.backend == "gloo" || flags.backend == "mpi" || flags.backend == "nccl",
              "--backend: unknown backend '", flags.backend, "' (expected gloo, mpi or nccl)");
-  KILN_CHECK(distributed || flags.backend == "gloo", "--backend ", flags.backend, " only goes with --ddp or --fsdp");
+  KILN_CHECK(distributed || flags.backend == "gloo", "--backend ", flags.backend, " only goes with --ddp, --fsdp or --pp");
   const std::pair<const char*, double> timeouts[] = {{"--timeout", flags.timeout},
                                                      {"--heartbeat-timeout", flags.heartbeat_timeout}};
   for (auto [flag, seconds] : timeouts) {
     KILN_CHECK(std::isfinite(seconds) && seconds >= 0 && seconds <= kMaxTimeoutSeconds, flag,
                " must be a positive number of seconds up to ", kMaxTimeoutSeconds, " (0: the default), got ", seconds);
-    KILN_CHECK(seconds == 0 || distributed, flag, " only goes with --ddp or --fsdp");
+    KILN_CHECK(seconds == 0 || distributed, flag, " only goes with --ddp, --fsdp or --pp");
   }
 }
 
@@ -46,7 +46,8 @@ void add_data_parallel_flags(CLI::App& app, const DataParallelFlagTargets& targe
                  "with --fsdp: full_shard, shard_grad_op (parameters kept gathered from forward to backward), "
                  "no_shard (as DDP) or hybrid_shard (sharded within a machine, replicated across machines)")
       ->capture_default_str();
-  app.add_option("--backend", targets.backend, "the process group's backend with --ddp or --fsdp: gloo, mpi or nccl")
+  app.add_option("--backend", targets.backend,
+                 "the process group's backend with --ddp, --fsdp or --pp: gloo, mpi or nccl")
       ->capture_default_str();
 }
 

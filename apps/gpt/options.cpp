@@ -167,11 +167,11 @@ void add_train_flags(CLI::App& app, TrainOptions& o) {
   add_integer(app, "--virtual-stages", o.virtual_stages,
               "with --pp and --schedule interleaved: stages per process (0: 2)");
   app.add_option("--timeout", o.timeout,
-                 "with --ddp or --fsdp: seconds the rendezvous and each collective may take (0: "
+                 "with --ddp, --fsdp or --pp: seconds the rendezvous and each collective may take (0: "
                  "KILN_DISTRIBUTED_TIMEOUT, else 300)")
       ->type_name("SECONDS");
   app.add_option("--heartbeat-timeout", o.heartbeat_timeout,
-                 "with --ddp or --fsdp: seconds a silent peer is waited for before it is named (0: "
+                 "with --ddp, --fsdp or --pp: seconds a silent peer is waited for before it is named (0: "
                  "KILN_HEARTBEAT_TIMEOUT, else 10)")
       ->type_name("SECONDS");
 }

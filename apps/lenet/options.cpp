@@ -226,10 +226,10 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   add_integer(app, "--accum-steps", o.accum_steps,
               "batches per optimizer step (gradient accumulation; with --ddp only the last one communicates)");
   add_timeout(app, "--timeout", o.timeout,
-              "with --ddp or --fsdp: seconds the rendezvous and each collective may take (default: "
+              "with --ddp, --fsdp or --pp: seconds the rendezvous and each collective may take (default: "
               "KILN_DISTRIBUTED_TIMEOUT, else 300)");
   add_timeout(app, "--heartbeat-timeout", o.heartbeat_timeout,
-              "with --ddp or --fsdp: seconds a silent peer is waited for before it is named (default: "
+              "with --ddp, --fsdp or --pp: seconds a silent peer is waited for before it is named (default: "
               "KILN_HEARTBEAT_TIMEOUT, else 10)");
   app.add_option("--log", o.log,
                  "write one JSON object per epoch to FILE.jsonl (a new file; --resume appends to it)");

@@ -85,7 +85,7 @@ struct TrainerOptions {
   bool fsdp = false;
   std::string fsdp_strategy = "full_shard";
   std::string backend = "gloo";  // of the process group: gloo, mpi or nccl
-  // With --ddp or --fsdp, in seconds: how long the rendezvous and each
+  // With --ddp, --fsdp or --pp, in seconds: how long the rendezvous and each
   // collective may take, and how long a silent peer is waited for before it
   // is named. 0: KILN_DISTRIBUTED_TIMEOUT / KILN_HEARTBEAT_TIMEOUT, else the
   // defaults (distributed/init.h).

@@ -68,10 +68,10 @@ TEST(GptFsdpOptions, FlagsThatExcludeEachOtherAreRefused) {
   EXPECT_EQ(parse_error({"train", "--fsdp-cpu-offload", "--device", "cuda"}),
             "--fsdp-cpu-offload only goes with --fsdp on a CUDA --device (the shards move to host memory and each "
             "unit is gathered onto the GPU), got no --fsdp and --device cuda");
-  EXPECT_EQ(parse_error({"train", "--backend", "nccl"}), "--backend nccl only goes with --ddp or --fsdp");
+  EXPECT_EQ(parse_error({"train", "--backend", "nccl"}), "--backend nccl only goes with --ddp, --fsdp or --pp");
   EXPECT_EQ(parse_error({"train", "--ddp", "--backend", "tcp"}),
             "--backend: unknown backend 'tcp' (expected gloo, mpi or nccl)");
-  EXPECT_EQ(parse_error({"train", "--timeout", "5"}), "--timeout only goes with --ddp or --fsdp");
+  EXPECT_EQ(parse_error({"train", "--timeout", "5"}), "--timeout only goes with --ddp, --fsdp or --pp");
   EXPECT_EQ(parse_error({"train", "--fsdp", "--heartbeat-timeout", "-1"}),
             "--heartbeat-timeout must be a positive number of seconds up to 1e+09 (0: the default), got -1");
 }

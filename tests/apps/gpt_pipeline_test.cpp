@@ -88,7 +88,7 @@ TEST(GptPipelineOptions, BadSchedulesAndMicroBatchesAreRefused) {
   EXPECT_EQ(parse_error({"train", "--pp", "4", "--schedule", "interleaved", "--batch-size", "3"}),
             "--pp 4 --schedule interleaved: a batch of 3 examples (--batch-size) gives no micro-batch count up to 8 "
             "that is a multiple of --pp; give --micro-batches or a larger --batch-size");
-  EXPECT_EQ(parse_error({"train", "--backend", "mpi"}), "--backend mpi only goes with --ddp or --fsdp");
+  EXPECT_EQ(parse_error({"train", "--backend", "mpi"}), "--backend mpi only goes with --ddp, --fsdp or --pp");
   EXPECT_EQ(parse_error({"train", "--pp", "2", "--backend", "mpi"}), "");
 }
 

@@ -102,7 +102,7 @@ TEST(LenetOptions, InfinitiesAndOutOfRangeNumbersAreNamed) {
                 0u)
           << flag << " " << value << ": " << parse_error({"--ddp", flag, value});
     }
-    EXPECT_EQ(parse_error({flag, "5"}), std::string(flag) + " only goes with --ddp or --fsdp");
+    EXPECT_EQ(parse_error({flag, "5"}), std::string(flag) + " only goes with --ddp, --fsdp or --pp");
   }
   // The largest seed is a seed.
   CommandLine cl = parse_command_line(std::vector<std::string>{"kiln-lenet", "--seed", "18446744073709551615"});

@@ -59,8 +59,8 @@ TEST(LenetFsdpOptions, FlagsThatExcludeFsdpAreRefused) {
                        "--fsdp with --amp on cuda is not supported"))
       << parse_error({"--fsdp", "--amp", "--device", "cuda"});
   EXPECT_EQ(parse_error({"--fsdp", "--amp"}), "");  // bfloat16 on the CPU needs no loss scaling
-  EXPECT_EQ(parse_error({"--heartbeat-timeout", "5"}), "--heartbeat-timeout only goes with --ddp or --fsdp");
-  EXPECT_EQ(parse_error({"--backend", "mpi"}), "--backend mpi only goes with --ddp or --fsdp");
+  EXPECT_EQ(parse_error({"--heartbeat-timeout", "5"}), "--heartbeat-timeout only goes with --ddp, --fsdp or --pp");
+  EXPECT_EQ(parse_error({"--backend", "mpi"}), "--backend mpi only goes with --ddp, --fsdp or --pp");
 }
 
 TEST(LenetFsdpProgram, DdpWithFsdpExitsWithCode1SayingWhy) {
