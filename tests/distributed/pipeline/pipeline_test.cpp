@@ -1,6 +1,6 @@
 // Pipeline parallelism over gloo ranks equals single-process training: every
 // schedule, 2 and 4 stages, micro-batch counts from the schedule's minimum
-// to 3x the stages with an uneven last micro-batch, on a LeNet-shaped CNN
+// to 3x the stages with an uneven last micro-batch, on LeNet (as a Sequential)
 // and on a GPT with tied embeddings (float64, 50 steps). And the ways a
 // pipeline goes wrong fail on every rank with a message naming the stage.
 #include "distributed/pipeline/pipeline.h"
@@ -20,6 +20,7 @@
 #include "nn/flatten.h"
 #include "nn/linear.h"
 #include "nn/models/gpt.h"
+#include "nn/models/lenet.h"
 #include "nn/models/gpt_stages.h"
 #include "nn/pooling.h"
 #include "optim/adam.h"
@@ -34,16 +35,13 @@ using testing::make_test_group;
 using testing::run_on_ranks;
 namespace F = nn::functional;
 
-// LeNet's layers as a Sequential of 12 modules, float64.
-std::shared_ptr<nn::Sequential> make_cnn(uint64_t seed) {
+// LeNet (nn/models/lenet.h) as the Sequential of its 12 modules
+// (LeNet::as_sequential, keys conv1.weight ...), float64.
+std::shared_ptr<nn::Sequential> make_lenet(uint64_t seed) {
   manual_seed(seed);
-  auto model = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Conv2d>(3, 6, 5), std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
-      std::make_shared<nn::Conv2d>(6, 16, 5), std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
-      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(400, 120), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(120, 84), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(84, 10)});
-  model->to(DType::Float64);
-  return model;
+  auto lenet = std::make_shared<nn::LeNet>();
+  lenet->to(DType::Float64);
+  return lenet->as_sequential();
 }
 
 std::pair<Tensor, Tensor> images_for(int step, int64_t batch) {
@@ -94,12 +92,12 @@ void expect_close(const Tensor& a, const Tensor& b, const std::string& what) {
   EXPECT_LE(diff, 1e-10 * std::max(scale, 1e-3)) << what << ": " << diff << " against a scale of " << scale;
 }
 
-void run_cnn(int rank, int p, const std::shared_ptr<ProcessGroup>& group, const PipeSetup& setup, bool checkpoint) {
+void run_lenet(int rank, int p, const std::shared_ptr<ProcessGroup>& group, const PipeSetup& setup, bool checkpoint) {
   SCOPED_TRACE(::testing::Message() << setup.name << " p=" << p << " m=" << setup.micro_batches
                                   << (checkpoint ? " checkpointed" : ""));
   const Schedule schedule = make_schedule(setup.name, p, setup.micro_batches, setup.stages_per_rank);
-  auto reference = make_cnn(7);
-  auto model = make_cnn(7);
+  auto reference = make_lenet(7);
+  auto model = make_lenet(7);
   const auto balance = balance_by_parameters(*model, schedule.num_stages);
   const auto stages = split_sequential(*model, balance);
   std::map<int, std::shared_ptr<nn::Module>> mine;
@@ -138,18 +136,18 @@ void run_cnn(int rank, int p, const std::shared_ptr<ProcessGroup>& group, const 
   }
 }
 
-TEST(Pipeline, CnnOnTwoRanksEqualsSingleProcessForEverySchedule) {
+TEST(Pipeline, LeNetOnTwoRanksEqualsSingleProcessForEverySchedule) {
   run_on_ranks(2, [](int rank) {
     auto group = make_test_group("gloo", std::chrono::seconds(30));
-    for (const PipeSetup& setup : setups(2)) run_cnn(rank, 2, group, setup, false);
-    run_cnn(rank, 2, group, {"1f1b", 1, 4}, /*checkpoint=*/true);
+    for (const PipeSetup& setup : setups(2)) run_lenet(rank, 2, group, setup, false);
+    run_lenet(rank, 2, group, {"1f1b", 1, 4}, /*checkpoint=*/true);
   }, within(240));
 }
 
-TEST(Pipeline, CnnOnFourRanksEqualsSingleProcessForEverySchedule) {
+TEST(Pipeline, LeNetOnFourRanksEqualsSingleProcessForEverySchedule) {
   run_on_ranks(4, [](int rank) {
     auto group = make_test_group("gloo", std::chrono::seconds(60));
-    for (const PipeSetup& setup : setups(4)) run_cnn(rank, 4, group, setup, false);
+    for (const PipeSetup& setup : setups(4)) run_lenet(rank, 4, group, setup, false);
   }, within(400));
 }
 
@@ -309,7 +307,7 @@ TEST(Pipeline, DataParallelStagesEqualSingleProcess) {
     const auto& data_group = grid.data_group;
     for (const char* name : {"gpipe", "1f1b", "zero-bubble"}) {
       SCOPED_TRACE(name);
-      auto reference = make_cnn(21), model = make_cnn(21);
+      auto reference = make_lenet(21), model = make_lenet(21);
       const std::vector<int64_t> balance = {7, 5};
       auto stages = split_sequential(*model, balance);
       DDPOptions ddp_options;
@@ -344,7 +342,7 @@ TEST(Pipeline, ShardedStagesEqualSingleProcess) {
     const auto& data_group = grid.data_group;
     for (const char* name : {"gpipe", "1f1b"}) {
       SCOPED_TRACE(name);
-      auto reference = make_cnn(23), model = make_cnn(23);
+      auto reference = make_lenet(23), model = make_lenet(23);
       const std::vector<int64_t> balance = {7, 5};
       auto stages = split_sequential(*model, balance);
       fsdp::FSDPOptions fsdp_options;
@@ -521,7 +519,7 @@ TEST(Pipeline, SplittingBalancesModulesByCost) {
   EXPECT_EQ(balance_by_costs({4, 1, 1, 1, 1}, 2), (std::vector<int64_t>{1, 4}));
   EXPECT_EQ(balance_by_costs({1, 2, 3, 4, 5}, 3), (std::vector<int64_t>{3, 1, 1}));
   EXPECT_EQ(balance_by_costs({0, 0, 0}, 3), (std::vector<int64_t>{1, 1, 1}));
-  auto cnn = make_cnn(1);
+  auto cnn = make_lenet(1);
   // conv1 456, conv2 2416, fc1 48120, fc2 10164, fc3 850 parameters: fc1
   // (module 7) is the largest stage whatever the cut, and the parameter-free
   // modules before it go with it, those after fc2 with the last stage.
@@ -532,8 +530,9 @@ TEST(Pipeline, SplittingBalancesModulesByCost) {
   EXPECT_EQ(balance[0] + balance[1], 12);
   for (const Tensor& p : cnn->parameters()) EXPECT_FALSE(p.grad().defined());
   auto stages = split_sequential(*cnn, {7, 5});
-  EXPECT_EQ(stages[1]->named_parameters().keys().front(), "7.weight");
-  EXPECT_EQ(stages[0]->named_parameters().at("0.weight").impl(), cnn->named_parameters().at("0.weight").impl());
+  EXPECT_EQ(stages[1]->named_parameters().keys().front(), "fc1.weight");
+  EXPECT_EQ(stages[0]->named_parameters().at("conv1.weight").impl(),
+            cnn->named_parameters().at("conv1.weight").impl());
   EXPECT_NE(error_of([&] { split_sequential(*cnn, {7, 4}); }).find("adds up to 11 modules but the model has 12"),
             std::string::npos);
   EXPECT_NE(error_of([&] { split_sequential(*cnn, {12, 0}); }).find("stage 1 gets 0 modules"), std::string::npos);
