@@ -7,6 +7,9 @@
 #include "tensor/safetensors.h"
 #include "tensor/tensor_dict.h"
 
+// Whether a CUDA GPU can be used, in every build (kiln::cuda::is_available).
+#include "tensor/cuda_status.h"
+
 // tensor/cuda/: devices, streams and events, the caching allocator's
 // statistics, CUDA graphs and GPU monitoring (kiln::cuda::), in builds with CUDA. None of
 // these headers needs the CUDA toolkit's.

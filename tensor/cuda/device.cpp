@@ -6,6 +6,7 @@
 #include <string>
 
 #include "tensor/cuda/check.h"
+#include "tensor/cuda_status.h"
 
 namespace kiln::cuda {
 
@@ -40,16 +41,20 @@ int device_count() { return query_device_count().count; }
 
 bool cuda_available() { return device_count() > 0; }
 
+std::string unavailable_reason() {
+  const DeviceCount& devices = query_device_count();
+  if (devices.count > 0) return "";
+  return devices.status == cudaSuccess
+             ? std::string("the driver reports 0 devices")
+             : std::string(cudaGetErrorName(devices.status)) + ": " + cudaGetErrorString(devices.status);
+}
+
 void check_device(Device device, const char* op) {
   KILN_CHECK(device.is_cuda(), op, ": expected a CUDA device, got ", device);
   const DeviceCount& devices = query_device_count();
-  if (devices.count == 0) {
-    std::string why = devices.status == cudaSuccess
-                          ? std::string("the driver reports 0 devices")
-                          : std::string(cudaGetErrorName(devices.status)) + ": " + cudaGetErrorString(devices.status);
-    KILN_FAIL(op, ": cannot use ", device, ": no CUDA device is available (", why,
+  if (devices.count == 0)
+    KILN_FAIL(op, ": cannot use ", device, ": no CUDA device is available (", unavailable_reason(),
               "); Kiln was built with CUDA but this machine has no usable GPU or NVIDIA driver");
-  }
   KILN_CHECK(device.index >= 0 && device.index < devices.count, op, ": cannot use ", device, ": this process sees ",
              devices.count, " CUDA device(s), cuda:0 to cuda:", devices.count - 1);
 }

@@ -44,6 +44,19 @@ if(NOT at EQUAL 0)
   message(FATAL_ERROR "install test: the consumer found Kiln at '${kiln_dir}', not under ${prefix}")
 endif()
 
+# The programs run from the prefix, finding libkiln there (no
+# LD_LIBRARY_PATH): the tool alone, then two copies of it under the
+# installed launcher.
+foreach(program kiln-run kiln-lenet kiln-gpt kiln-checkpoint kiln-pipeline-schedule kiln-image-folder-to-cifar)
+  if(NOT EXISTS ${prefix}/bin/${program})
+    message(FATAL_ERROR "install test: ${prefix}/bin/${program} was not installed")
+  endif()
+endforeach()
+run_step("run the installed kiln-pipeline-schedule"
+  ${prefix}/bin/kiln-pipeline-schedule --schedule 1f1b --ranks 2 --micro-batches 2)
+run_step("run it twice under the installed kiln-run"
+  ${prefix}/bin/kiln-run --nproc-per-node 2 ${prefix}/bin/kiln-pipeline-schedule --ranks 2 --micro-batches 2)
+
 run_step("build the consumer" ${CMAKE_COMMAND} --build ${consumer_build} --config ${BUILD_TYPE})
 # The consumer finds libkiln through the build RPATH CMake gives it for the
 # imported kiln::kiln; no LD_LIBRARY_PATH, as a user's program would.
