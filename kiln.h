@@ -7,7 +7,9 @@
 #include "tensor/safetensors.h"
 #include "tensor/tensor_dict.h"
 
-// Whether a CUDA GPU can be used, in every build (kiln::cuda::is_available).
+// LibTorch's short names (kFloat32, kCUDA, ...), and whether a CUDA GPU can
+// be used, in every build (kiln::cuda::is_available).
+#include "tensor/constants.h"
 #include "tensor/cuda_status.h"
 
 // tensor/cuda/: devices, streams and events, the caching allocator's

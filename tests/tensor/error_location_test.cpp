@@ -1,6 +1,7 @@
 // Where an error says it was raised (Note [Source paths in messages] in
-// tensor/error.cpp), and whether CUDA can be used, asked in every build
-// (tensor/cuda_status.h).
+// tensor/error.cpp), whether CUDA can be used, asked in every build
+// (tensor/cuda_status.h), and LibTorch's short names (tensor/constants.h):
+// what a program embedding Kiln meets first.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -52,6 +53,31 @@ TEST(CudaStatus, AnswersInEveryBuild) {
 #ifndef KILN_WITH_CUDA
     EXPECT_NE(cuda::unavailable_reason().find("built without CUDA"), std::string::npos);
 #endif
+  }
+}
+
+TEST(Constants, AreLibTorchsNames) {
+  Tensor x = randn({2, 3}, kFloat64);
+  EXPECT_EQ(x.dtype(), DType::Float64);
+  EXPECT_EQ(x.to(kFloat32).dtype(), DType::Float32);
+  EXPECT_EQ(x.to(kHalf).dtype(), DType::Float16);
+  EXPECT_EQ(kLong, DType::Int64);
+  EXPECT_EQ(kInt, DType::Int32);
+  EXPECT_EQ(kByte, DType::UInt8);
+  EXPECT_EQ(kChar, DType::Int8);
+  EXPECT_EQ(kDouble, kFloat64);
+  EXPECT_EQ(kBFloat16, DType::BFloat16);
+  EXPECT_EQ(kBool, DType::Bool);
+  EXPECT_EQ(kCUDA, Device(DeviceType::CUDA, 0));
+  EXPECT_EQ(kCUDA.str(), "cuda:0");
+  if (!cuda::is_available()) {
+    // Asking for the GPU without one is an error naming why, not a crash.
+    try {
+      x.to(kCUDA);
+      FAIL() << "moving to cuda:0 without a GPU must throw";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos) << e.what();
+    }
   }
 }
 
