@@ -296,13 +296,33 @@ struct TwoByTwo {
   std::shared_ptr<ProcessGroup> world, pipeline_group, data_group;
 };
 
+// 20 steps of `pipe` (this rank's stage of the grid) beside `reference`, one
+// process on the whole batch of 10: this replica trains on its half, and both
+// sides clip the gradients to norm 1, the norms compared.
+void train_beside_one_process(const TwoByTwo& grid, Pipeline& pipe, nn::Module& reference) {
+  optim::SGD ref_opt(reference.parameters(), {.lr = 0.05, .momentum = 0.9});
+  optim::SGD opt(pipe.parameters(), {.lr = 0.05, .momentum = 0.9});
+  for (int step = 0; step < 20; ++step) {
+    auto [x, y] = images_for(step, 10);
+    ref_opt.zero_grad();
+    F::cross_entropy(reference(x), y).backward();
+    const double ref_norm = optim::clip_grad_norm_(reference.parameters(), 1.0);
+    ref_opt.step();
+    opt.zero_grad();
+    pipe.step({x.narrow(0, 5 * grid.replica, 5)}, y.narrow(0, 5 * grid.replica, 5));
+    EXPECT_NEAR(pipe.clip_grad_norm_(1.0), ref_norm, 1e-10 * ref_norm) << "step " << step;
+    opt.step();
+  }
+}
+
 // Two pipelines of 2 stages side by side on 4 ranks, each stage a
 // DistributedDataParallel over the two ranks holding it: each replica trains
-// on half of every batch, and the result is one process on the whole batch.
+// on half of every batch, and the result is one process on the whole batch,
+// clipping by the global norm included.
 TEST(Pipeline, DataParallelStagesEqualSingleProcess) {
   run_on_ranks(4, [](int rank) {
     const TwoByTwo grid(rank);
-    const int replica = grid.replica, stage = grid.stage;
+    const int stage = grid.stage;
     const auto& pipeline_group = grid.pipeline_group;
     const auto& data_group = grid.data_group;
     for (const char* name : {"gpipe", "1f1b", "zero-bubble"}) {
@@ -315,17 +335,7 @@ TEST(Pipeline, DataParallelStagesEqualSingleProcess) {
       auto ddp = std::make_shared<DistributedDataParallel>(stages[stage], ddp_options);
       auto loss_fn = [](const TensorList& out, const Tensor& y) { return F::cross_entropy(out[0], y); };
       Pipeline pipe(make_schedule(name, 2, 3), {{stage, ddp}}, loss_fn, pipeline_group);
-      optim::SGD ref_opt(reference->parameters(), {.lr = 0.05, .momentum = 0.9});
-      optim::SGD opt(pipe.parameters(), {.lr = 0.05, .momentum = 0.9});
-      for (int step = 0; step < 20; ++step) {
-        auto [x, y] = images_for(step, 10);
-        ref_opt.zero_grad();
-        F::cross_entropy((*reference)(x), y).backward();
-        ref_opt.step();
-        opt.zero_grad();
-        pipe.step({x.narrow(0, 5 * replica, 5)}, y.narrow(0, 5 * replica, 5));
-        opt.step();
-      }
+      train_beside_one_process(grid, pipe, *reference);
       const TensorDict want = split_sequential(*reference, balance)[stage]->named_parameters();
       for (const auto& [key, value] : stages[stage]->named_parameters()) expect_close(value, want.at(key), key);
     }
@@ -333,11 +343,11 @@ TEST(Pipeline, DataParallelStagesEqualSingleProcess) {
 }
 
 // The same with each stage a FullyShardedDataParallel (FULL_SHARD) over the
-// two ranks holding it, and the gradients clipped by their global norm.
+// two ranks holding it (its shards' norms summed over the shard group).
 TEST(Pipeline, ShardedStagesEqualSingleProcess) {
   run_on_ranks(4, [](int rank) {
     const TwoByTwo grid(rank);
-    const int replica = grid.replica, stage = grid.stage;
+    const int stage = grid.stage;
     const auto& pipeline_group = grid.pipeline_group;
     const auto& data_group = grid.data_group;
     for (const char* name : {"gpipe", "1f1b"}) {
@@ -350,19 +360,7 @@ TEST(Pipeline, ShardedStagesEqualSingleProcess) {
       auto sharded = std::make_shared<fsdp::FullyShardedDataParallel>(stages[stage], fsdp_options);
       auto loss_fn = [](const TensorList& out, const Tensor& y) { return F::cross_entropy(out[0], y); };
       Pipeline pipe(make_schedule(name, 2, 3), {{stage, sharded}}, loss_fn, pipeline_group);
-      optim::SGD ref_opt(reference->parameters(), {.lr = 0.05, .momentum = 0.9});
-      optim::SGD opt(pipe.parameters(), {.lr = 0.05, .momentum = 0.9});
-      for (int step = 0; step < 20; ++step) {
-        auto [x, y] = images_for(step, 10);
-        ref_opt.zero_grad();
-        F::cross_entropy((*reference)(x), y).backward();
-        const double ref_norm = optim::clip_grad_norm_(reference->parameters(), 1.0);
-        ref_opt.step();
-        opt.zero_grad();
-        pipe.step({x.narrow(0, 5 * replica, 5)}, y.narrow(0, 5 * replica, 5));
-        EXPECT_NEAR(pipe.clip_grad_norm_(1.0), ref_norm, 1e-10 * ref_norm) << "step " << step;
-        opt.step();
-      }
+      train_beside_one_process(grid, pipe, *reference);
       const TensorDict want = split_sequential(*reference, balance)[stage]->named_parameters();
       sharded->with_full_parameters([&] {
         for (const auto& [key, value] : stages[stage]->named_parameters()) expect_close(value, want.at(key), key);
