@@ -1,8 +1,11 @@
 #include "apps/common/pipeline_training.h"
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <vector>
 
+#include "apps/common/cli.h"
 #include "autograd/grad_mode.h"
 #include "tensor/error.h"
 #include "tensor/factory.h"
@@ -44,6 +47,18 @@ int64_t micro_batches(const PipelineFlags& f, int64_t batch_size) {
     if (splits_into(batch_size, m)) return m;
   }
   return 0;
+}
+
+void add_pipeline_flags(CLI::App& app, const PipelineFlagTargets& targets, const std::string& schedule_flag) {
+  app.add_option(schedule_flag, targets.schedule,
+                 "with --pp: the pipeline schedule, gpipe, 1f1b, interleaved (--virtual-stages stages per process) "
+                 "or zero-bubble")
+      ->capture_default_str();
+  add_integer(app, "--micro-batches", targets.micro_batches,
+              "with --pp: micro-batches each batch is split into (0: the most up to 2N that --batch-size splits "
+              "into; with interleaved, a multiple of N)");
+  add_integer(app, "--virtual-stages", targets.virtual_stages,
+              "with --pp and " + schedule_flag + " interleaved: stages per process (0: 2)");
 }
 
 void check_pipeline_flags(const PipelineFlags& f, const std::string& schedule_flag, int64_t batch_size) {

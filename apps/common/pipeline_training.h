@@ -49,6 +49,10 @@
 #include "distributed/pipeline/pipeline.h"
 #include "nn/module.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace kiln::apps {
 
 // A trainer's pipeline flags: --pp N (0: off), --schedule / --pp-schedule,
@@ -59,6 +63,20 @@ struct PipelineFlags {
   int64_t micro_batches = 0;
   int64_t virtual_stages = 0;
 };
+
+// Where a trainer keeps its pipeline flags.
+struct PipelineFlagTargets {
+  std::string& schedule;
+  int64_t& micro_batches;
+  int64_t& virtual_stages;
+};
+
+// Registers the schedule's flag (`schedule_flag`: "--schedule", or
+// "--pp-schedule" where --schedule means something else), --micro-batches
+// and --virtual-stages on `app`, writing into `targets`. --pp itself is the
+// trainer's, whose help says how it cuts its model.
+//   add_pipeline_flags(app, {o.pp_schedule, o.micro_batches, o.virtual_stages}, "--schedule");
+void add_pipeline_flags(CLI::App& app, const PipelineFlagTargets& targets, const std::string& schedule_flag);
 
 // The checks both trainers make; `schedule_flag` is how the app spells the
 // schedule's flag ("--schedule", "--pp-schedule"), `batch_size` the batch the

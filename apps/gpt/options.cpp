@@ -157,15 +157,7 @@ void add_train_flags(CLI::App& app, TrainOptions& o) {
               "pipeline parallelism over N processes (kiln-run --nproc-per-node N kiln-gpt train --pp N): the GPT "
               "cut into N stages by blocks, one per process; --batch-size is the whole batch, which every process "
               "reads; no --save, --resume, --amp, CUDA, --ddp or --fsdp yet (0: no pipeline)");
-  app.add_option("--schedule", o.pp_schedule,
-                 "with --pp: the pipeline schedule, gpipe, 1f1b, interleaved (--virtual-stages stages per process) "
-                 "or zero-bubble")
-      ->capture_default_str();
-  add_integer(app, "--micro-batches", o.micro_batches,
-              "with --pp: micro-batches each batch is split into (0: the most up to 2N that --batch-size splits "
-              "into; with interleaved, a multiple of N)");
-  add_integer(app, "--virtual-stages", o.virtual_stages,
-              "with --pp and --schedule interleaved: stages per process (0: 2)");
+  add_pipeline_flags(app, {o.pp_schedule, o.micro_batches, o.virtual_stages}, "--schedule");
   app.add_option("--timeout", o.timeout,
                  "with --ddp, --fsdp or --pp: seconds the rendezvous and each collective may take (0: "
                  "KILN_DISTRIBUTED_TIMEOUT, else 300)")

@@ -214,15 +214,7 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
               "N stages balanced by parameters, one per process; --batch-size is the whole batch, which every "
               "process reads; test accuracy on the stages' weights gathered to every process; no --save, --resume, "
               "--amp, CUDA, --ddp, --fsdp or --dp yet (0: no pipeline)");
-  app.add_option("--pp-schedule", o.pp_schedule,
-                 "with --pp: the pipeline schedule, gpipe, 1f1b, interleaved (--virtual-stages stages per process) "
-                 "or zero-bubble")
-      ->capture_default_str();
-  add_integer(app, "--micro-batches", o.micro_batches,
-              "with --pp: micro-batches each batch is split into (0: the most up to 2N that --batch-size splits "
-              "into; with interleaved, a multiple of N)");
-  add_integer(app, "--virtual-stages", o.virtual_stages,
-              "with --pp and --pp-schedule interleaved: stages per process (0: 2)");
+  add_pipeline_flags(app, {o.pp_schedule, o.micro_batches, o.virtual_stages}, "--pp-schedule");
   add_integer(app, "--accum-steps", o.accum_steps,
               "batches per optimizer step (gradient accumulation; with --ddp only the last one communicates)");
   add_timeout(app, "--timeout", o.timeout,

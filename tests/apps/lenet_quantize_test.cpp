@@ -53,7 +53,9 @@ TEST(LenetQuantizeReport, EveryModeOnAFewImages) {
     EXPECT_LE(row.accuracy, 100.0);
     EXPECT_GT(row.b1_ms, 0.0);
     EXPECT_GT(row.b64_ms, 0.0);
-    if (row.mode == "static" || row.mode == "qat") EXPECT_LE(row.bytes, 0.26 * report.rows[0].bytes);
+    if (row.mode == "static" || row.mode == "qat") {
+      EXPECT_LE(row.bytes, 0.26 * report.rows[0].bytes);
+    }
   }
   EXPECT_NE(format_quantization_table(report).find("static"), std::string::npos);
   EXPECT_EQ(quant_line("lenet", report.rows[2]).rfind("quant model=lenet runtime=kiln mode=static acc=", 0), 0u);
