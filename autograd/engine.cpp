@@ -124,25 +124,29 @@ class GraphTask {
   // instead, and a node that skipped such gradients is kept to be asked again.
   void run_node(Node& node, TensorList grads) {
     const std::vector<Edge>& edges = node.next_edges();
-    std::vector<bool> wanted;
-    bool defers = false;
-    if (deferred_ != nullptr) {
-      wanted.resize(edges.size());
-      for (size_t i = 0; i < edges.size(); ++i) {
-        Node* next = edges[i].node.get();
-        wanted[i] = edges[i].valid() && (needed_.count(next) || captures_.count(next));
-        defers = defers || (edges[i].valid() && !wanted[i]);
-      }
-    }
     apply_hooks(node, grads);
+    if (deferred_ == nullptr) {
+      TensorList input_grads = run(node, std::move(grads), nullptr);
+      for (size_t i = 0; i < edges.size() && i < input_grads.size(); ++i)
+        if (edges[i].valid() && input_grads[i].defined())
+          add_gradient(edges[i], check_gradient(node, i, input_grads[i]));
+      return;
+    }
+    std::vector<bool> wanted(edges.size());
+    bool defers = false;
+    for (size_t i = 0; i < edges.size(); ++i) {
+      Node* next = edges[i].node.get();
+      wanted[i] = edges[i].valid() && (needed_.count(next) || captures_.count(next));
+      defers = defers || (edges[i].valid() && !wanted[i]);
+    }
     TensorList kept = defers ? grads : TensorList();
-    TensorList input_grads = run(node, std::move(grads), deferred_ != nullptr ? &wanted : nullptr);
+    TensorList input_grads = run(node, std::move(grads), &wanted);
     std::vector<bool> asked_again(edges.size(), false);
     bool replay = false;
     for (size_t i = 0; i < edges.size(); ++i) {
       if (!edges[i].valid()) continue;
       const bool computed = i < input_grads.size() && input_grads[i].defined();
-      if (deferred_ == nullptr || wanted[i]) {
+      if (wanted[i]) {
         if (computed) add_gradient(edges[i], check_gradient(node, i, input_grads[i]));
       } else if (computed) {
         deferred_->edges_.push_back(edges[i]);
