@@ -77,6 +77,26 @@ Device device_of(const nn::Module& module) {
   return kCPU;
 }
 
+// Buffers of `signature` on `device`, each with its receive from `src`
+// posted (ProcessGroup::irecv): what RECV_F and RECV_B wait for.
+using Posted = std::vector<std::pair<Tensor, WorkPtr>>;
+Posted post_receive(ProcessGroup& group, const Signature& signature, const Device& device, int src, int tag) {
+  Posted posted;
+  for (const auto& [dtype, shape] : signature) {
+    Tensor buffer = empty(shape, TensorOptions(dtype, device));
+    posted.emplace_back(buffer, group.irecv(buffer, src, tag));
+  }
+  return posted;
+}
+
+// The gradients a stage receives for its outputs: of the floating-point ones.
+Signature floating_only(const Signature& signature) {
+  Signature floating;
+  for (const auto& entry : signature)
+    if (is_floating(entry.first)) floating.push_back(entry);
+  return floating;
+}
+
 // x.detach() as a leaf that requires grad when floating point and `train`:
 // where a stage's graph begins.
 Tensor stage_input(const Tensor& x, bool train) {
@@ -114,7 +134,7 @@ struct Pipeline::Run {
   size_t action_index = 0;           // of the action running, in this rank's list
   // Receives posted when the step began (Note [Pipeline runtime]): per
   // action index, its buffers and their Works.
-  std::map<size_t, std::vector<std::pair<Tensor, WorkPtr>>> posted;
+  std::map<size_t, Posted> posted;
 };
 
 Pipeline::Pipeline(Schedule schedule, std::map<int, std::shared_ptr<nn::Module>> stages, LossFn loss,
@@ -284,26 +304,17 @@ void Pipeline::post_receives(Run& run) {
       // this rank sent in its own handshake.
       channel[i] = {schedule_.stage_rank[a.stage + 1], kTagGrads};
       auto known = handshakes_.find({a.stage, size});
-      if (known != handshakes_.end()) {
-        Signature floating;
-        for (const auto& entry : known->second)
-          if (is_floating(entry.first)) floating.push_back(entry);
-        expected[i] = floating;
-      }
+      if (known != handshakes_.end()) expected[i] = floating_only(known->second);
     } else {
       continue;
     }
-    auto [it, fresh] = channel_known.emplace(channel[i], true);
+    auto it = channel_known.emplace(channel[i], true).first;
     it->second = it->second && expected[i].has_value();
   }
   for (size_t i = 0; i < actions.size(); ++i) {
     if (!expected[i] || !channel_known.at(channel[i])) continue;
-    const Device device = device_of(*stages_.at(actions[i].stage));
-    auto& buffers = run.posted[i];
-    for (const auto& [dtype, shape] : *expected[i]) {
-      Tensor buffer = empty(shape, TensorOptions(dtype, device));
-      buffers.emplace_back(buffer, group_->irecv(buffer, channel[i].first, channel[i].second));
-    }
+    run.posted[i] = post_receive(*group_, *expected[i], device_of(*stages_.at(actions[i].stage)), channel[i].first,
+                                 channel[i].second);
   }
 }
 
@@ -407,28 +418,26 @@ void Pipeline::run_action(Run& run, const Action& a) {
       break;
     }
     case ActionType::RecvActivations: {
-      if (auto posted = run.posted.find(run.action_index); posted != run.posted.end()) {
-        for (const auto& [buffer, work] : posted->second) {
-          work->wait();
-          st.inputs.push_back(stage_input(buffer, run.train));
+      auto posted = run.posted.find(run.action_index);
+      if (posted == run.posted.end()) {
+        // Not posted ahead: the shapes may first have to come (the handshake).
+        const int src = schedule_.stage_rank[s - 1];
+        const auto key = std::make_pair(s - 1, run.sizes[m]);
+        auto known = handshakes_.find(key);
+        if (known == handshakes_.end()) {
+          Tensor length = zeros({1}, TensorOptions(DType::Int64));
+          group_->irecv(length, src, kTagActivations)->wait();
+          Tensor header = zeros({length.data<int64_t>()[0]}, TensorOptions(DType::Int64));
+          group_->irecv(header, src, kTagActivations)->wait();
+          known = handshakes_.emplace(key, decode(header)).first;
         }
-        break;
+        posted = run.posted.emplace(run.action_index,
+                                    post_receive(*group_, known->second, device_of(module), src, kTagActivations))
+                     .first;
       }
-      const int src = schedule_.stage_rank[s - 1];
-      const auto key = std::make_pair(s - 1, run.sizes[m]);
-      auto known = handshakes_.find(key);
-      if (known == handshakes_.end()) {
-        Tensor length = zeros({1}, TensorOptions(DType::Int64));
-        group_->irecv(length, src, kTagActivations)->wait();
-        Tensor header = zeros({length.data<int64_t>()[0]}, TensorOptions(DType::Int64));
-        group_->irecv(header, src, kTagActivations)->wait();
-        known = handshakes_.emplace(key, decode(header)).first;
-      }
-      const Device device = device_of(module);
-      for (const auto& [dtype, shape] : known->second) {
-        Tensor x = empty(shape, TensorOptions(dtype, device));
-        group_->irecv(x, src, kTagActivations)->wait();
-        st.inputs.push_back(stage_input(x, run.train));
+      for (const auto& [buffer, work] : posted->second) {
+        work->wait();
+        st.inputs.push_back(stage_input(buffer, run.train));
       }
       break;
     }
@@ -487,23 +496,19 @@ void Pipeline::run_action(Run& run, const Action& a) {
       break;
     }
     case ActionType::RecvGrads: {
-      const int src = schedule_.stage_rank[s + 1];
+      auto posted = run.posted.find(run.action_index);
+      if (posted == run.posted.end())
+        posted = run.posted
+                     .emplace(run.action_index, post_receive(*group_, floating_only(signature_of(st.outputs)),
+                                                             device_of(module), schedule_.stage_rank[s + 1], kTagGrads))
+                     .first;
       st.output_grads.assign(st.outputs.size(), Tensor());
-      if (auto posted = run.posted.find(run.action_index); posted != run.posted.end()) {
-        size_t k = 0;
-        for (size_t i = 0; i < st.outputs.size(); ++i) {
-          if (!is_floating(st.outputs[i].dtype())) continue;
-          const auto& [buffer, work] = posted->second.at(k++);
-          work->wait();
-          st.output_grads[i] = buffer;
-        }
-        break;
-      }
+      size_t k = 0;
       for (size_t i = 0; i < st.outputs.size(); ++i) {
         if (!is_floating(st.outputs[i].dtype())) continue;
-        Tensor g = empty(st.outputs[i].shape(), TensorOptions(st.outputs[i].dtype(), st.outputs[i].device()));
-        group_->irecv(g, src, kTagGrads)->wait();
-        st.output_grads[i] = g;
+        const auto& [buffer, work] = posted->second.at(k++);
+        work->wait();
+        st.output_grads[i] = buffer;
       }
       break;
     }
