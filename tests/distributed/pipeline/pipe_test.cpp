@@ -9,6 +9,7 @@
 #include "nn/activation.h"
 #include "nn/linear.h"
 #include "optim/sgd.h"
+#include "tests/distributed/store_test_util.h"
 #ifdef KILN_WITH_CUDA
 #include "tensor/cuda/device.h"
 #endif
@@ -17,6 +18,7 @@ namespace kiln::distributed::pipeline {
 namespace {
 
 namespace F = nn::functional;
+using testing::error_of;
 constexpr Device kCuda0{DeviceType::CUDA, 0};
 
 // An MLP of 8 modules, float64.
@@ -116,29 +118,21 @@ TEST(Pipe, AStageErrorIsRethrownNotTheTimeoutsItCauses) {
 }
 
 TEST(Pipe, OptionsAreChecked) {
-  auto message = [](const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   PipeOptions devices;
   devices.balance = {4, 4};
   devices.devices = {kCPU};
-  EXPECT_NE(message([&] { Pipe(make_mlp(1), 2, cross_entropy_of, devices); }).find("1 devices for 2 stages"),
+  EXPECT_NE(error_of([&] { Pipe(make_mlp(1), 2, cross_entropy_of, devices); }).find("1 devices for 2 stages"),
             std::string::npos);
   PipeOptions odd;
   odd.schedule = "interleaved";
   odd.stages_per_rank = 2;
   odd.balance = {3, 3, 2};
-  EXPECT_NE(message([&] { Pipe(make_mlp(1), 2, cross_entropy_of, odd); })
+  EXPECT_NE(error_of([&] { Pipe(make_mlp(1), 2, cross_entropy_of, odd); })
                 .find("3 stages cannot be shared by ranks of 2 stages each"),
             std::string::npos);
   PipeOptions unknown;
   unknown.schedule = "pipedream";
-  EXPECT_NE(message([&] { Pipe(make_mlp(1), 2, cross_entropy_of, unknown); }).find("unknown schedule 'pipedream'"),
+  EXPECT_NE(error_of([&] { Pipe(make_mlp(1), 2, cross_entropy_of, unknown); }).find("unknown schedule 'pipedream'"),
             std::string::npos);
 }
 

@@ -27,10 +27,12 @@
 #include "optim/clip_grad.h"
 #include "optim/sgd.h"
 #include "tests/distributed/multi_process.h"
+#include "tests/distributed/store_test_util.h"
 
 namespace kiln::distributed::pipeline {
 namespace {
 
+using testing::error_of;
 using testing::make_test_group;
 using testing::run_on_ranks;
 namespace F = nn::functional;
@@ -217,8 +219,6 @@ TEST(Pipeline, GptOnFourRanksEqualsSingleProcessForEverySchedule) {
   }, within(400));
 }
 
-std::string error_of(const std::function<void()>& f);
-
 // Stage boundaries of several tensors, one of them not floating point:
 // stage 0 returns {tanh(fc(x)), x's row labels (Int64), fc(x) squared};
 // stage 1 mixes the two floating ones and masks rows by their label.
@@ -377,15 +377,6 @@ TEST(Pipeline, ShardedStagesEqualSingleProcess) {
 
 // ---- what goes wrong ----
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // Two Linear stages of width 4, float64, and their pipeline on `group`.
 struct TwoStages {
   std::shared_ptr<nn::Sequential> model;
@@ -429,7 +420,7 @@ TEST(Pipeline, ATargetOfAnotherSizeIsNamedOnTheLastStage) {
       EXPECT_NE(e.find("the target has shape [3] but the batch on stage 0's rank has 4 examples"), std::string::npos)
           << e;
     else
-      EXPECT_FALSE(e.empty()) << "rank 0 must fail too once rank 1 has stopped";
+      EXPECT_NE(e, "<no error>") << "rank 0 must fail too once rank 1 has stopped";
   }, within(60, 30));
 }
 
@@ -450,7 +441,7 @@ TEST(Pipeline, AStageWhoseOutputsChangeShapeIsNamedWithItsMicroBatch) {
     Pipeline pipe(gpipe(2, 2), mine, [](const TensorList& out, const Tensor& y) { return F::mse_loss(out[0], y); },
                   group);
     Tensor x = randn({4, 6}, DType::Float64), y = zeros({4, 4}, DType::Float64);
-    EXPECT_EQ(error_of([&] { pipe.step({x}, y); }), "");
+    EXPECT_EQ(error_of([&] { pipe.step({x}, y); }), "<no error>");
     narrowing->width = 3;
     const std::string e = error_of([&] { pipe.step({x}, y); });
     if (rank == 0)
@@ -459,7 +450,7 @@ TEST(Pipeline, AStageWhoseOutputsChangeShapeIsNamedWithItsMicroBatch) {
                 std::string::npos)
           << e;
     else
-      EXPECT_FALSE(e.empty()) << "rank 1 must fail too once rank 0 has stopped";
+      EXPECT_NE(e, "<no error>") << "rank 1 must fail too once rank 0 has stopped";
   }, within(60, 30));
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "tensor/error.h"
+#include "tests/distributed/store_test_util.h"
 
 namespace kiln::distributed::pipeline {
 namespace {
@@ -19,20 +20,15 @@ using T = ActionType;
 
 Action act(ActionType type, int stage, int micro_batch) { return Action{type, stage, micro_batch}; }
 
-// The message of the kiln::Error that validate(s) throws, or "" if none.
+// The message of the kiln::Error that validate(s) throws, or "<no error>".
 std::string validation_error(const Schedule& s) {
-  try {
-    validate(s);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return testing::error_of([&] { validate(s); });
 }
 
 TEST(PipelineSchedule, BuiltInSchedulesAreValidForEverySizeTheyAccept) {
   for (int p = 1; p <= 4; ++p) {
     for (int m = 1; m <= 3 * p; ++m) {
-      SCOPED_TRACE(testing::Message() << "p=" << p << " m=" << m);
+      SCOPED_TRACE(::testing::Message() << "p=" << p << " m=" << m);
       EXPECT_NO_THROW(validate(gpipe(p, m)));
       EXPECT_NO_THROW(validate(one_f_one_b(p, m)));
       EXPECT_NO_THROW(validate(zero_bubble(p, m)));
@@ -79,7 +75,7 @@ TEST(PipelineSchedule, InterleavedPlacesStagesRoundRobinAndRunsMegatronsOrder) {
 TEST(PipelineSchedule, SimulatedBubbleOfGPipeAndOneFOneBIsTheFormula) {
   for (int p = 1; p <= 4; ++p) {
     for (int m = 1; m <= 3 * p; ++m) {
-      SCOPED_TRACE(testing::Message() << "p=" << p << " m=" << m);
+      SCOPED_TRACE(::testing::Message() << "p=" << p << " m=" << m);
       const double formula = double(p - 1) / (m + p - 1);
       for (const Schedule& s : {gpipe(p, m), one_f_one_b(p, m)}) {
         const Timeline t = simulate(s);
@@ -97,7 +93,7 @@ TEST(PipelineSchedule, InterleavingDividesTheBubbleByTheStagesPerRank) {
   for (int p = 2; p <= 4; ++p) {
     for (int v = 2; v <= 3; ++v) {
       for (int m = p; m <= 3 * p; m += p) {
-        SCOPED_TRACE(testing::Message() << "p=" << p << " v=" << v << " m=" << m);
+        SCOPED_TRACE(::testing::Message() << "p=" << p << " v=" << v << " m=" << m);
         const Schedule s = interleaved_1f1b(p, v, m);
         const Timeline t = simulate(s);
         const double formula = double(p - 1) / (v * m + p - 1);
@@ -114,7 +110,7 @@ TEST(PipelineSchedule, InterleavingDividesTheBubbleByTheStagesPerRank) {
 TEST(PipelineSchedule, OneFOneBHoldsAtMostPMinusRMicroBatchesWhereGPipeHoldsAll) {
   for (int p = 1; p <= 4; ++p) {
     for (int m = 1; m <= 3 * p; ++m) {
-      SCOPED_TRACE(testing::Message() << "p=" << p << " m=" << m);
+      SCOPED_TRACE(::testing::Message() << "p=" << p << " m=" << m);
       const Timeline g = simulate(gpipe(p, m)), o = simulate(one_f_one_b(p, m)), z = simulate(zero_bubble(p, m));
       for (int r = 0; r < p; ++r) {
         EXPECT_EQ(g.peak_in_flight[r], m);
@@ -129,7 +125,7 @@ TEST(PipelineSchedule, OneFOneBHoldsAtMostPMinusRMicroBatchesWhereGPipeHoldsAll)
 TEST(PipelineSchedule, ZeroBubbleFillsIdleTimeWithWeightGradients) {
   for (int p = 2; p <= 4; ++p) {
     for (int m = p; m <= 3 * p; ++m) {
-      SCOPED_TRACE(testing::Message() << "p=" << p << " m=" << m);
+      SCOPED_TRACE(::testing::Message() << "p=" << p << " m=" << m);
       const Schedule s = zero_bubble(p, m);
       // With I = W = 1 a backward costs 2, as in 1F1B's costs.
       const double zb = simulate(s).bubble_fraction, one = simulate(one_f_one_b(p, m)).bubble_fraction;
@@ -250,25 +246,17 @@ TEST(PipelineSchedule, MalformedListsAreRejectedNamingTheRankAndAction) {
 }
 
 TEST(PipelineSchedule, GeneratorsRejectWhatTheyCannotSchedule) {
-  auto message = [](const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
-  EXPECT_NE(message([] { interleaved_1f1b(4, 2, 6); })
+  EXPECT_NE(testing::error_of([] { interleaved_1f1b(4, 2, 6); })
                 .find("the number of micro-batches (6) must be a multiple of the number of ranks (4)"),
             std::string::npos);
-  EXPECT_NE(message([] { gpipe(2, 0); }).find("the number of micro-batches must be at least 1, got 0"),
+  EXPECT_NE(testing::error_of([] { gpipe(2, 0); }).find("the number of micro-batches must be at least 1, got 0"),
             std::string::npos);
-  EXPECT_NE(message([] { one_f_one_b(0, 4); }).find("the number of ranks must be at least 1, got 0"),
+  EXPECT_NE(testing::error_of([] { one_f_one_b(0, 4); }).find("the number of ranks must be at least 1, got 0"),
             std::string::npos);
-  EXPECT_NE(message([] { make_schedule("pipedream", 2, 4); }).find("unknown schedule 'pipedream'"),
+  EXPECT_NE(testing::error_of([] { make_schedule("pipedream", 2, 4); }).find("unknown schedule 'pipedream'"),
             std::string::npos);
-  EXPECT_NE(message([] { make_schedule("1f1b", 2, 4, 2); }).find("runs one stage per rank"), std::string::npos);
-  EXPECT_NE(message([] { make_schedule("interleaved", 2, 4, 1); }).find("needs at least 2 stages per rank"),
+  EXPECT_NE(testing::error_of([] { make_schedule("1f1b", 2, 4, 2); }).find("runs one stage per rank"), std::string::npos);
+  EXPECT_NE(testing::error_of([] { make_schedule("interleaved", 2, 4, 1); }).find("needs at least 2 stages per rank"),
             std::string::npos);
   EXPECT_EQ(make_schedule("interleaved", 2, 4, 2).num_stages, 4);
   EXPECT_EQ(make_schedule("zero-bubble", 3, 4).name, "zero-bubble");
