@@ -20,10 +20,13 @@
 //   all-reduce waits for its peers anyway, so there the check is a compare
 //   of a few words; other collectives wait once in shared memory for every
 //   rank to announce its call before Gloo sees any byte.
-// - across hosts, as a fixed-size preamble: each rank sends its 48 bytes to
-//   every other rank on a slot of its own (kCallSlotPrefix) and compares
-//   what it receives before the collective's data moves. A fixed size means
-//   a disagreement can never reach Gloo as a mismatched message.
+// - across hosts, in the first message each pair of ranks exchanges, in
+//   steps that end with every rank knowing every call (Note [Calls in the
+//   first message] in distributed/backends/gloo/call_exchange.h). An
+//   all-reduce by recursive doubling carries the calls in its own data
+//   messages; other collectives exchange them before their data moves. No
+//   message is ever longer than the receive it meets, so a disagreement
+//   can never reach Gloo as a mismatched message.
 // Either way the ranks see the same set of calls and decide alike: every rank
 // raises a kiln::Error within milliseconds, naming the collective, its
 // sequence number, each rank's call and the first rank that differs:
@@ -34,9 +37,8 @@
 // Shapes are not compared (a [4, 5] against a [5, 4] of 20 elements is
 // consistent bytes); debug mode's fingerprints still compare them.
 //
-// On one host the check costs nothing measurable; across hosts the preamble
-// is one more exchange before the data, which small all-reduces feel
-// (docs/BENCHMARKS.md, "Always-on collective agreement").
+// What the check costs, on one host and across hosts, is measured in
+// docs/BENCHMARKS.md, "Always-on collective agreement".
 //
 // MPI and NCCL do not carry the check. Their bytes cannot carry a header,
 // so it would be a separate exchange per collective: for MPI a blocking

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "distributed/backends/gloo/call_exchange.h"
 #include "distributed/backends/gloo/process_group_gloo.h"
 #include "distributed/ddp/distributed_data_parallel.h"
 #include "distributed/file_store.h"
@@ -38,7 +39,7 @@ using std::chrono::milliseconds;
 constexpr milliseconds kLongTimeout(30000);
 
 // Both Gloo paths: shared memory (every rank on this host) and TCP
-// (KILN_GLOO_SHM=0), where the call travels as a preamble.
+// (KILN_GLOO_SHM=0), where the calls travel in the first messages (Note [Calls in the first message]).
 constexpr const char* kPaths[] = {"1", "0"};
 
 std::shared_ptr<ProcessGroupGloo> make_group(const char* shm, milliseconds heartbeat_timeout = milliseconds(10000),
@@ -165,6 +166,56 @@ TEST(FaultInjection, AllReducesOnDifferentTcpAlgorithmsStillFailAtOnce) {
       EXPECT_NE(error.find("all_reduce(float32, " + std::to_string(c.rank3_elements) + " element"),
                 std::string::npos)
           << error;
+    });
+  }
+}
+
+TEST(FaultInjection, TcpAllReducesLargerThanTheFirstMessageFailAtOnceAndLeaveTheirInputs) {
+  // Note [Calls in the first message]: beyond kFirstMessageData a step's
+  // data goes as a second message on a slot of its exact length. Rests of
+  // different lengths never meet, rests of equal length (the same bytes in
+  // another dtype) are received whole, and no rank's input is written
+  // before every call is known to agree, also on 4 ranks, where ranks 0 and
+  // 1 agree with each other in the first step and meet ranks 2 and 3 only
+  // in the second.
+  const int64_t above = static_cast<int64_t>(gloo_backend::kFirstMessageData / 4) * 3;  // float32 elements
+  struct Case {
+    const char* name;
+    int world;
+    std::function<Tensor(int rank)> input;
+    std::string rank0_call;
+    std::string other_call;  // of the first rank that differs
+  };
+  const std::string n = std::to_string(above);
+  const std::string n2 = std::to_string(above + 5000);
+  const std::vector<Case> cases = {
+      {"rests of different lengths", 2,
+       [=](int rank) { return full({rank == 0 ? above : above + 5000}, 1.5, DType::Float32); },
+       "all_reduce(float32, " + n + " elements, sum)", "all_reduce(float32, " + n2 + " elements, sum)"},
+      {"equal rests in another dtype", 2,
+       [=](int rank) { return full({above}, 2.0, rank == 0 ? DType::Float32 : DType::Int32); },
+       "all_reduce(float32, " + n + " elements, sum)", "all_reduce(int32, " + n + " elements, sum)"},
+      {"one rest and none", 2, [=](int rank) { return full({rank == 0 ? above : 10}, 3.0, DType::Float32); },
+       "all_reduce(float32, " + n + " elements, sum)", "all_reduce(float32, 10 elements, sum)"},
+      {"pairs that agree among themselves", 4,
+       [=](int rank) { return full({rank < 2 ? above : above + 5000}, 1.0 + rank, DType::Float32); },
+       "all_reduce(float32, " + n + " elements, sum)", "all_reduce(float32, " + n2 + " elements, sum)"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(cases[i].name);
+    run_on_ranks(cases[i].world, [&cases, i](int rank) {
+      const Case& c = cases[i];
+      auto group = make_group("0");
+      Tensor t = c.input(rank);
+      const Tensor before = t.clone();
+      const auto start = std::chrono::steady_clock::now();
+      const std::string error = error_of([&] { group->all_reduce(t)->wait(); });
+      EXPECT_LT(seconds_since(start), 5.0) << error;
+      EXPECT_NE(error.find("disagree on collective #1: rank 0 calls " + c.rank0_call + " but rank "),
+                std::string::npos)
+          << error;
+      EXPECT_NE(error.find(" calls " + c.other_call), std::string::npos) << error;
+      EXPECT_TRUE(equal(t, before)) << "rank " << rank << "'s input was written";
     });
   }
 }

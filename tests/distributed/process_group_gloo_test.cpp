@@ -23,6 +23,7 @@
 #include "distributed/backends/gloo/gloo_device.h"
 #include "distributed/backends/gloo/gloo_reduce.h"
 #include "distributed/backends/gloo/process_group_gloo.h"
+#include "distributed/backends/gloo/call_exchange.h"
 #include "distributed/backends/gloo/recursive_doubling.h"
 #include "distributed/backends/gloo/shared_memory_all_reduce.h"
 #include "distributed/file_store.h"
@@ -355,14 +356,20 @@ TEST(ProcessGroupGloo, AllReduceByRecursiveDoublingOrRingGivesEveryRankTheSameSu
   for (int world : {2, 3, 4}) {
     run_on_ranks(world, [=](int rank) {
       auto group = make_gloo_group_on_path("0", milliseconds(20000));
-      for (int64_t n : {small, large}) {
+      // The sizes around the first message's data (Note [Calls in the first
+      // message]) and recursive doubling's limit, and an empty one.
+      const int64_t first = static_cast<int64_t>(gloo_backend::kFirstMessageData / 4);
+      const int64_t limit = static_cast<int64_t>(gloo_backend::kRecursiveDoublingMaxBytes / 4);
+      for (int64_t n : {int64_t{0}, int64_t{1}, small, first - 1, first, first + 1, 3 * first + 7, limit, large}) {
         auto values_of = [&](int r) { return rank_values(r, n); };
         Tensor t = values_of(rank);
         group->all_reduce(t)->wait();
         // The float64 sum of every rank's values, rounded once.
         Tensor expected = zeros({n}, DType::Float64);
         for (int r = 0; r < world; ++r) expected = expected + values_of(r).to(DType::Float64);
-        EXPECT_LE(max(abs(t.to(DType::Float64) - expected)).item<double>(), 1e-5) << n << " elements";
+        if (n > 0) {
+          EXPECT_LE(max(abs(t.to(DType::Float64) - expected)).item<double>(), 1e-5) << n << " elements";
+        }
         // Every rank's result, bit for bit.
         std::vector<Tensor> all;
         for (int r = 0; r < world; ++r) all.push_back(empty({n}, DType::Float32));

@@ -101,21 +101,31 @@ void post(const std::string& name, const std::function<void()>& post_message) {
   }
 }
 
+// Over TCP, the exchange of calls of one collective (Note [Calls in the
+// first message]), which records each peer's call in `seen` as it arrives.
+template <class CallsSeen>
+gloo_backend::CallExchange call_exchange(const std::shared_ptr<::gloo::Context>& context,
+                                         const std::shared_ptr<CallsSeen>& seen, const CollectiveCall& call,
+                                         uint32_t tag, std::chrono::milliseconds timeout, const std::string& group) {
+  return gloo_backend::CallExchange(context, call, tag, timeout, group, [seen](int rank, const CollectiveCall& theirs) {
+    std::lock_guard lock(seen->mutex);
+    seen->calls[rank] = theirs;
+  });
+}
+
 // Note [Always-on collective agreement]: returns once every rank makes
 // `call`, else throws on every rank.
 template <class CallsSeen>
 void agree(const std::shared_ptr<::gloo::Context>& context,
-           const std::shared_ptr<gloo_backend::SharedMemoryAllReduce>& shared_memory, CallsSeen& seen,
-           const CollectiveCall& call, uint32_t tag, std::chrono::milliseconds timeout, const std::string& group) {
+           const std::shared_ptr<gloo_backend::SharedMemoryAllReduce>& shared_memory,
+           const std::shared_ptr<CallsSeen>& seen, const CollectiveCall& call, uint32_t tag,
+           std::chrono::milliseconds timeout, const std::string& group) {
   if (context->size < 2) return;
   if (shared_memory) {
     shared_memory->agree(call, timeout);
     return;
   }
-  gloo_backend::agree_over_tcp(context, call, tag, timeout, group, [&](int rank, const CollectiveCall& theirs) {
-    std::lock_guard lock(seen.mutex);
-    seen.calls[rank] = theirs;
-  });
+  call_exchange(context, seen, call, tag, timeout, group).exchange_calls();
 }
 
 uint64_t point_to_point_slot(int tag) {
@@ -237,7 +247,7 @@ WorkPtr ProcessGroupGloo::enqueue_collective(const CollectiveCall& call, std::fu
         // for peers that have stopped too.
         KILN_CHECK(!aborted->load(), "gloo ", call.describe(), " #", call.sequence, ": group '", *group,
                    "' was aborted after an earlier collective failed");
-        if (agreement == Agreement::BeforeBody) agree(context, shared_memory, *seen, call, tag, timeout, *group);
+        if (agreement == Agreement::BeforeBody) agree(context, shared_memory, seen, call, tag, timeout, *group);
         body(tag);
       });
 }
@@ -252,21 +262,24 @@ WorkPtr ProcessGroupGloo::run_all_reduce(const Tensor& tensor, ReduceOp op) {
   auto body = [context = context_, shared_memory = shared_memory_, seen = calls_seen_, tensor, host, reduce, call,
                timeout = timeout(), group = group_name_](uint32_t tag) {
     // The shared-memory all-reduce checks the call as it waits for its
-    // peers' inputs; the TCP paths exchange it first.
+    // peers' inputs; over TCP recursive doubling carries the calls in its
+    // steps, and the ring exchanges them first.
     if (shared_memory && host.numel() > 0) {
       shared_memory->all_reduce(host.data_ptr(), elements(host), host.element_size(), reduce, call, timeout);
       copy_to_device(tensor, host);
       return;
     }
-    agree(context, shared_memory, *seen, call, tag, timeout, *group);
-    if (host.numel() == 0) return;
+    if (context->size < 2) return;
+    gloo_backend::CallExchange exchange = call_exchange(context, seen, call, tag, timeout, *group);
     // Note [Gloo all-reduce algorithms]
     if (gloo_backend::use_recursive_doubling(host.nbytes(), context->size)) {
-      gloo_backend::recursive_doubling_all_reduce(context, host.data_ptr(), elements(host), host.element_size(),
-                                                  reduce, tag, timeout);
+      gloo_backend::recursive_doubling_all_reduce(exchange, context->size, host.data_ptr(), elements(host),
+                                                  host.element_size(), reduce);
       copy_to_device(tensor, host);
       return;
     }
+    exchange.exchange_calls();
+    if (host.numel() == 0) return;
     ::gloo::AllreduceOptions options(context);
     with_words(host, [&](auto* data) { options.setOutput(data, elements(host)); });
     options.setReduceFunction(reduce);
@@ -330,7 +343,7 @@ WorkPtr ProcessGroupGloo::run_all_gather(const Tensor& output, const Tensor& inp
       copy_to_device(output, host_output);
       return;
     }
-    agree(context, shared_memory, *seen, call, tag, timeout, *group);
+    agree(context, shared_memory, seen, call, tag, timeout, *group);
     if (host_input.numel() == 0) return;
     ::gloo::AllgatherOptions options(context);
     with_words(host_output, [&](auto* data) {
@@ -360,7 +373,7 @@ WorkPtr ProcessGroupGloo::run_reduce_scatter(const Tensor& output, const Tensor&
       copy_to_device(output, host_output);
       return;
     }
-    agree(context, shared_memory, *seen, call, tag, timeout, *group);
+    agree(context, shared_memory, seen, call, tag, timeout, *group);
     if (host_output.numel() == 0) return;
     gloo_backend::ring_reduce_scatter(context, host_input.data_ptr(), host_output.data_ptr(), elements(host_output),
                                       host_output.element_size(), reduce, tag, timeout);

@@ -13,6 +13,8 @@
 // (the ring 2(P-1)/P times), so it is used up to kRecursiveDoublingMaxBytes
 // and for power-of-two world sizes only; everything else takes the ring.
 // (MPICH chooses between the same two by size, for the same reasons.)
+// Its steps also carry the ranks' calls, so that the always-on agreement
+// check adds no message of its own (Note [Calls in the first message]).
 //
 // Every rank ends with bitwise the same result: in each step the two
 // partners reduce the same two operands in opposite order, and every
@@ -20,20 +22,12 @@
 // max/min that return a NaN if either is one).
 #pragma once
 
-#include <gloo/context.h>
-
-#include <chrono>
 #include <cstddef>
-#include <cstdint>
-#include <memory>
 
+#include "distributed/backends/gloo/call_exchange.h"
 #include "distributed/backends/gloo/gloo_reduce.h"
 
 namespace kiln::distributed::gloo_backend {
-
-// The slot prefix of its messages (gloo's collectives use 0x01 to 0x08, the
-// ring reduce-scatter 0x40).
-inline constexpr uint8_t kRecursiveDoublingSlotPrefix = 0x41;
 
 // The largest all-reduce that goes by recursive doubling (measured with
 // build/bench/allreduce, docs/BENCHMARKS.md).
@@ -44,11 +38,12 @@ inline constexpr size_t kRecursiveDoublingMaxBytes = size_t{4} << 20;
 bool use_recursive_doubling(size_t bytes, int world_size);
 
 // data: (elements) of `element_size` bytes, reduced in place over all ranks
-// with `reduce`. The world size must be a power of two. `tag` must be the
-// same on every rank and unique among the collectives in flight; the whole
-// exchange must finish within `timeout`, else gloo::IoException is thrown.
-void recursive_doubling_all_reduce(const std::shared_ptr<::gloo::Context>& context, void* data, size_t elements,
-                                   size_t element_size, const ReduceFunction& reduce, uint32_t tag,
-                                   std::chrono::milliseconds timeout);
+// with `reduce`, its steps carrying `exchange`'s calls (Note [Calls in the
+// first message]). The world size must be a power of two. Throws the
+// exchange's error, with `data` unchanged, when the ranks' calls disagree;
+// gloo::IoException when the steps do not finish within the exchange's
+// timeout.
+void recursive_doubling_all_reduce(CallExchange& exchange, int world_size, void* data, size_t elements,
+                                   size_t element_size, const ReduceFunction& reduce);
 
 }  // namespace kiln::distributed::gloo_backend
