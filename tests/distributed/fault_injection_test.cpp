@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <system_error>
 #include <functional>
 #include <string>
 #include <thread>
@@ -63,6 +64,17 @@ void expect_no_segment_left() {
   }
 }
 
+// The sockets this process holds (listening ones included), from /proc/self/fd.
+int open_sockets() {
+  int sockets = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code error;
+    const auto target = std::filesystem::read_symlink(entry.path(), error);
+    if (!error && target.string().rfind("socket:", 0) == 0) ++sockets;
+  }
+  return sockets;
+}
+
 struct Mismatch {
   const char* name;
   // The collective each rank calls (by rank) and what rank 0's and the
@@ -105,6 +117,7 @@ TEST(FaultInjection, RanksThatDisagreeOnACollectiveAllFailAtOnceNamingBothCalls)
       SCOPED_TRACE(std::string("KILN_GLOO_SHM=") + shm + ", mismatched " + mismatches()[m].name);
       run_on_ranks(2, [shm, m](int rank) {
         const Mismatch mismatch = mismatches()[m];
+        const int sockets_before = open_sockets();
         auto group = make_group(shm);
         group->barrier()->wait();  // #1, agreed
         const auto start = std::chrono::steady_clock::now();
@@ -122,6 +135,9 @@ TEST(FaultInjection, RanksThatDisagreeOnACollectiveAllFailAtOnceNamingBothCalls)
         const std::string again = error_of([&] { group->barrier(); });
         EXPECT_NE(again.find("cannot be used after an earlier collective failed"), std::string::npos) << again;
         expect_no_segment_left();
+        // Destroying the failed group leaves no connection or listening port behind.
+        group.reset();
+        EXPECT_EQ(open_sockets(), sockets_before);
       });
     }
   }

@@ -68,7 +68,7 @@ inline constexpr uint8_t kRestSlotPrefix = 0x61;  // a step's data after the fir
 
 // The most data bytes a first message carries after its header (measured:
 // docs/BENCHMARKS.md, "Always-on collective agreement").
-inline constexpr size_t kFirstMessageData = size_t{64} << 10;
+inline constexpr size_t kFirstMessageData = size_t{256} << 10;
 
 // One collective's exchange of calls (Note [Calls in the first message]),
 // run on the communication thread.
