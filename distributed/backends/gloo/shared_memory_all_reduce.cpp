@@ -245,6 +245,40 @@ void SharedMemoryAllReduce::check_agreement(const CollectiveCall& mine) const {
   check_calls_agree(calls, rank_, group_);
 }
 
+void SharedMemoryAllReduce::raise_disagreement(const CollectiveCall& mine, Clock::time_point deadline,
+                                               std::chrono::milliseconds timeout) const {
+  // A rank not yet arrived is on its way (a live rank announces before it
+  // waits); naming a guess for its call would make the ranks' messages differ.
+  std::vector<CollectiveCall> calls(size_);
+  for (int k = 0; k < size_; ++k) {
+    if (k == rank_) {
+      calls[k] = mine;
+      continue;
+    }
+    auto next_check = Clock::now() + std::chrono::milliseconds(100);
+    std::optional<CollectiveCall> theirs;
+    while (!(theirs = call_of(k, announced_))) {
+      KILN_CHECK(!aborted_.load(std::memory_order_relaxed), "gloo ", collective_kind_name(mine.kind), ": rank ",
+                 rank_, " of group '", group_, "' stopped waiting in shared memory because the group was aborted");
+      const auto now = Clock::now();
+      KILN_CHECK(now < deadline, "gloo ", collective_kind_name(mine.kind), ": the ranks of group '", group_,
+                 "' disagree on collective #", mine.sequence, ", and rank ", k, " has not announced its call within ",
+                 timeout.count(), " ms (Note [Same-host all-reduce through shared memory])");
+      if (now >= next_check) {
+        const int64_t pid = state(k).pid;
+        KILN_CHECK(process_alive(pid), "gloo ", collective_kind_name(mine.kind), ": the ranks of group '", group_,
+                   "' disagree on collective #", mine.sequence, ", and rank ", k, " (pid ", pid,
+                   ") is no longer running");
+        next_check = now + std::chrono::milliseconds(100);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    calls[k] = *theirs;
+  }
+  check_calls_agree(calls, rank_, group_);
+  KILN_FAIL("gloo ", mine.describe(), ": rank ", rank_, " saw a call other than its own, yet every rank's agrees");
+}
+
 template <class Reached>
 void SharedMemoryAllReduce::wait_for_all(const Reached& reached, const char* what, const CollectiveCall& mine,
                                          Clock::time_point deadline, std::chrono::milliseconds timeout) const {
@@ -262,11 +296,7 @@ void SharedMemoryAllReduce::wait_for_all(const Reached& reached, const char* wha
       // A peer that announced another call will never reach this step:
       // every rank finds the same disagreement and raises it.
       if (const std::optional<CollectiveCall> theirs = call_of(r, announced_); theirs && !(*theirs == mine)) {
-        std::vector<CollectiveCall> calls(size_);
-        for (int k = 0; k < size_; ++k) {
-          calls[k] = k == rank_ ? mine : call_of(k, announced_).value_or(k == r ? *theirs : mine);
-        }
-        check_calls_agree(calls, rank_, group_);
+        raise_disagreement(mine, deadline, timeout);
       }
       KILN_CHECK(!aborted_.load(std::memory_order_relaxed), "gloo ", collective_kind_name(mine.kind),
                  ": rank ", rank_, " of group '", group_,

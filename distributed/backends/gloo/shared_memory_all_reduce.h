@@ -152,6 +152,11 @@ class SharedMemoryAllReduce {
   std::optional<CollectiveCall> call_of(int rank, uint64_t n) const;
   // Throws unless every rank's current call equals `mine`.
   void check_agreement(const CollectiveCall& mine) const;
+  // A peer announced a call other than `mine`: waits, as wait_for_all does,
+  // for every rank to announce its call, then throws the disagreement, the
+  // same on every rank.
+  [[noreturn]] void raise_disagreement(const CollectiveCall& mine, Clock::time_point deadline,
+                                       std::chrono::milliseconds timeout) const;
   // Waits until reached(r) for every other rank r; throws on a peer that
   // announced another call, a dead peer, the deadline or abort().
   template <class Reached>
