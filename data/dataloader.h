@@ -9,6 +9,13 @@
 //     for (Batch& batch : loader) train_step(batch.data, batch.target);
 //   }
 //
+// A DataLoader is an AnyBatchLoader (data/any_batch_loader.h) whose batches
+// are Dataset::get_batch(indices); data::TypedDataLoader
+// (data/typed_dataloader.h) is the one for examples of any type with a
+// collate function. Both save and resume their position mid-epoch through
+// state_dict() / load_state_dict() (Note [Loader state] in
+// data/any_batch_loader.h).
+//
 // Note [Loader epochs]
 // A pass over the data is one epoch. Every pass (begin() or begin_epoch())
 // runs at the loader's current epoch, calls sampler.set_epoch(epoch) so that
@@ -22,9 +29,10 @@
 // With num_workers = W > 0, W std::threads build batches while the consumer
 // trains. Batch b of a pass always goes to worker b % W, and the consumer
 // takes batches strictly in order 0, 1, 2, ..., so the batches, their order
-// and their contents are the same for every W (0 included). Workers stay at
-// most W * prefetch_batches batches ahead of the consumer, which bounds the
-// memory held in finished batches. A worker's exception is not lost: it is
+// and their contents are the same for every W (0 included); a pass resumed
+// from a saved position (Note [Loader state]) keeps that assignment from its
+// first batch on. Workers stay at most W * prefetch_batches batches ahead of
+// the consumer, which bounds the memory held in finished batches. A worker's exception is not lost: it is
 // rethrown as kiln::Error to the consumer when that batch's turn comes,
 // naming the batch, its dataset indices and the original message; the pass
 // then ends. Destroying the loader, or starting another pass, mid-pass stops
@@ -43,92 +51,58 @@
 #pragma once
 
 #include <cstdint>
-#include <iterator>
 #include <memory>
 #include <optional>
-#include <vector>
 
+#include "data/any_batch_loader.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
+#include "tensor/tensor_dict.h"
 
 namespace kiln::data {
 
-struct DataLoaderOptions {
-  int64_t batch_size = 1;
-  bool shuffle = false;         // a RandomSampler(dataset size, seed); not with `sampler`
-  bool drop_last = false;       // drop the last batch when it is short of batch_size
-  int64_t num_workers = 0;      // 0: batches are built in next(), on the caller's thread
-  int64_t prefetch_batches = 2;  // per worker (Note [Loader workers])
-  uint64_t seed = 0;             // of the shuffling, with the epoch
-  std::shared_ptr<Sampler> sampler;  // the order of indices; default sequential or shuffled
-  bool pin_memory = false;           // batches in page-locked memory (Note [Loader pinned memory])
-};
+// DataLoaderOptions: data/any_batch_loader.h.
 
 class DataLoader {
  public:
-  class Iterator;
+  using Iterator = LoaderIterator<DataLoader, Batch>;
 
   DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options = {});
-  ~DataLoader();
-  DataLoader(const DataLoader&) = delete;
-  DataLoader& operator=(const DataLoader&) = delete;
 
   // Batches per epoch: ceil(sampler size / batch_size), floor with drop_last.
-  int64_t size() const;
+  int64_t size() const { return loader_.size(); }
   // The epoch the next pass runs (Note [Loader epochs]).
-  void set_epoch(int64_t epoch) { epoch_ = epoch; }
-  int64_t epoch() const { return epoch_; }
+  void set_epoch(int64_t epoch) { loader_.set_epoch(epoch); }
+  int64_t epoch() const { return loader_.epoch(); }
 
   // Starts a pass at `epoch`, ending any pass in progress.
-  void begin_epoch(int64_t epoch);
+  void begin_epoch(int64_t epoch) { loader_.begin_epoch(epoch); }
   // The pass's next batch, or nullopt once the pass is over (or before any
   // pass began). Rethrows a failed batch's error as kiln::Error.
   std::optional<Batch> next();
 
   // Range-for over one pass at the current epoch: begin() starts the pass.
   Iterator begin();
-  Iterator end();
+  Iterator end() { return Iterator(); }
+
+  // The position in the epoch, to save with a checkpoint, and the resume
+  // from it (Note [Loader state] in data/any_batch_loader.h):
+  //   save_safetensors("loader.safetensors", loader.state_dict());
+  //   loader.load_state_dict(load_safetensors("loader.safetensors"));
+  //   for (Batch& batch : loader) ...  // the rest of the saved epoch
+  TensorDict state_dict() const { return loader_.state_dict(); }
+  void load_state_dict(const TensorDict& state) { loader_.load_state_dict(state); }
 
   const Dataset& dataset() const { return *dataset_; }
-  const Sampler& sampler() const { return *sampler_; }
-  const DataLoaderOptions& options() const { return options_; }
+  const Sampler& sampler() const { return loader_.sampler(); }
+  const DataLoaderOptions& options() const { return loader_.options(); }
 
  private:
-  struct Pass;  // the batches, queue and threads of one pass (dataloader.cpp)
-
-  void end_pass();
-  // Worker `worker` of `num_workers`: builds batches worker, worker + num_workers, ...
-  // (pinned when `pin`).
-  static void run_worker(Pass* pass, const Dataset* dataset, int64_t worker, int64_t num_workers, bool pin);
+  // Checks the dataset before loader_ is built from it.
+  static std::shared_ptr<Dataset> checked(std::shared_ptr<Dataset> dataset);
 
   std::shared_ptr<Dataset> dataset_;
-  DataLoaderOptions options_;
-  std::shared_ptr<Sampler> sampler_;
-  int64_t epoch_ = 0;
-  std::unique_ptr<Pass> pass_;
-};
-
-// An input iterator over the batches of one pass; all copies share the loader.
-class DataLoader::Iterator {
- public:
-  using iterator_category = std::input_iterator_tag;
-  using value_type = Batch;
-  using difference_type = std::ptrdiff_t;
-  using pointer = Batch*;
-  using reference = Batch&;
-
-  Iterator() = default;  // the end
-  explicit Iterator(DataLoader* loader);
-
-  Batch& operator*() { return *current_; }
-  Batch* operator->() { return &*current_; }
-  Iterator& operator++();
-  // Iterators compare equal when both are at the end.
-  bool operator==(const Iterator& other) const { return current_.has_value() == other.current_.has_value(); }
-
- private:
-  DataLoader* loader_ = nullptr;
-  std::optional<Batch> current_;
+  AnyBatchLoader loader_;  // batches are Dataset::get_batch(indices), pinned with pin_memory
 };
 
 }  // namespace kiln::data

@@ -12,11 +12,6 @@
 
 namespace kiln::data {
 
-void Dataset::check_index(int64_t index) const {
-  KILN_CHECK(index >= 0 && index < size(), name(), ": index ", index, " is out of range for a dataset of size ",
-             size());
-}
-
 Batch Dataset::get_batch(const std::vector<int64_t>& indices) const {
   KILN_CHECK(!indices.empty(), name(), ": get_batch needs at least one index");
   std::vector<Tensor> data, targets;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "data/typed_dataset.h"
 #include "tensor/tensor.h"
 
 namespace kiln::data {
@@ -33,26 +34,15 @@ struct Batch {
   Tensor target;
 };
 
-class Dataset {
+// The TypedDataset of (data, target) examples (data/typed_dataset.h gives
+// size(), get(), name() and check_index()), with a batched fast path.
+class Dataset : public TypedDataset<Example> {
  public:
-  virtual ~Dataset() = default;
-
-  // The number of examples; valid indices are [0, size()).
-  virtual int64_t size() const = 0;
-  // Example `index`; throws kiln::Error naming the dataset and the index
-  // when it is out of range (check_index does that).
-  virtual Example get(int64_t index) const = 0;
   // The examples at `indices`, stacked along dim 0, in the order given. The
   // default calls get() per index and stacks; datasets with their data in
   // one tensor override it with a gather (TensorDataset). `indices` must be
   // non-empty and the examples' shapes equal.
   virtual Batch get_batch(const std::vector<int64_t>& indices) const;
-  // The name error messages use, e.g. "TensorDataset", "CIFAR10(train)".
-  virtual std::string name() const { return "Dataset"; }
-
- protected:
-  // Throws "<name>: index <i> is out of range for a dataset of size <n>".
-  void check_index(int64_t index) const;
 };
 
 // A dataset held in memory as two tensors whose dim 0 runs over examples:
