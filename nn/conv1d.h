@@ -1,0 +1,42 @@
+// Conv1d, as torch.nn.Conv1d (zero padding): a composite of conv2d on a
+// height-1 image (Note [Composite layers] in nn/functional_composite.h).
+//
+//   auto conv = std::make_shared<nn::Conv1d>(16, 32, /*kernel_size=*/3, /*stride=*/1, /*padding=*/1);
+//   Tensor y = (*conv)(x);   // x: (N, 16, L) -> (N, 32, L)
+#pragma once
+
+#include <cstdint>
+
+#include "nn/module.h"
+
+namespace kiln::nn {
+
+// Parameters "weight" (out_channels, in_channels / groups, kernel_size) and
+// "bias" (out_channels), absent when bias is false, initialised as torch's
+// reset_parameters: both ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with
+// fan_in = in_channels / groups * kernel_size. Both channel counts must be
+// divisible by groups.
+class Conv1d : public Module {
+ public:
+  Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride = 1, int64_t padding = 0,
+         int64_t dilation = 1, int64_t groups = 1, bool bias = true);
+
+  // input (N, in_channels, L) or (in_channels, L).
+  Tensor forward(const Tensor& input) override;
+  // "16, 32, kernel_size=(3,), stride=(1,)", then padding, dilation and
+  // groups when not their defaults and "bias=False" without bias, as torch.
+  std::string extra_repr() const override;
+  void reset_parameters();
+
+  const int64_t in_channels;
+  const int64_t out_channels;
+  const int64_t kernel_size;
+  const int64_t stride;
+  const int64_t padding;
+  const int64_t dilation;
+  const int64_t groups;
+  Tensor weight;
+  Tensor bias;
+};
+
+}  // namespace kiln::nn

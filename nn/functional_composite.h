@@ -1,0 +1,120 @@
+// The functional forms of the composite layers, as torch.nn.functional (and
+// torch's rnn_*_cell, lstm_cell, gru_cell): group and instance norm, conv1d,
+// pixel shuffle and the recurrent cells. Call them through the usual alias:
+//
+//   namespace F = kiln::nn::functional;
+//   Tensor y = F::group_norm(x, /*num_groups=*/4, gamma, beta);   // x: (N, 16, H, W)
+//   Tensor h = F::gru_cell(x, h, w_ih, w_hh, b_ih, b_hh);
+//
+// Note [Composite layers]
+// Every function here, and the layers of nn/group_norm.h, instance_norm.h,
+// conv1d.h, pixel_shuffle.h, rnn_cell.h and recurrent.h built on them, is
+// written only with differentiable kiln:: functions (autograd/ops.h) and
+// the other functional ops (nn/functional.h): reshape and permute, the
+// fused layer_norm and batch_norm, conv2d, linear, sigmoid, tanh, stack,
+// cat, dropout. That is what PyTorch calls CompositeImplicitAutograd: no
+// backward is written, so the gradient is the chain rule through ops that
+// are each tested against finite differences, it is differentiable to any
+// order where they are, and every device and autocast rule the parts have
+// the composite has too; a new backend gets these layers for free.
+// The price is speed where a fused kernel would avoid intermediates (a
+// GRU step is a dozen small ops instead of one; cuDNN's RNN fuses whole
+// layers). The choices that keep it cheap:
+// - group_norm is layer_norm over (N, G, C/G * spatial) followed by the
+//   per-channel affine, so the statistics are the fused kernel's;
+//   instance_norm is batch_norm over (1, N*C, spatial), exactly torch's
+//   own instance_norm, so that batch_norm's kernel also updates the
+//   running statistics (of the N copies, averaged back afterwards);
+// - conv1d is conv2d on a height-1 image: x (N, C, L) -> (N, C, 1, L),
+//   weight (OC, C/g, k) -> (OC, C/g, 1, k), stride (1, s), padding (0, p),
+//   dilation (1, d); both unsqueezes are views, so nothing is copied;
+// - pixel_shuffle is a reshape, a permute and a reshape (one copy);
+// - the recurrent layers compute the input's contribution to the gates of
+//   a whole sequence with one linear (one GEMM over L*N rows) and only the
+//   hidden state's contribution step by step, as torch's CPU path does.
+// One consequence differs from torch's fused RNN kernels under autocast:
+// the linears run in the lower precision, but the arithmetic that mixes in
+// a state follows type promotion, so an LSTM's cell state and a GRU's
+// interpolation with float32 states stay float32 (and so do their
+// outputs), while an Elman RNN's state is the lower-precision tanh of
+// lower-precision sums after the first step. torch casts every
+// argument of its fused lstm / gru / rnn to the lower precision instead.
+#pragma once
+
+#include <cstdint>
+
+#include "autograd/ops.h"
+#include "tensor/random.h"
+
+namespace kiln::nn::functional {
+
+// ---- group and instance norm (nn/functional/group_norm.cpp) ----
+// torch.nn.functional.group_norm: x (N, C, *), C divisible by num_groups.
+// Each group of C / num_groups channels of each sample is normalised by its
+// mean and biased variance over those channels and every spatial position;
+// then y * weight[c] + bias[c] when weight / bias (C) are defined.
+//   Tensor y = F::group_norm(x, 4, gamma, beta);   // x: (N, 16, H, W)
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                  double eps = 1e-5);
+
+// torch.nn.functional.instance_norm: x (N, C, *) with at least one spatial
+// dim. use_input_stats: each (sample, channel) plane is normalised by its own
+// mean and biased variance (then there must be more than one spatial
+// element), and running_mean / running_var (C), when defined, are updated in
+// place as batch_norm's, with the average over the batch of the per-sample
+// statistics; otherwise the planes are normalised with the running
+// statistics, which are then required. weight, bias (C) or undefined.
+Tensor instance_norm(const Tensor& x, const Tensor& running_mean = Tensor(), const Tensor& running_var = Tensor(),
+                     const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), bool use_input_stats = true,
+                     double momentum = 0.1, double eps = 1e-5);
+
+// ---- 1-d convolution (nn/functional/conv1d.cpp) ----
+// torch.nn.functional.conv1d: x (N, C, L) or (C, L), weight (OC, C/groups, k),
+// bias (OC) or undefined -> (N, OC, ol), with
+// ol = (L + 2*padding - dilation*(k-1) - 1) / stride + 1.
+//   Tensor y = F::conv1d(x, w, b, /*stride=*/2, /*padding=*/1);
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
+              int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
+
+// ---- pixel shuffle (nn/functional/pixel_shuffle.cpp) ----
+// torch.nn.functional.pixel_shuffle: (*, C*r*r, H, W) -> (*, C, H*r, W*r),
+// out[..., c, h*r + i, w*r + j] = x[..., c*r*r + i*r + j, h, w]; and
+// pixel_unshuffle, its inverse: (*, C, H*r, W*r) -> (*, C*r*r, H, W).
+// Any number of leading dims, r >= 1.
+Tensor pixel_shuffle(const Tensor& x, int64_t upscale_factor);
+Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor);
+
+// ---- recurrent cells (nn/functional/recurrent.cpp) ----
+// One step of each recurrence, as torch's rnn_tanh_cell, rnn_relu_cell,
+// lstm_cell and gru_cell: x (N, I), h and c (N, H); w_ih (G*H, I), w_hh
+// (G*H, H), b_ih and b_hh (G*H) or undefined, with G = 1, 4 (gates i, f, g,
+// o) and 3 (r, z, n) for the RNN, LSTM and GRU. The formulas are torch's:
+//   RNN:  h' = act(x w_ih^T + b_ih + h w_hh^T + b_hh), act = tanh or relu
+//   LSTM: i, f, g, o = chunks of x w_ih^T + b_ih + h w_hh^T + b_hh
+//         c' = sigmoid(f) * c + sigmoid(i) * tanh(g),  h' = sigmoid(o) * tanh(c')
+//   GRU:  r = sigmoid(xr + hr), z = sigmoid(xz + hz), n = tanh(xn + r * hn),
+//         h' = (1 - z) * n + z * h, where x* and h* are the chunks of
+//         x w_ih^T + b_ih and h w_hh^T + b_hh
+// (the GRU's reset gate multiplies hn including b_hh's chunk, as torch and
+// cuDNN, not the Cho et al. form r * h before the product).
+struct LSTMState {
+  Tensor h;  // (N, H)
+  Tensor c;  // (N, H)
+};
+Tensor rnn_tanh_cell(const Tensor& x, const Tensor& h, const Tensor& w_ih, const Tensor& w_hh,
+                     const Tensor& b_ih = Tensor(), const Tensor& b_hh = Tensor());
+Tensor rnn_relu_cell(const Tensor& x, const Tensor& h, const Tensor& w_ih, const Tensor& w_hh,
+                     const Tensor& b_ih = Tensor(), const Tensor& b_hh = Tensor());
+LSTMState lstm_cell(const Tensor& x, const LSTMState& state, const Tensor& w_ih, const Tensor& w_hh,
+                    const Tensor& b_ih = Tensor(), const Tensor& b_hh = Tensor());
+Tensor gru_cell(const Tensor& x, const Tensor& h, const Tensor& w_ih, const Tensor& w_hh,
+                const Tensor& b_ih = Tensor(), const Tensor& b_hh = Tensor());
+
+// The same steps given the input's part of the gates, gi = x w_ih^T + b_ih
+// (N, G*H), which the sequence layers compute for every time step at once
+// (Note [Composite layers]). relu chooses the RNN's activation.
+Tensor rnn_step(const Tensor& gi, const Tensor& h, const Tensor& w_hh, const Tensor& b_hh, bool relu);
+LSTMState lstm_step(const Tensor& gi, const LSTMState& state, const Tensor& w_hh, const Tensor& b_hh);
+Tensor gru_step(const Tensor& gi, const Tensor& h, const Tensor& w_hh, const Tensor& b_hh);
+
+}  // namespace kiln::nn::functional

@@ -1,0 +1,113 @@
+// RNN, LSTM and GRU, as torch.nn's: stacked, optionally bidirectional
+// recurrences over a sequence, composites of linear and the cells' steps
+// (Note [Composite layers] in nn/functional_composite.h). They return an
+// output and final states, so they are called with a list (Note [Modules
+// of several tensors] in nn/module.h):
+//
+//   auto lstm = std::make_shared<nn::LSTM>(10, 20, nn::RNNOptions{.num_layers = 2, .batch_first = true});
+//   auto out = (*lstm)({x, h0, c0});    // x (N, L, 10), h0 and c0 (2, N, 20)
+//   Tensor y = out[0], h_n = out[1], c_n = out[2];
+//   auto gru = std::make_shared<nn::GRU>(10, 20, nn::RNNOptions{.bidirectional = true});
+//   TensorList out2 = (*gru)(TensorList{x});   // {output, h_n}; h0 is zeros
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "nn/module.h"
+#include "nn/rnn_cell.h"
+#include "tensor/random.h"
+
+namespace kiln::nn {
+
+// torch's keyword arguments of RNN, LSTM and GRU.
+struct RNNOptions {
+  int64_t num_layers = 1;
+  RNNNonlinearity nonlinearity = RNNNonlinearity::Tanh;  // RNN only
+  bool bias = true;
+  // Input and output (N, L, features) instead of (L, N, features); the
+  // states stay (layers * directions, N, hidden_size), as in torch.
+  bool batch_first = false;
+  // Dropout on the outputs of every layer but the last, in training.
+  double dropout = 0.0;
+  bool bidirectional = false;
+  // The dropout masks' generator; the default generator when null.
+  Generator* generator = nullptr;
+};
+
+// The shared implementation (torch's RNNBase).
+//
+// Parameters, for each layer k and direction (suffix "" or "_reverse"),
+// in this order: "weight_ih_l{k}{suffix}" (G*hidden_size, in_k),
+// "weight_hh_l{k}{suffix}" (G*hidden_size, hidden_size), "bias_ih_l{k}{suffix}"
+// and "bias_hh_l{k}{suffix}" (G*hidden_size, absent without bias), where
+// in_0 = input_size and in_k = directions * hidden_size above, and G = 1, 4
+// (LSTM gates i, f, g, o) or 3 (GRU gates r, z, n). All are drawn from
+// U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)), as torch.
+//
+// Inputs {input} or {input, h0} ({input, h0, c0} for the LSTM):
+//   input (L, N, input_size), (N, L, input_size) when batch_first, or
+//   unbatched (L, input_size); h0 and c0 (layers * directions, N,
+//   hidden_size), or (layers * directions, hidden_size) for an unbatched
+//   input, zeros when not given. Entry k * directions + d is layer k,
+//   direction d (0 forward, 1 reverse), as torch.
+// Outputs {output, h_n} ({output, h_n, c_n} for the LSTM):
+//   output (L, N, directions * hidden_size) (batch first or unbatched as
+//   the input): the last layer's state at every step, the forward
+//   direction's features first; h_n and c_n the final states, shaped as h0.
+//   The reverse direction's final state is its state after step 0.
+class RNNBase : public Module {
+ public:
+  TensorList forward_many(const TensorList& inputs) override;
+  // "10, 20", then num_layers, bias, batch_first, dropout and
+  // bidirectional when not their defaults, as torch.
+  std::string extra_repr() const override;
+  // Draws every parameter afresh from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)).
+  void reset_parameters();
+
+  const int64_t input_size;
+  const int64_t hidden_size;
+  const RNNOptions options;
+
+ protected:
+  enum class Kind { RNN, LSTM, GRU };
+  RNNBase(Kind kind, const char* name, int64_t input_size, int64_t hidden_size, RNNOptions options);
+
+ private:
+  struct Sequence {
+    Tensor output;  // (L, N, hidden_size)
+    Tensor h;       // (N, hidden_size), the final state
+    Tensor c;       // the LSTM's final cell state, else undefined
+  };
+  // One direction of one layer over x (L, N, in_k) from the states h0, c0 (N, hidden_size).
+  Sequence run_direction(const Tensor& x, const Tensor& h0, const Tensor& c0, int64_t layer, bool reverse) const;
+  // The parameter "{kind}_l{layer}{_reverse}", e.g. ("weight_ih", 1, true) -> weight_ih_l1_reverse.
+  Tensor layer_parameter(const char* kind, int64_t layer, bool reverse) const;
+  int64_t directions() const { return options.bidirectional ? 2 : 1; }
+
+  const Kind kind_;
+};
+
+// The Elman RNN: h_t = act(x_t weight_ih^T + bias_ih + h_{t-1} weight_hh^T + bias_hh),
+// act = tanh or relu (options.nonlinearity).
+class RNN : public RNNBase {
+ public:
+  RNN(int64_t input_size, int64_t hidden_size, RNNOptions options = {})
+      : RNNBase(Kind::RNN, "RNN", input_size, hidden_size, options) {}
+};
+
+// The LSTM of F::lstm_cell at every step.
+class LSTM : public RNNBase {
+ public:
+  LSTM(int64_t input_size, int64_t hidden_size, RNNOptions options = {})
+      : RNNBase(Kind::LSTM, "LSTM", input_size, hidden_size, options) {}
+};
+
+// The GRU of F::gru_cell at every step.
+class GRU : public RNNBase {
+ public:
+  GRU(int64_t input_size, int64_t hidden_size, RNNOptions options = {})
+      : RNNBase(Kind::GRU, "GRU", input_size, hidden_size, options) {}
+};
+
+}  // namespace kiln::nn
