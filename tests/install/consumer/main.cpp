@@ -1,8 +1,14 @@
 // A program built against an installed Kiln: fills a tensor, copies it
 // through a transposed view with a dtype conversion, overwrites one row
-// through a view, and checks every element. Exits non-zero on any mismatch.
+// through a view, and checks every element; then one call from each
+// umbrella header (kiln/data.h, kiln/distributed.h, kiln/quant.h). Exits
+// non-zero on any mismatch.
 #include <kiln.h>
+#include <kiln/data.h>
+#include <kiln/distributed.h>
+#include <kiln/quant.h>
 
+#include <cmath>
 #include <cstdio>
 
 namespace {
@@ -32,6 +38,20 @@ int main() {
     }
     expect(a.at<float>({1, 2}) == 1.5f, "a is unchanged");
     expect(b.storage() != a.storage(), "copy_ wrote b's own storage");
+
+    // The umbrella headers: a batch collated from structured examples, the
+    // distributed API without a group, and an observer's quantization range.
+    std::vector<std::pair<Tensor, int64_t>> examples = {{full({2}, 1.0), 3}, {full({2}, 2.0), 7}};
+    auto [inputs, labels] = data::default_collate(std::move(examples));
+    expect(inputs.shape() == Shape({2, 2}) && inputs.at<float>({1, 0}) == 2.0f, "default_collate stacks the tensors");
+    expect(labels.dtype() == DType::Int64 && labels.at<int64_t>({1}) == 7, "default_collate makes int64 labels");
+    expect(!distributed::is_initialized(), "no process group before init_process_group");
+    quant::MinMaxObserver observer;
+    observer.forward(from_vector<float>({-1.0f, 3.0f}));
+    // torch's default: affine quint8 over [-1, 3], so a scale of 4 / 255.
+    const quant::QParams qparams = observer.calculate_qparams();
+    expect(qparams.scales.size() == 1 && std::abs(qparams.scales[0] - 4.0 / 255.0) < 1e-7,
+           "the observer's scale is (max - min) / 255");
 
 #if defined(KILN_WITH_CUDA) != KILN_CONSUMER_EXPECT_CUDA
     expect(false, "KILN_WITH_CUDA reached the consumer exactly when Kiln was built with CUDA");
