@@ -10,6 +10,7 @@
 # ratio: above 1 is slower).
 #
 #   bash bench/agreement_cost.sh NO_CHECK_BUILD CHECK_BUILD [ROUNDS]
+#   AGREEMENT_COST_SIZES=4096,4194304 bash bench/agreement_cost.sh ...   # some sizes only
 #
 # NO_CHECK_BUILD is a build of the same commit with bench/no_agreement_check.patch
 # applied (docs/BENCHMARKS.md, "Always-on collective agreement").
@@ -17,7 +18,7 @@ set -euo pipefail
 no_check=${1:?usage: agreement_cost.sh NO_CHECK_BUILD CHECK_BUILD [ROUNDS]}
 check=${2:?usage: agreement_cost.sh NO_CHECK_BUILD CHECK_BUILD [ROUNDS]}
 rounds=${3:-15}
-sizes=4096,16384,65536,262144,1048576,4194304,16777216,67108864
+sizes=${AGREEMENT_COST_SIZES:-4096,16384,65536,262144,1048576,4194304,16777216,67108864}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
