@@ -1,11 +1,10 @@
 #include "nn/conv.h"
 
-#include <cmath>
 #include <string>
 
 #include "nn/functional.h"
-#include "nn/init.h"
 #include "nn/repr.h"
+#include "nn/weight_layer.h"
 #include "tensor/factory.h"
 
 namespace kiln::nn {
@@ -19,13 +18,7 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2d kernel_size, Si
       padding(padding),
       dilation(dilation),
       groups(groups) {
-  KILN_CHECK(groups > 0, "Conv2d: groups must be a positive integer, got ", groups);
-  KILN_CHECK(in_channels > 0 && out_channels > 0, "Conv2d: in_channels and out_channels must be positive, got ",
-             in_channels, " and ", out_channels);
-  KILN_CHECK(in_channels % groups == 0, "Conv2d: in_channels (", in_channels, ") must be divisible by groups (", groups,
-             ")");
-  KILN_CHECK(out_channels % groups == 0, "Conv2d: out_channels (", out_channels, ") must be divisible by groups (",
-             groups, ")");
+  check_conv_channels("Conv2d", in_channels, out_channels, groups);
   KILN_CHECK(kernel_size.h > 0 && kernel_size.w > 0 && stride.h > 0 && stride.w > 0 && dilation.h > 0 && dilation.w > 0,
              "Conv2d: kernel_size, stride and dilation must be positive, got ", repr::pair(kernel_size), ", ",
              repr::pair(stride), " and ", repr::pair(dilation));
@@ -36,12 +29,7 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2d kernel_size, Si
 }
 
 void Conv2d::reset_parameters() {
-  init::kaiming_uniform_(weight, std::sqrt(5.0));
-  if (bias.defined()) {
-    const int64_t fan_in = init::calculate_fan_in_and_fan_out(weight).fan_in;
-    const double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
-    init::uniform_(bias, -bound, bound);
-  }
+  reset_weight_and_bias_(weight, bias);
 }
 
 Tensor Conv2d::forward(const Tensor& input) {

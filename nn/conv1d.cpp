@@ -1,11 +1,10 @@
 #include "nn/conv1d.h"
 
-#include <cmath>
 #include <string>
 
 #include "nn/functional_composite.h"
-#include "nn/init.h"
 #include "nn/repr.h"
+#include "nn/weight_layer.h"
 #include "tensor/factory.h"
 
 namespace kiln::nn {
@@ -19,13 +18,7 @@ Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, i
       padding(padding),
       dilation(dilation),
       groups(groups) {
-  KILN_CHECK(groups > 0, "Conv1d: groups must be a positive integer, got ", groups);
-  KILN_CHECK(in_channels > 0 && out_channels > 0, "Conv1d: in_channels and out_channels must be positive, got ",
-             in_channels, " and ", out_channels);
-  KILN_CHECK(in_channels % groups == 0, "Conv1d: in_channels (", in_channels, ") must be divisible by groups (", groups,
-             ")");
-  KILN_CHECK(out_channels % groups == 0, "Conv1d: out_channels (", out_channels, ") must be divisible by groups (",
-             groups, ")");
+  check_conv_channels("Conv1d", in_channels, out_channels, groups);
   KILN_CHECK(kernel_size > 0 && stride > 0 && dilation > 0,
              "Conv1d: kernel_size, stride and dilation must be positive, got ", kernel_size, ", ", stride, " and ",
              dilation);
@@ -36,12 +29,7 @@ Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, i
 }
 
 void Conv1d::reset_parameters() {
-  init::kaiming_uniform_(weight, std::sqrt(5.0));
-  if (bias.defined()) {
-    const int64_t fan_in = init::calculate_fan_in_and_fan_out(weight).fan_in;
-    const double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
-    init::uniform_(bias, -bound, bound);
-  }
+  reset_weight_and_bias_(weight, bias);
 }
 
 Tensor Conv1d::forward(const Tensor& input) {

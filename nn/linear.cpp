@@ -1,11 +1,10 @@
 #include "nn/linear.h"
 
-#include <cmath>
 #include <string>
 
 #include "nn/functional.h"
-#include "nn/init.h"
 #include "nn/repr.h"
+#include "nn/weight_layer.h"
 #include "tensor/factory.h"
 
 namespace kiln::nn {
@@ -20,13 +19,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
 }
 
 void Linear::reset_parameters() {
-  init::kaiming_uniform_(weight, std::sqrt(5.0));
-  if (bias.defined()) {
-    // torch uses 0 for an empty weight (fan_in 0) rather than dividing by it.
-    const int64_t fan_in = init::calculate_fan_in_and_fan_out(weight).fan_in;
-    const double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
-    init::uniform_(bias, -bound, bound);
-  }
+  reset_weight_and_bias_(weight, bias);
 }
 
 Tensor Linear::forward(const Tensor& input) { return functional::linear(input, weight, bias); }

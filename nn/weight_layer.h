@@ -1,0 +1,38 @@
+// What Linear, Conv1d and Conv2d share: torch's default initialisation of a
+// weight and its bias, and a convolution's checks of its channels and groups.
+// Each layer's .cpp uses them; a layer's header does not need them.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "nn/init.h"
+#include "tensor/error.h"
+
+namespace kiln::nn {
+
+// torch's reset_parameters for Linear and ConvNd: kaiming_uniform_(a = sqrt(5))
+// for the weight, and uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the bias
+// when it is defined; torch uses 0 for an empty weight (fan_in 0) rather
+// than dividing by it.
+inline void reset_weight_and_bias_(const Tensor& weight, const Tensor& bias) {
+  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (!bias.defined()) return;
+  const int64_t fan_in = init::calculate_fan_in_and_fan_out(weight).fan_in;
+  const double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
+  init::uniform_(bias, -bound, bound);
+}
+
+// A convolution's channels and groups, as torch checks them; `layer` names it
+// in the message ("Conv2d").
+inline void check_conv_channels(const char* layer, int64_t in_channels, int64_t out_channels, int64_t groups) {
+  KILN_CHECK(groups > 0, layer, ": groups must be a positive integer, got ", groups);
+  KILN_CHECK(in_channels > 0 && out_channels > 0, layer, ": in_channels and out_channels must be positive, got ",
+             in_channels, " and ", out_channels);
+  KILN_CHECK(in_channels % groups == 0, layer, ": in_channels (", in_channels, ") must be divisible by groups (", groups,
+             ")");
+  KILN_CHECK(out_channels % groups == 0, layer, ": out_channels (", out_channels, ") must be divisible by groups (",
+             groups, ")");
+}
+
+}  // namespace kiln::nn
