@@ -100,6 +100,7 @@ class CallExchange {
 
   // Milliseconds left of the timeout.
   std::chrono::milliseconds remaining() const;
+  int world_size() const { return context_->size; }
 
  private:
   // The calls known so far agree with each other.

@@ -273,8 +273,8 @@ WorkPtr ProcessGroupGloo::run_all_reduce(const Tensor& tensor, ReduceOp op) {
     gloo_backend::CallExchange exchange = call_exchange(context, seen, call, tag, timeout, *group);
     // Note [Gloo all-reduce algorithms]
     if (gloo_backend::use_recursive_doubling(host.nbytes(), context->size)) {
-      gloo_backend::recursive_doubling_all_reduce(exchange, context->size, host.data_ptr(), elements(host),
-                                                  host.element_size(), reduce);
+      gloo_backend::recursive_doubling_all_reduce(exchange, host.data_ptr(), elements(host), host.element_size(),
+                                                  reduce);
       copy_to_device(tensor, host);
       return;
     }

@@ -8,8 +8,9 @@ bool use_recursive_doubling(size_t bytes, int world_size) {
   return CallExchange::by_doubling(world_size) && bytes <= kRecursiveDoublingMaxBytes;
 }
 
-void recursive_doubling_all_reduce(CallExchange& exchange, int world_size, void* data, size_t elements,
-                                   size_t element_size, const ReduceFunction& reduce) {
+void recursive_doubling_all_reduce(CallExchange& exchange, void* data, size_t elements, size_t element_size,
+                                   const ReduceFunction& reduce) {
+  const int world_size = exchange.world_size();
   const size_t bytes = elements * element_size;
   // partial: (bytes) the steps before the last reduce here, so that `data`
   // is written only in the last step, when every rank's call is known to

@@ -39,11 +39,11 @@ bool use_recursive_doubling(size_t bytes, int world_size);
 
 // data: (elements) of `element_size` bytes, reduced in place over all ranks
 // with `reduce`, its steps carrying `exchange`'s calls (Note [Calls in the
-// first message]). The world size must be a power of two. Throws the
+// first message]). The exchange's world size must be a power of two. Throws the
 // exchange's error, with `data` unchanged, when the ranks' calls disagree;
 // gloo::IoException when the steps do not finish within the exchange's
 // timeout.
-void recursive_doubling_all_reduce(CallExchange& exchange, int world_size, void* data, size_t elements,
-                                   size_t element_size, const ReduceFunction& reduce);
+void recursive_doubling_all_reduce(CallExchange& exchange, void* data, size_t elements, size_t element_size,
+                                   const ReduceFunction& reduce);
 
 }  // namespace kiln::distributed::gloo_backend
