@@ -8,6 +8,9 @@
 // The kernels never re-check what the front-end has checked, and no op body
 // contains `if (cuda)`. The CPU kernels live in tensor/cpu/, the CUDA ones in
 // tensor/cuda/; each backend is one class implementing this interface.
+// Op families added since the first ones are kernel groups outside this
+// class (Note [Kernel groups] in tensor/kernel_group.h): new kernels go
+// there, not here.
 //
 // Conventions for all kernels:
 // - Every tensor argument is already on this backend's device.
@@ -112,8 +115,6 @@ struct AttentionParams {
 
 // Words the error for an index value outside its range (check_index_range).
 using IndexErrorMessage = std::function<std::string(int64_t value)>;
-
-class QuantizedKernels;
 
 class Backend {
  public:
@@ -337,10 +338,6 @@ class Backend {
   // not depend on threads or device.
   virtual void random(const Tensor& out, Distribution dist, double a, double b, uint64_t seed,
                       uint64_t offset) = 0;
-
-  // ---- the optional int8 group (Note [Quantized kernel group] in tensor/quantized_kernels.h) ----
-  // nullptr where the backend has no quantized kernels.
-  virtual QuantizedKernels* quantized() { return nullptr; }
 };
 
 // The backend that runs kernels for `device`; throws kiln::Error naming the

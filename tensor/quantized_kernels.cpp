@@ -3,10 +3,9 @@
 namespace kiln {
 
 QuantizedKernels& quantized_kernels_for(Device device, std::string_view op) {
-  QuantizedKernels* kernels = backend_for(device).quantized();
-  KILN_CHECK(kernels != nullptr, op, ": quantized kernels are not supported on ", device,
+  KILN_CHECK(has_kernels<QuantizedKernels>(device), op, ": quantized kernels are not supported on ", device,
              " (Kiln's int8 kernels are CPU only; move the model and its inputs to the CPU)");
-  return *kernels;
+  return kernels_for<QuantizedKernels>(device, op);
 }
 
 }  // namespace kiln

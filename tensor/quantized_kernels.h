@@ -1,13 +1,14 @@
 // QuantizedKernels: the optional group of int8 kernels a backend may offer.
 //
 // Note [Quantized kernel group]
-// The quantized kernels are a separate interface rather than more methods on
-// Backend, so that a backend without them (CUDA today) needs no change:
-// Backend::quantized() returns nullptr there, and every quantized front-end
-// asks quantized_kernels_for(device, op), which throws
+// The quantized kernels are a kernel group (Note [Kernel groups] in
+// tensor/kernel_group.h) rather than more methods on Backend, so that a
+// backend without them (CUDA today) needs no change: every quantized
+// front-end asks quantized_kernels_for(device, op), which throws
 //   "quantized linear: quantized kernels are not supported on cuda:0"
-// naming the op and the device. The CPU backend implements the group in
-// tensor/cpu/ (cpu_quantized.h) on the int8 GEMM of tensor/cpu/qgemm.h.
+// naming the op and the device where none is registered. The CPU backend
+// implements the group in tensor/cpu/ (cpu_quantized.h) on the int8 GEMM of
+// tensor/cpu/qgemm.h.
 //
 // Conventions, beyond Note [Device dispatch]'s:
 // - A quantized tensor is a UInt8 (quint8), Int8 (qint8) or Int32 (qint32)
@@ -26,6 +27,7 @@
 #include <string_view>
 
 #include "tensor/backend.h"
+#include "tensor/kernel_group.h"
 
 namespace kiln {
 
@@ -39,9 +41,9 @@ class PackedQuantizedWeight {
   virtual const Tensor& weight() const = 0;
 };
 
-class QuantizedKernels {
+class QuantizedKernels : public KernelGroup {
  public:
-  virtual ~QuantizedKernels() = default;
+  static constexpr std::string_view kName = "quantized";
 
   // ---- conversions (tensor/cpu/quantize.cpp) ----
   // out (quantized, any of the three dtypes, its own params) <- in (float32, same shape).
@@ -82,8 +84,8 @@ class QuantizedKernels {
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b, bool relu) = 0;
 };
 
-// The quantized kernels of `device`'s backend; throws kiln::Error naming
-// `op` and the device when that backend has none.
+// kernels_for<QuantizedKernels>(device, op), with a hint for the user in
+// the error when `device`'s backend has none.
 QuantizedKernels& quantized_kernels_for(Device device, std::string_view op);
 
 }  // namespace kiln

@@ -88,10 +88,10 @@ class CpuBackend final : public Backend {
                           const Tensor& logsumexp, const Tensor& mask, const AttentionParams& params) override;
 
   void random(const Tensor& out, Distribution dist, double a, double b, uint64_t seed, uint64_t offset) override;
-
-  // The int8 group, tensor/cpu/cpu_quantized.h.
-  QuantizedKernels* quantized() override;
 };
+// The CPU's kernel groups (Note [Kernel groups]) are classes of their own,
+// registered beside their definitions: the int8 kernels (cpu_quantized.h),
+// the scans (scan.cpp).
 
 CpuBackend& backend();
 

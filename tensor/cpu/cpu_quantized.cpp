@@ -1,12 +1,7 @@
 #include "tensor/cpu/cpu_quantized.h"
 
-#include "tensor/cpu/cpu_backend.h"
-
 namespace kiln::cpu {
 
-QuantizedKernels* CpuBackend::quantized() {
-  static CpuQuantizedKernels kernels;
-  return &kernels;
-}
+KILN_REGISTER_KERNEL_GROUP(QuantizedKernels, DeviceType::CPU, CpuQuantizedKernels);
 
 }  // namespace kiln::cpu

@@ -170,7 +170,7 @@ Tensor quantize_dynamic_input(const Tensor& x, bool reduce_range) {
   Tensor q = Tensor::empty(x.shape(), DType::UInt8);
   q.impl()->set_quant_params(std::move(params));
   if (q.numel() == 0) return q;
-  backend_for(kCPU).quantized()->quantize(q, xc);
+  kernels_for<QuantizedKernels>(kCPU, "quantize_dynamic").quantize(q, xc);
   if (reduce_range) {
     // The quantize kernel clamps to quint8's [0, 255]; the reduced range
     // ends at 127, which x's own max can round one past. Clamping again is
