@@ -100,6 +100,12 @@ Tensor triu(const Tensor& x, int64_t diagonal = 0);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
 TopK topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true);
 
+// ---- cumulative sums and products (autograd/ops/scan.cpp; tensor/scan.h) ----
+// cumsum's gradient is the sum of the gradients at and after each entry;
+// cumprod's is right where the input has zeros too.
+Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+Tensor cumprod(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+
 // ---- no gradient: the tensor layer's functions ----
 using ops::argmax;
 using ops::argmin;
