@@ -22,6 +22,14 @@
 // that backward(create_graph=true) records the backward itself and higher
 // derivatives work. The engine runs them with grad mode off otherwise, so
 // they cost nothing extra in ordinary training.
+//
+// The one rule, wherever the op lives (autograd/ops/ for tensor math,
+// nn/functional/ for the layers' ops): a differentiable function either
+// records one node, its ops:: calls inside untracked() (below), or is a
+// composition of other differentiable functions and records nothing
+// itself. An ops:: call outside untracked() on an input that requires grad
+// records a node for each view or copy the op makes inside, which the op's
+// own node then orphans: work for nothing on every call.
 #pragma once
 
 #include <functional>

@@ -14,7 +14,7 @@ Tensor relu(const Tensor& x) { return kiln::relu(x); }
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
   KILN_CHECK(x.is_floating_point(), "leaky_relu: expected a floating tensor, got ", x.dtype());
   Tensor positive = ops::gt(x, 0);
-  Tensor out = ops::where(positive, x, ops::mul(x, negative_slope));
+  Tensor out = autograd::untracked([&] { return ops::where(positive, x, ops::mul(x, negative_slope)); });
   if (autograd::needs_grad({x})) {
     // The slope is chosen by the sign of x, as torch: at x == 0 the gradient
     // is negative_slope. Saving the mask rather than x keeps one bool per

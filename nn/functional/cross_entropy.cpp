@@ -132,10 +132,11 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntro
   detail::ClassTargets t = detail::flatten_class_operands("cross_entropy", input, target, options.weight);
   const Tensor& x = t.input;  // (M, C)
   const int64_t ignore_index = options.ignore_index;
-  ops::CrossEntropyRows rows =
-      ops::cross_entropy_rows(x, t.target, t.weight, ignore_index, s, [classes = t.classes, ignore_index](int64_t v) {
-        return detail::target_out_of_range("cross_entropy", v, classes, ignore_index);
-      });
+  ops::CrossEntropyRows rows = autograd::untracked([&] {
+    return ops::cross_entropy_rows(x, t.target, t.weight, ignore_index, s, [classes = t.classes, ignore_index](int64_t v) {
+      return detail::target_out_of_range("cross_entropy", v, classes, ignore_index);
+    });
+  });
   // The mean divides by the kept targets' total weight, kept as a tensor so
   // that the division needs no value back from the device. One sum gives
   // both totals: the losses' and the weights'.

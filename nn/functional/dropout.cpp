@@ -19,7 +19,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   // (the keep probability 0 gives an all-zero mask; the scale is moot).
   const double scale = p == 1.0 ? 0.0 : 1.0 / (1.0 - p);
   Tensor mask = ops::mul(bernoulli(x.shape(), 1.0 - p, {x.dtype(), x.device()}, gen), scale);
-  Tensor out = ops::mul(x, mask);
+  Tensor out = autograd::untracked([&] { return ops::mul(x, mask); });
   if (autograd::needs_grad({x})) {
     autograd::record("dropout", {x}, {out}, [mask = SavedTensor(mask)](const TensorList& g) -> TensorList {
       return {kiln::mul(g[0], mask.get())};

@@ -33,7 +33,7 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
   });
   Shape out_shape = indices.shape();
   out_shape.push_back(dim);
-  Tensor out = ops::index_select(weight, 0, flat).view(out_shape);  // (*, dim)
+  Tensor out = autograd::untracked([&] { return ops::index_select(weight, 0, flat).view(out_shape); });  // (*, dim)
   if (autograd::needs_grad({weight})) {
     autograd::record(
         "embedding", {weight}, {out},

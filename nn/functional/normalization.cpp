@@ -47,7 +47,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   const int64_t channels = x.size(1);
   KILN_CHECK(!training || x.numel() / channels > 1,
              "batch_norm: expected more than 1 value per channel when training, got x of shape ", x.shape());
-  ops::BatchNormResult r = ops::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
+  ops::BatchNormResult r = autograd::untracked(
+      [&] { return ops::batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps); });
   if (!autograd::needs_grad({x, weight, bias})) return r.output;
 
   const std::array<bool, 3> mask{x.requires_grad(), weight.defined() && weight.requires_grad(),
@@ -91,7 +92,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
                   double eps) {
   if (auto c = autograd::autocast_float32(x, weight, bias))
     return layer_norm((*c)[0], normalized_shape, (*c)[1], (*c)[2], eps);
-  ops::LayerNormResult r = ops::layer_norm(x, normalized_shape, weight, bias, eps);
+  ops::LayerNormResult r = autograd::untracked([&] { return ops::layer_norm(x, normalized_shape, weight, bias, eps); });
   if (!autograd::needs_grad({x, weight, bias})) return r.output;
 
   const std::array<bool, 3> mask{x.requires_grad(), weight.defined() && weight.requires_grad(),

@@ -27,7 +27,8 @@ Tensor gather_at_indices(const Tensor& x, const Tensor& indices) {
 // grad_out (*, oh, ow) scattered to `input_shape` at `indices`.
 Tensor max_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, const Tensor& indices,
                            const MaxPool2dOptions& options) {
-  Tensor grad_input = ops::max_pool2d_backward(grad_out, input_shape, indices, options);
+  Tensor grad_input =
+      autograd::untracked([&] { return ops::max_pool2d_backward(grad_out, input_shape, indices, options); });
   if (autograd::needs_grad({grad_out})) {
     autograd::record("max_pool2d_backward", {grad_out}, {grad_input},
                      [indices](const TensorList& gg) -> TensorList { return {gather_at_indices(gg[0], indices)}; });
@@ -36,7 +37,7 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, con
 }
 
 Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, const AvgPool2dOptions& options) {
-  Tensor grad_input = ops::avg_pool2d_backward(grad_out, input_shape, options);
+  Tensor grad_input = autograd::untracked([&] { return ops::avg_pool2d_backward(grad_out, input_shape, options); });
   if (autograd::needs_grad({grad_out})) {
     autograd::record("avg_pool2d_backward", {grad_out}, {grad_input}, [options](const TensorList& gg) -> TensorList {
       return {functional::avg_pool2d(gg[0], options)};
@@ -46,7 +47,7 @@ Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, con
 }
 
 Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape) {
-  Tensor grad_input = ops::adaptive_avg_pool2d_backward(grad_out, input_shape);
+  Tensor grad_input = autograd::untracked([&] { return ops::adaptive_avg_pool2d_backward(grad_out, input_shape); });
   if (autograd::needs_grad({grad_out})) {
     Size2d output_size(grad_out.size(-2), grad_out.size(-1));
     autograd::record("adaptive_avg_pool2d_backward", {grad_out}, {grad_input},
@@ -60,7 +61,7 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& input_s
 }  // namespace
 
 PoolResult max_pool2d_with_indices(const Tensor& x, const MaxPool2dOptions& options) {
-  PoolResult result = ops::max_pool2d_with_indices(x, options);
+  PoolResult result = autograd::untracked([&] { return ops::max_pool2d_with_indices(x, options); });
   if (autograd::needs_grad({x})) {
     autograd::record("max_pool2d", {x}, {result.values},
                      [shape = x.shape(), indices = SavedTensor(result.indices), options](const TensorList& g)
@@ -76,7 +77,7 @@ Tensor max_pool2d(const Tensor& x, const MaxPool2dOptions& options) {
 }
 
 Tensor avg_pool2d(const Tensor& x, const AvgPool2dOptions& options) {
-  Tensor out = ops::avg_pool2d(x, options);
+  Tensor out = autograd::untracked([&] { return ops::avg_pool2d(x, options); });
   if (autograd::needs_grad({x})) {
     autograd::record("avg_pool2d", {x}, {out}, [shape = x.shape(), options](const TensorList& g) -> TensorList {
       return {avg_pool2d_backward(g[0], shape, options)};
@@ -86,7 +87,7 @@ Tensor avg_pool2d(const Tensor& x, const AvgPool2dOptions& options) {
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, Size2d output_size) {
-  Tensor out = ops::adaptive_avg_pool2d(x, output_size);
+  Tensor out = autograd::untracked([&] { return ops::adaptive_avg_pool2d(x, output_size); });
   if (autograd::needs_grad({x})) {
     autograd::record("adaptive_avg_pool2d", {x}, {out}, [shape = x.shape()](const TensorList& g) -> TensorList {
       return {adaptive_avg_pool2d_backward(g[0], shape)};
