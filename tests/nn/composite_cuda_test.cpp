@@ -83,6 +83,9 @@ TEST(CompositeLayersCuda, NormsMatchCpu) {
 TEST(CompositeLayersCuda, ConvAndPixelShuffleMatchCpu) {
   SKIP_WITHOUT_GPU();
   expect_cuda_matches_cpu("Conv1d", [] { return std::make_shared<Conv1d>(4, 6, 3, 2, 1, 2, 2); }, {{2, 4, 11}});
+  expect_cuda_matches_cpu("ConvTranspose2d",
+                          [] { return std::make_shared<ConvTranspose2d>(4, 6, 3, 2, 1, 1, /*groups=*/2); },
+                          {{2, 4, 5, 4}});
   expect_cuda_matches_cpu("PixelShuffle", [] { return std::make_shared<PixelShuffle>(2); }, {{2, 8, 3, 3}});
   expect_cuda_matches_cpu("PixelUnshuffle", [] { return std::make_shared<PixelUnshuffle>(3); }, {{2, 2, 6, 3}});
 }
