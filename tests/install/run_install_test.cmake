@@ -2,11 +2,12 @@
 # project against it (see tests/install/CMakeLists.txt). Run by ctest as
 #   cmake -DKILN_BUILD_DIR=<build> -DCONSUMER_SOURCE_DIR=<src> -DWORK_DIR=<scratch>
 #         -DGENERATOR=<gen> -DCXX_COMPILER=<c++> -DBUILD_TYPE=<config> -DKILN_CUDA=<ON|OFF>
+#         -DKILN_GLOO=<ON|OFF>
 #         -P run_install_test.cmake
 # Each step stops the test with the failing command's output.
 cmake_minimum_required(VERSION 3.25)
 
-foreach(var KILN_BUILD_DIR CONSUMER_SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER KILN_CUDA)
+foreach(var KILN_BUILD_DIR CONSUMER_SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER KILN_CUDA KILN_GLOO)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "run_install_test.cmake: -D${var}=... is required")
   endif()
@@ -61,3 +62,11 @@ run_step("build the consumer" ${CMAKE_COMMAND} --build ${consumer_build} --confi
 # The consumer finds libkiln through the build RPATH CMake gives it for the
 # imported kiln::kiln; no LD_LIBRARY_PATH, as a user's program would.
 run_step("run the consumer" ${consumer_build}/consumer)
+# DDP as an embedder runs it: the consumer's own program, twice, under the
+# installed launcher. A Kiln without Gloo has no CPU process group to run it on.
+if(KILN_GLOO)
+  run_step("run the consumer's DDP program under the installed kiln-run"
+    ${prefix}/bin/kiln-run --nproc-per-node 2 ${consumer_build}/consumer_ddp)
+else()
+  message(STATUS "install test: the DDP program is not run: this Kiln was built without Gloo")
+endif()

@@ -1,8 +1,9 @@
 // A program built against an installed Kiln: fills a tensor, copies it
 // through a transposed view with a dtype conversion, overwrites one row
 // through a view, and checks every element; then one call from each
-// umbrella header (kiln/data.h, kiln/distributed.h, kiln/quant.h). Exits
-// non-zero on any mismatch.
+// umbrella header (kiln/data.h, kiln/distributed.h, kiln/quant.h), and a
+// sequence model of its own trained on a dataset of its own
+// (sequence_model.cpp). Exits non-zero on any mismatch.
 #include <kiln.h>
 #include <kiln/data.h>
 #include <kiln/distributed.h>
@@ -10,6 +11,10 @@
 
 #include <cmath>
 #include <cstdio>
+
+namespace consumer {
+int check_sequence_model();
+}
 
 namespace {
 
@@ -52,6 +57,8 @@ int main() {
     const quant::QParams qparams = observer.calculate_qparams();
     expect(qparams.scales.size() == 1 && std::abs(qparams.scales[0] - 4.0 / 255.0) < 1e-7,
            "the observer's scale is (max - min) / 255");
+
+    failures += consumer::check_sequence_model();
 
 #if defined(KILN_WITH_CUDA) != KILN_CONSUMER_EXPECT_CUDA
     expect(false, "KILN_WITH_CUDA reached the consumer exactly when Kiln was built with CUDA");
