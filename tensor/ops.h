@@ -16,6 +16,7 @@
 #include "tensor/pool.h"
 #include "tensor/random.h"
 #include "tensor/reduce.h"
+#include "tensor/reorder.h"
 #include "tensor/select.h"
 #include "tensor/shape_ops.h"
 #include "tensor/tensor.h"
