@@ -6,6 +6,7 @@
 
 #include "tensor/backend.h"
 #include "tensor/conv.h"
+#include "tensor/einsum.h"
 #include "tensor/elementwise.h"
 #include "tensor/factory.h"
 #include "tensor/fused_optim.h"
