@@ -10,6 +10,7 @@
 #pragma once
 
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "tensor/ops.h"
@@ -105,6 +106,25 @@ TopK topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true, boo
 // cumprod's is right where the input has zeros too.
 Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
 Tensor cumprod(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+
+// ---- reordering, sorting, sign, where with numbers, einsum
+// (autograd/ops/reorder.cpp and einsum.cpp; sort in select.cpp, sign in
+// unary.cpp, where in binary.cpp; tensor/reorder.h, select.h, einsum.h) ----
+// flip's gradient is flipped back, roll's rolled back, repeat's summed over
+// the tiles, and sort's values send theirs back to their indices; sign's is
+// zero. tile is repeat, and einsum a composition of views, mul, sum and bmm
+// (Note [Einsum by composition]), recording nothing of their own. argsort's
+// indices carry no gradient.
+Tensor flip(const Tensor& x, const Shape& dims);
+Tensor roll(const Tensor& x, const Shape& shifts, const Shape& dims = {});
+Tensor repeat(const Tensor& x, const Shape& repeats);
+Tensor tile(const Tensor& x, const Shape& reps);
+ValuesIndices sort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
+using ops::argsort;
+Tensor sign(const Tensor& x);
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b);
+Tensor where(const Tensor& cond, Scalar a, Scalar b);
+Tensor einsum(std::string_view equation, const std::vector<Tensor>& operands);
 
 // ---- no gradient: the tensor layer's functions ----
 using ops::argmax;

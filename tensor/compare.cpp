@@ -61,6 +61,20 @@ Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
   return where_impl(cond, a, wrap_scalar(b, compute, a.device()), compute);
 }
 
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
+  DType compute = result_type(b, a);
+  return where_impl(cond, wrap_scalar(a, compute, b.device()), b, compute);
+}
+
+Tensor where(const Tensor& cond, Scalar a, Scalar b) {
+  KILN_CHECK(cond.defined(), "where: the condition is undefined");
+  elementwise::ResultType type;
+  type.add(a);
+  type.add(b);
+  const DType compute = type.result();
+  return where_impl(cond, wrap_scalar(a, compute, cond.device()), wrap_scalar(b, compute, cond.device()), compute);
+}
+
 }  // namespace kiln::ops
 
 namespace kiln {

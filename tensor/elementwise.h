@@ -44,6 +44,9 @@ Tensor tanh(const Tensor& x);
 Tensor gelu(const Tensor& x, bool tanh_approximation = false);
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);
 Tensor logical_not(const Tensor& x);
+// -1, 0 or 1 by the sign of each entry, in x's dtype, as torch.sign: 0 for
+// -0 and NaN; bool x is returned as a copy (false 0, true 1).
+Tensor sign(const Tensor& x);
 
 // ---- binary ----
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha = 1);  // a + alpha * b
@@ -86,6 +89,11 @@ Tensor logical_xor(const Tensor& a, const Tensor& b);
 // cond ? a : b, broadcasting all three; a and b promote as a binary op.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b);
+// Both numbers: the result has cond's shape and device, and the dtype the
+// two numbers promote to (int64, the default float, or bool), as torch.
+//   Tensor weights = where(mask, 1.0, 0.0);   // float32
+Tensor where(const Tensor& cond, Scalar a, Scalar b);
 
 // ---- in place: the result is cast to x's dtype (an error if that would
 // turn a float result into an integer tensor, as torch); x must not be a

@@ -104,6 +104,14 @@ Tensor sigmoid(const Tensor& x) { return run_unary(kSigmoid, x); }
 Tensor tanh(const Tensor& x) { return run_unary(kTanh, x); }
 Tensor gelu(const Tensor& x, bool tanh_approximation) { return run_unary(tanh_approximation ? kGeluTanh : kGelu, x); }
 Tensor logical_not(const Tensor& x) { return run_unary(kLogicalNot, x); }
+
+// (x > 0) - (x < 0) from two comparisons, so every backend has it; NaN
+// compares false both ways and -0 gives +0, as torch's kernel.
+Tensor sign(const Tensor& x) {
+  KILN_CHECK(x.defined(), "sign: got an undefined tensor");
+  if (x.dtype() == DType::Bool) return x.clone();
+  return sub(gt(x, 0).to(x.dtype()), lt(x, 0).to(x.dtype()));
+}
 Tensor operator-(const Tensor& x) { return neg(x); }
 
 Tensor& neg_(Tensor& x) { return run_unary_(kNeg, x); }

@@ -6,6 +6,7 @@
 
 #include "tensor/backend.h"
 #include "tensor/conv.h"
+#include "tensor/einsum.h"
 #include "tensor/elementwise.h"
 #include "tensor/factory.h"
 #include "tensor/fused_optim.h"
@@ -17,6 +18,7 @@
 #include "tensor/random.h"
 #include "tensor/reduce.h"
 #include "tensor/scan.h"
+#include "tensor/reorder.h"
 #include "tensor/select.h"
 #include "tensor/shape_ops.h"
 #include "tensor/tensor.h"

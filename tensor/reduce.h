@@ -11,7 +11,8 @@
 
 namespace kiln {
 
-// Max/min along one dim: values and the index of the first extreme.
+// Values along one dim and where they came from: max/min's extremes (the
+// index of the first), sort's entries in order.
 struct ValuesIndices {
   Tensor values;
   Tensor indices;  // Int64

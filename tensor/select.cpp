@@ -1,4 +1,4 @@
-// Front-ends of tril, triu, masked_fill, topk and multinomial: argument
+// Front-ends of tril, triu, masked_fill, topk, sort and multinomial: argument
 // checks naming the op and the values, result shapes, and one device
 // decision each (Note [Device dispatch]).
 #include "tensor/select.h"
@@ -126,6 +126,24 @@ TopK topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool sorted) {
   }
   if (d == last) return {values, indices};
   return {values.transpose(d, last), indices.transpose(d, last)};
+}
+
+ValuesIndices sort(const Tensor& x, int64_t dim, bool descending, bool stable) {
+  (void)stable;  // topk's order is total, so the sort is always stable
+  KILN_CHECK(x.defined(), "sort: got an undefined tensor");
+  const int64_t d = wrap_dim(dim, x.dim(), "sort");
+  const int64_t n = x.dim() == 0 ? 1 : x.size(d);
+  // The kernels order numbers; bools sort as the bytes 0 and 1.
+  const bool is_bool = x.dtype() == DType::Bool;
+  TopK sorted = topk(is_bool ? x.to(DType::UInt8) : x, n, d, /*largest=*/descending);
+  if (is_bool) sorted.values = sorted.values.to(DType::Bool);
+  return {sorted.values, sorted.indices};
+}
+
+Tensor argsort(const Tensor& x, int64_t dim, bool descending, bool stable) {
+  KILN_CHECK(x.defined(), "argsort: got an undefined tensor");
+  wrap_dim(dim, x.dim(), "argsort");
+  return sort(x, dim, descending, stable).indices;
 }
 
 Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement, Generator* gen) {

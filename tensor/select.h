@@ -1,14 +1,18 @@
 // Selecting and sampling: triangles of matrices, masked fills, the k best
-// entries along a dim, and draws from categorical distributions.
+// entries along a dim, sorting, and draws from categorical distributions.
 //
 // tril, triu and masked_fill are built from existing kernels (a Bool mask
 // from index comparisons, then `where`), so every backend has them; topk and
 // multinomial have kernels of their own (Backend::topk and
 // Backend::multinomial, tensor/cpu/select.cpp and tensor/cuda/select.cu),
 // which see (rows, n) contiguous rows: the front-ends move the dim last.
+// sort is topk of every entry: a full sort per row on the CPU, O(n log n);
+// on CUDA a radix select that keeps everything, then a bitonic sort of the
+// row padded to a power of two, O(n log^2 n) work in one block per row.
 #pragma once
 
 #include "tensor/random.h"
+#include "tensor/reduce.h"
 #include "tensor/tensor.h"
 
 namespace kiln {
@@ -55,6 +59,17 @@ Tensor& masked_fill_(Tensor& x, const Tensor& mask, Scalar value);
 // unless dim is the last).
 //   TopK best = topk(logits, 50);   // logits (B, V) -> values, indices (B, 50)
 TopK topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true);
+
+// The entries of x along `dim` in ascending (or descending) order and their
+// Int64 indices, as torch.sort: NaN sorts as larger than every number (last
+// ascending, first descending) and -0 equals 0. The sort is always stable,
+// equal entries keeping their order, whatever `stable` says (torch allows
+// any order of ties without it). Any dtype, bool included; a 0-dim x is one
+// entry. Like topk's, the results are views with `dim` moved back in place.
+//   auto [values, indices] = sort(scores, -1, /*descending=*/true);
+ValuesIndices sort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
+// sort's indices alone, as torch.argsort.
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
 
 // Draws num_samples category indices from each row of probs, (n) or
 // (rows, n), with probability proportional to the entries, as

@@ -208,6 +208,21 @@ Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
   return out;
 }
 
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
+  Tensor out = untracked([&] { return ops::where(cond, a, b); });
+  if (autograd::needs_grad({b})) {
+    record("where", {b}, {out}, [saved_cond = SavedTensor(cond), sb = b.shape()](const TensorList& g) -> TensorList {
+      return {sum_to(where(saved_cond.get(), 0.0, g[0]), sb)};
+    });
+  }
+  return out;
+}
+
+// Two numbers: nothing to differentiate.
+Tensor where(const Tensor& cond, Scalar a, Scalar b) {
+  return untracked([&] { return ops::where(cond, a, b); });
+}
+
 Tensor operator-(const Tensor& x) { return neg(x); }
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

@@ -1,10 +1,10 @@
-// Differentiable tril, triu, masked_fill and topk (tensor/select.h). Each
-// backward is the forward's own kind of selection applied to the gradient,
-// written with these same functions, so second derivatives come for free:
-// a triangle's gradient is the triangle of the gradient, masked_fill's is
-// the gradient with the filled entries zeroed, and topk's values send their
-// gradient back to the indices they came from. multinomial and topk's
-// indices are integers and carry none.
+// Differentiable tril, triu, masked_fill, topk and sort (tensor/select.h).
+// Each backward is the forward's own kind of selection applied to the
+// gradient, written with these same functions, so second derivatives come
+// for free: a triangle's gradient is the triangle of the gradient,
+// masked_fill's is the gradient with the filled entries zeroed, and topk's
+// and sort's values send their gradient back to the indices they came from.
+// multinomial and the indices are integers and carry none.
 #include "autograd/function.h"
 #include "autograd/ops.h"
 #include "tensor/autograd_hooks.h"
@@ -60,6 +60,19 @@ TopK topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool sorted) {
            [shape = x.shape(), d, indices = SavedTensor(out.indices)](const TensorList& g) -> TensorList {
              if (shape.empty())
                return {g[0].numel() == 1 ? g[0].reshape({}) : zeros({}, {g[0].dtype(), g[0].device()})};
+             return {scatter_add(zeros(shape, {g[0].dtype(), g[0].device()}), d, indices.get(), g[0])};
+           });
+  }
+  return out;
+}
+
+ValuesIndices sort(const Tensor& x, int64_t dim, bool descending, bool stable) {
+  ValuesIndices out = untracked([&] { return ops::sort(x, dim, descending, stable); });
+  if (autograd::needs_grad({x})) {
+    const int64_t d = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), "sort");
+    record("sort", {x}, {out.values},
+           [shape = x.shape(), d, indices = SavedTensor(out.indices)](const TensorList& g) -> TensorList {
+             if (shape.empty()) return {g[0]};
              return {scatter_add(zeros(shape, {g[0].dtype(), g[0].device()}), d, indices.get(), g[0])};
            });
   }

@@ -65,12 +65,18 @@ Tensor abs(const Tensor& x) {
   if (autograd::needs_grad({x})) {
     record("abs", {x}, {out}, [saved_x = SavedTensor(x)](const TensorList& g) -> TensorList {
       // sign(x), 0 at 0 as torch: the subgradient that leaves a zero alone.
-      Tensor sign = untracked([&] {
-        const Tensor& xv = saved_x.get();
-        return ops::sub(ops::gt(xv, 0).to(xv.dtype()), ops::lt(xv, 0).to(xv.dtype()));
-      });
+      Tensor sign = untracked([&] { return ops::sign(saved_x.get()); });
       return {mul(g[0], sign)};
     });
+  }
+  return out;
+}
+
+Tensor sign(const Tensor& x) {
+  Tensor out = untracked([&] { return ops::sign(x); });
+  if (autograd::needs_grad({x})) {
+    // A step function: zero gradient everywhere, as torch's SignBackward.
+    record("sign", {x}, {out}, [](const TensorList& g) -> TensorList { return {zeros_like(g[0])}; });
   }
   return out;
 }

@@ -2,9 +2,10 @@
 // run on the CPU through tests/tensor/cuda_emulation.h (Note [Emulated
 // kernels]) against the CPU backend, which they must match exactly: radix
 // select with ties inside and across the last byte, NaN and -0, k from 1 to
-// n, grids with fewer blocks than rows (the scratch reused), multinomial
-// with and without replacement and its error records. SelectCuda.* in
-// select_test.cpp checks the same on a GPU.
+// n (k = n is sort), grids with fewer blocks than rows (the scratch reused),
+// multinomial with and without replacement and its error records.
+// SelectCuda.* in select_test.cpp and SortCuda.* in sort_test.cpp check the
+// same on a GPU.
 #include "tests/tensor/cuda_emulation.h"
 // After the emulation: its definitions make the kernels C++.
 #include <gtest/gtest.h>
@@ -91,6 +92,19 @@ TEST(CudaSelectEmulation, TopKMatchesTheCpuForEveryDtype) {
   check_topk_dtype<int32_t>(DType::Int32);
   check_topk_dtype<int8_t>(DType::Int8);
   check_topk_dtype<uint8_t>(DType::UInt8);
+}
+
+// sort is topk of every entry (tensor/select.h): rows whose padding to a
+// power of two nearly doubles them, with ties, NaN and -0, in both orders.
+TEST(CudaSelectEmulation, TopKOfEveryEntryIsTheCpusStableSort) {
+  for (int64_t n : {1, 2, 129, 2049}) {
+    Tensor ties = values_for(DType::Float32, {3, n}, 5 + n, 0, 8).to(DType::Int64).to(DType::Float32);
+    ties.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+    if (n > 2) ties.data<float>()[2] = -0.0f;
+    for (bool largest : {true, false}) expect_topk_matches_cpu<float>(ties, n, largest, 2, 256);
+  }
+  Tensor bytes = values_for(DType::UInt8, {2, 1000}, 6, 0, 2);
+  for (bool largest : {true, false}) expect_topk_matches_cpu<uint8_t>(bytes, 1000, largest, 1, 256);
 }
 
 TEST(CudaSelectEmulation, TopKRanksNaNAndSignedZerosAsTheCpu) {
