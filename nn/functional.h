@@ -64,6 +64,16 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 //   Tensor y = F::conv2d(x, w, b, /*stride=*/2, /*padding=*/1);
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Size2d stride = 1,
               Size2d padding = 0, Size2d dilation = 1, int64_t groups = 1);
+// torch.nn.functional.conv_transpose2d, conv2d's adjoint (what a DCGAN's
+// generator upsamples with): x (N, C_in, H, W) or (C_in, H, W), weight
+// (C_in, C_out/groups, kh, kw), bias (C_out) or undefined ->
+// (N, C_out, oh, ow) with oh = (H - 1)*stride.h - 2*padding.h +
+// dilation.h*(kh - 1) + output_padding.h + 1, and output_padding below
+// stride or dilation. Note the argument order, torch's: output_padding and
+// groups before dilation. Differentiable in x, weight and bias, to any order.
+//   Tensor up = F::conv_transpose2d(z, w, b, /*stride=*/2, /*padding=*/1);  // 4x4 kernel: H -> 2H
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Size2d stride = 1,
+                        Size2d padding = 0, Size2d output_padding = 0, int64_t groups = 1, Size2d dilation = 1);
 
 // ---- pooling (nn/functional/pooling.cpp); options and shapes as tensor/pool.h ----
 //   Tensor y = F::max_pool2d(x, {.kernel = 2});

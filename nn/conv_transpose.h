@@ -1,0 +1,46 @@
+// ConvTranspose2d, as torch.nn.ConvTranspose2d: the adjoint of a Conv2d
+// with the same settings, which maps a Conv2d's output size back to its
+// input size (the upsampling layer of a DCGAN generator).
+//
+//   auto up = std::make_shared<nn::ConvTranspose2d>(128, 64, 4, /*stride=*/2, /*padding=*/1);  // H -> 2H
+#pragma once
+
+#include <cstdint>
+
+#include "nn/module.h"
+#include "tensor/pool.h"
+
+namespace kiln::nn {
+
+// Parameters "weight" (in_channels, out_channels / groups, kh, kw) and
+// "bias" (out_channels), absent when bias is false, initialised as torch's
+// reset_parameters: kaiming_uniform(a = sqrt(5)) for the weight and
+// U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the bias, where torch's fan_in is
+// computed from the weight's dim 1: out_channels / groups * kh * kw. Both
+// channel counts must be divisible by groups; output_padding must be below
+// stride or dilation. The constructor's argument order is torch's.
+class ConvTranspose2d : public Module {
+ public:
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size2d kernel_size, Size2d stride = 1,
+                  Size2d padding = 0, Size2d output_padding = 0, int64_t groups = 1, bool bias = true,
+                  Size2d dilation = 1);
+
+  // input (N, in_channels, H, W) or (in_channels, H, W).
+  Tensor forward(const Tensor& input) override;
+  // "128, 64, kernel_size=(4, 4), stride=(2, 2), padding=(1, 1)", as torch.
+  std::string extra_repr() const override;
+  void reset_parameters();
+
+  const int64_t in_channels;
+  const int64_t out_channels;
+  const Size2d kernel_size;
+  const Size2d stride;
+  const Size2d padding;
+  const Size2d output_padding;
+  const int64_t groups;
+  const Size2d dilation;
+  Tensor weight;
+  Tensor bias;
+};
+
+}  // namespace kiln::nn
