@@ -48,7 +48,8 @@ endif()
 # The programs run from the prefix, finding libkiln there (no
 # LD_LIBRARY_PATH): the tool alone, then two copies of it under the
 # installed launcher.
-foreach(program kiln-run kiln-lenet kiln-gpt kiln-checkpoint kiln-pipeline-schedule kiln-image-folder-to-cifar)
+foreach(program kiln-run kiln-lenet kiln-gpt kiln-dcgan kiln-checkpoint kiln-pipeline-schedule
+        kiln-image-folder-to-cifar)
   if(NOT EXISTS ${prefix}/bin/${program})
     message(FATAL_ERROR "install test: ${prefix}/bin/${program} was not installed")
   endif()
