@@ -55,6 +55,7 @@
 #include "nn/module.h"
 #include "nn/module_holder.h"
 #include "nn/normalization.h"
+#include "nn/padding.h"
 #include "nn/pixel_shuffle.h"
 #include "nn/pooling.h"
 #include "nn/recurrent.h"
