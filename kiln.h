@@ -60,6 +60,7 @@
 #include "nn/pooling.h"
 #include "nn/recurrent.h"
 #include "nn/rnn_cell.h"
+#include "nn/upsampling.h"
 
 // optim/: optimizers, learning-rate schedules, gradient clipping, checkpoints.
 #include "optim/adam.h"
