@@ -3,8 +3,9 @@
 // nn/functional_composite.h). The options are F::interpolate's own struct,
 // so a module and the function it calls are configured the same way.
 //
-//   auto up = std::make_shared<nn::Upsample>(nn::UpsampleOptions{.scale_factor = {2}, .mode =
-//   F::InterpolateMode::Bilinear}); Tensor y = (*up)(x);   // x: (N, C, H, W) -> (N, C, 2H, 2W)
+//   auto up = std::make_shared<nn::Upsample>(
+//       nn::UpsampleOptions{.scale_factor = {2}, .mode = F::InterpolateMode::Bilinear});
+//   Tensor y = (*up)(x);   // x: (N, C, H, W) -> (N, C, 2H, 2W)
 //   nn::UpsamplingBilinear2d resize({.size = {32, 48}});   // align_corners=True, as torch
 #pragma once
 

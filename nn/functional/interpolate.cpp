@@ -102,13 +102,12 @@ std::string spatial_sizes(const std::vector<int64_t>& sizes) {
   return out + ")";
 }
 
-// The positions' tensor along dim d of a (d + trailing + 1)-dim result:
-// shape (m, 1, ..., 1), which broadcasts against it.
-template <class T>
-Tensor along(const std::vector<T>& values, int64_t trailing, Device device) {
+// Weights for dim d of a result with `trailing` dims after d: shape
+// (m, 1, ..., 1), which broadcasts along d.
+Tensor along(const std::vector<double>& values, int64_t trailing, Device device) {
   Shape shape(static_cast<size_t>(trailing) + 1, 1);
   shape[0] = static_cast<int64_t>(values.size());
-  return from_vector<T>(values, shape, device);
+  return from_vector<double>(values, shape, device);
 }
 
 // x resized along dim d to p.i0.size() positions.
@@ -120,7 +119,7 @@ Tensor resize_dim(const Tensor& x, int64_t d, const SourcePositions& p, bool lin
   // The weights in x's dtype, as torch's kernels store them; the lower one
   // is 1 minus the upper one after rounding.
   const int64_t trailing = x.dim() - 1 - d;
-  Tensor w1 = along<double>(p.w1, trailing, x.device()).to(x.dtype());
+  Tensor w1 = along(p.w1, trailing, x.device()).to(x.dtype());
   Tensor w0 = 1.0 - w1;
   return add(mul(lower, w0), mul(upper, w1));
 }
