@@ -208,6 +208,19 @@ TEST(Interpolate, Float32MatchesTorch) {
   expect_matches_torch(cases);
 }
 
+TEST(Interpolate, SixteenBitFloats) {
+  // Positions in float, weights and sums in the 16-bit type: close to float64.
+  Tensor x = uniform64({1, 2, 3, 5}, 1);
+  for (DType dtype : {DType::Float16, DType::BFloat16}) {
+    for (InterpolateOptions options : {InterpolateOptions{.size = {6, 4}, .mode = InterpolateMode::Bilinear},
+                                       InterpolateOptions{.scale_factor = {1.5}}}) {
+      Tensor y = F::interpolate(x.to(dtype), options);
+      EXPECT_EQ(y.dtype(), dtype);
+      gradtest::expect_values(y, testing::values_of(F::interpolate(x, options)), 2e-2);
+    }
+  }
+}
+
 TEST(Interpolate, Gradcheck) {
   using M = InterpolateMode;
   const std::vector<InterpolateOptions> options = {
@@ -215,6 +228,7 @@ TEST(Interpolate, Gradcheck) {
       {.scale_factor = {0.6}, .mode = M::NearestExact},
       {.size = {7}, .mode = M::Linear},
       {.scale_factor = {0.7}, .mode = M::Linear, .align_corners = true},
+      {.size = {4}, .mode = M::Linear},  // unchanged: a copy
   };
   for (const InterpolateOptions& o : options)
     expect_gradcheck([o](const TensorList& in) { return TensorList{F::interpolate(in[0], o)}; }, {leaf({2, 2, 4}, 1)});

@@ -254,6 +254,9 @@ TEST(Pad, OtherDtypesAndEmptyInputs) {
   EXPECT_EQ(filled.dtype(), DType::Int64);
   EXPECT_EQ(testing::values_of(filled), (std::vector<double>{7, 1, 2, 3, 7, 7}));
   EXPECT_EQ(testing::values_of(F::pad(ints, {2, 1}, PadMode::Reflect)), (std::vector<double>{3, 2, 1, 2, 3, 2}));
+  Tensor half = uniform64({2, 5}, 3).to(DType::Float16);
+  EXPECT_EQ(testing::values_of(F::pad(half, {2, 3}, PadMode::Reflect)),
+            testing::values_of(F::pad(half.to(DType::Float64), {2, 3}, PadMode::Reflect)));
   // A batch of no samples pads to no samples.
   EXPECT_EQ(F::pad(uniform64({0, 3, 4}, 1), {1, 2}, PadMode::Reflect).shape(), (Shape{0, 3, 7}));
   EXPECT_EQ(F::pad(uniform64({0, 3, 4}, 1), {1, 2}, PadMode::Constant).shape(), (Shape{0, 3, 7}));
