@@ -56,10 +56,12 @@
 #include "nn/module.h"
 #include "nn/module_holder.h"
 #include "nn/normalization.h"
+#include "nn/padding.h"
 #include "nn/pixel_shuffle.h"
 #include "nn/pooling.h"
 #include "nn/recurrent.h"
 #include "nn/rnn_cell.h"
+#include "nn/upsampling.h"
 
 // optim/: optimizers, learning-rate schedules, gradient clipping, checkpoints.
 #include "optim/adam.h"

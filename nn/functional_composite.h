@@ -1,18 +1,22 @@
 // The functional forms of the composite layers, as torch.nn.functional (and
 // torch's rnn_*_cell, lstm_cell, gru_cell): group and instance norm, conv1d,
-// pixel shuffle and the recurrent cells. Call them through the usual alias:
+// pixel shuffle, padding, interpolation and the recurrent cells. Call them
+// through the usual alias:
 //
 //   namespace F = kiln::nn::functional;
 //   Tensor y = F::group_norm(x, /*num_groups=*/4, gamma, beta);   // x: (N, 16, H, W)
 //   Tensor h = F::gru_cell(x, h, w_ih, w_hh, b_ih, b_hh);
+//   Tensor p = F::pad(x, {1, 1, 2, 0}, F::PadMode::Reflect);
+//   Tensor u = F::interpolate(x, {.scale_factor = {2}, .mode = F::InterpolateMode::Bilinear});
 //
 // Note [Composite layers]
 // Every function here, and the layers of nn/group_norm.h, instance_norm.h,
-// conv1d.h, pixel_shuffle.h, rnn_cell.h and recurrent.h built on them, is
-// written only with differentiable kiln:: functions (autograd/ops.h) and
-// the other functional ops (nn/functional.h): reshape and permute, the
-// fused layer_norm and batch_norm, conv2d, linear, sigmoid, tanh, stack,
-// cat, dropout. That is what PyTorch calls CompositeImplicitAutograd: no
+// conv1d.h, pixel_shuffle.h, padding.h, upsampling.h, rnn_cell.h and
+// recurrent.h built on them, is written only with differentiable kiln::
+// functions (autograd/ops.h) and the other functional ops
+// (nn/functional.h): reshape and permute, the fused layer_norm and
+// batch_norm, conv2d, linear, sigmoid, tanh, stack, cat, dropout,
+// index_select (constant padding is the one exception, below). That is what PyTorch calls CompositeImplicitAutograd: no
 // backward is written, so the gradient is the chain rule through ops that
 // are each tested against finite differences, it is differentiable to any
 // order where they are, and every device and autocast rule the parts have
@@ -29,6 +33,10 @@
 //   weight (OC, C/g, k) -> (OC, C/g, 1, k), stride (1, s), padding (0, p),
 //   dilation (1, d); both unsqueezes are views, so nothing is copied;
 // - pixel_shuffle is a reshape, a permute and a reshape (one copy);
+// - pad and interpolate gather with index_select along one padded or
+//   resized dim at a time, indices computed on the host (Note [Padding
+//   and interpolation as gathers]); constant padding alone is one recorded
+//   node, whose backward is constant padding by the negated amounts;
 // - the recurrent layers compute the input's contribution to the gates of
 //   a whole sequence with one linear (one GEMM over L*N rows) and only the
 //   hidden state's contribution step by step, as torch's CPU path does.
@@ -42,6 +50,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "autograd/ops.h"
 #include "tensor/random.h"
@@ -83,6 +93,92 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // Any number of leading dims, r >= 1.
 Tensor pixel_shuffle(const Tensor& x, int64_t upscale_factor);
 Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor);
+
+// ---- padding (nn/functional/pad.cpp) ----
+// torch.nn.functional.pad's modes: constant fills with `value`, reflect
+// mirrors about the edge without repeating it (d c b | a b c d | c b a),
+// replicate repeats the edge (a a | a b c d | d d), circular wraps around
+// (c d | a b c d | a b).
+enum class PadMode { Constant, Reflect, Replicate, Circular };
+
+// torch.nn.functional.pad(x, pad, mode, value). `pad` holds pairs for the
+// last dims, the last dim first: {left, right} pads dim -1, {left, right,
+// top, bottom} dims -1 and -2, {left, right, top, bottom, front, back} dims
+// -1 to -3; a negative entry removes that many elements instead. The
+// result has x's dtype; a padded dim of size s becomes s + before + after.
+// - Constant pads any number of the last dims (pad.size() / 2 <= x.dim())
+//   with value (0 when not given), of any dtype.
+// - Reflect, replicate and circular pad the last 1, 2 or 3 dims of a
+//   batched or unbatched input, as torch: pad.size() 2 with a 2-d or 3-d x,
+//   4 with 3-d or 4-d, 6 with 4-d or 5-d; they take no value. Reflect and
+//   replicate need every dim but a batched x's first to be non-empty;
+//   reflect needs each pad < the size of its dim, circular each pad <= it.
+// Differentiable in x: the gradient of a padded element goes back to the
+// element it copies (summed where reflect, replicate or circular copy one
+// element several times), that of a constant one nowhere.
+//   Tensor y = F::pad(x, {1, 2}, F::PadMode::Reflect);   // x: (N, C, L) -> (N, C, L + 3)
+//   Tensor z = F::pad(x, {0, 0, -1, 1}, F::PadMode::Constant, 0.5);
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, PadMode mode = PadMode::Constant,
+           std::optional<double> value = std::nullopt);
+
+// Note [Padding and interpolation as gathers]
+// Non-constant padding and every interpolation mode copy or mix input
+// elements at positions that depend only on the sizes, so each is one
+// index_select per padded or resized dim, with Int64 indices computed on
+// the host and copied to x's device. Output position j of a dim of size n
+// padded by (before, after) reads input position k = j - before mirrored
+// (reflect: -k below 0, 2(n-1) - k above n-1), clamped to [0, n-1]
+// (replicate), or wrapped around the part a negative pad keeps (circular).
+// A linear mode's dim is x[i0] * (1 - w) + x[i1] * w, the two gathers and
+// the weights (broadcast along the dim) in x's dtype, with i0, i1 and w as
+// torch's CPU kernel computes them; bilinear resizes W, then H, the order
+// in which that kernel nests its sums. The gradient is index_select's, a
+// scatter-add into zeros, so an element read several times gets the sum
+// of the gradients of its copies (as torch's backward kernels accumulate
+// them), and it differentiates again. The cost against a fused kernel is
+// one intermediate per dim and index tensors as long as the output dims;
+// the gain is that nothing is written per device. Constant padding is
+// instead a fill and one copy into the interior.
+
+// ---- interpolation (nn/functional/interpolate.cpp) ----
+// torch.nn.functional.interpolate's modes: nearest (torch's legacy
+// nearest, source index floor(dst * scale)), nearest-exact (floor((dst +
+// 0.5) * scale), as Pillow and scikit-image), linear (3-d input) and
+// bilinear (4-d input).
+enum class InterpolateMode { Nearest, NearestExact, Linear, Bilinear };
+
+// torch.nn.functional.interpolate's keyword arguments. Exactly one of size
+// and scale_factor is given (non-empty): one entry per spatial dim, or one
+// entry for all of them (torch's single int or float).
+struct InterpolateOptions {
+  std::vector<int64_t> size{};         // the output's spatial sizes
+  std::vector<double> scale_factor{};  // output size = floor(input size * scale_factor)
+  InterpolateMode mode = InterpolateMode::Nearest;
+  // Linear modes only (false when not given): true maps the centres of the
+  // corner pixels onto each other, false the outer edges of the pixels.
+  std::optional<bool> align_corners{};
+  // With scale_factor: true interpolates with scale input / output size,
+  // as if the computed size had been given; false or not given (torch's
+  // default) with 1 / scale_factor itself.
+  std::optional<bool> recompute_scale_factor{};
+};
+
+// torch.nn.functional.interpolate on x (N, C, d1, ...) with 1, 2 or 3
+// spatial dims for the nearest modes, (N, C, W) for linear and (N, C, H, W)
+// for bilinear -> (N, C, o1, ...), floating dtypes. Output position o of a
+// spatial dim of input size n and output size m reads source position
+//   nearest        floor(o * scale), at most n - 1
+//   nearest-exact  floor((o + 0.5) * scale), at most n - 1
+//   linear         align_corners:  o * (n - 1) / (m - 1)   (0 when m = 1)
+//                  otherwise:      max((o + 0.5) * scale - 0.5, 0)
+// with scale = n / m, or 1 / scale_factor when one is given and not
+// recomputed, in x's precision (float32 for 16-bit floats) as torch's CPU
+// kernels; linear modes mix the two neighbours of a fractional position
+// with weights 1 - frac and frac. A dim whose size does not change is
+// copied. Differentiable in x (Note [Padding and interpolation as gathers]).
+//   Tensor y = F::interpolate(x, {.size = {8, 12}, .mode = F::InterpolateMode::Bilinear, .align_corners = true});
+//   Tensor z = F::interpolate(x, {.scale_factor = {1.5}});   // nearest, each spatial dim * 1.5
+Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
 
 // ---- recurrent cells (nn/functional/recurrent.cpp) ----
 // One step of each recurrence, as torch's rnn_tanh_cell, rnn_relu_cell,
