@@ -12,8 +12,12 @@ namespace {
 // own __FILE__ ends in "tensor/error.cpp", so what comes before is the
 // source folder, found without any build setting; a location under it is
 // shown relative to it ("tensor/linalg.cpp:88"), for Kiln's files and for a
-// program's own files compiled from the same tree alike. Other paths stay
-// as they are.
+// program's own files compiled from the same tree alike. A build that
+// hands the compiler relative paths (ccache with CCACHE_BASEDIR rewrites
+// them so) gives "../tensor/linalg.cpp" from the build folder and
+// "../../tests/x.cpp" from one below it: the leading "../" and "./" are
+// dropped, leaving the path from the source folder when the build folder is
+// inside it. Other absolute paths stay as they are.
 std::string_view source_root() {
   static const std::string_view root = [] {
     constexpr std::string_view self = __FILE__, tail = "tensor/error.cpp";
@@ -23,9 +27,21 @@ std::string_view source_root() {
 }
 
 const char* relative_to_source_root(const char* file) {
+  if (file == nullptr) return file;
   const std::string_view root = source_root();
-  if (file != nullptr && !root.empty() && std::string_view(file).starts_with(root)) return file + root.size();
-  return file;
+  if (!root.empty() && root.front() == '/') {
+    return std::string_view(file).starts_with(root) ? file + root.size() : file;
+  }
+  while (true) {  // a relative __FILE__
+    const std::string_view rest(file);
+    if (rest.starts_with("../")) {
+      file += 3;
+    } else if (rest.starts_with("./")) {
+      file += 2;
+    } else {
+      return file;
+    }
+  }
 }
 
 }  // namespace
