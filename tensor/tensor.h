@@ -14,10 +14,12 @@
 #pragma once
 
 #include <atomic>
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -32,6 +34,40 @@
 namespace kiln {
 
 class Tensor;
+class Generator;     // tensor/random.h
+struct ValuesIndices;  // tensor/reduce.h: what x.max(dim) returns
+struct TopK;           // tensor/select.h: what x.topk(k) returns
+
+// An integer dim given to a reduction method (x.sum(1)); bool is left out,
+// and a braced list ({}, {1}, {0, 1}) is a Shape, never a dim.
+template <class I>
+concept DimIndex = std::integral<I> && !std::same_as<I, bool>;
+
+// Note [Tensor methods]
+// LibTorch users write math as methods: x.relu(), x.sum({1}, true),
+// x.matmul(w).softmax(-1), x.mul_(2). Kiln's math is the differentiable
+// kiln:: functions of autograd/ops.h, which the tensor layer cannot see. So
+// the math methods of Tensor are split as the autograd methods are (Note
+// [Autograd hooks]): declared here, so that they read as LibTorch's, and
+// defined in autograd/tensor_methods.cpp, each as one call of its free
+// function. x.relu() is exactly kiln::relu(x): the same value, the same
+// recorded node (grad_fn "ReluBackward"), the same errors; the in-place ones
+// are kiln::add_(x, ...) and refuse the same tensors.
+//
+// The tensor layer must never call these methods. Inside tensor/ they would
+// record autograd nodes from code that knows no gradients (a kernel's
+// front-end composing x.exp() would put a node in the user's graph), and
+// they would make tensor/ depend on autograd/, the layer above it. Code in
+// tensor/ calls the kiln::ops:: function (ops::relu(x)) instead; a grep for
+// the method names under tensor/ finds none. The view and copy methods
+// above them (view, reshape, to, clone, ...) are different: they are the
+// tensor layer's own, and only report to autograd through the hooks.
+//
+// Where Tensor already has a member of a name with another meaning, the
+// member keeps it (x.select(dim, index) is the view, not a selection op).
+// A method for a new op: declare it in the marked list at the end of the
+// math methods, and define it beside the others in
+// autograd/tensor_methods.cpp as `return kiln::name(*this, ...);`.
 
 // Note [Version counter]
 // Every in-place write to a tensor bumps its version. Autograd saves the
@@ -290,6 +326,141 @@ class Tensor {
   // Leaves only: `hook(leaf)` runs right after backward wrote leaf.grad().
   int64_t register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
   void remove_hook(int64_t handle) const;
+
+  // ---- math, as LibTorch's methods: each is the differentiable kiln::
+  // function of the same name in autograd/ops.h, called with this tensor
+  // first (Note [Tensor methods]; never called from tensor/) ----
+  // unary
+  Tensor neg() const;
+  Tensor abs() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor rsqrt() const;
+  Tensor relu() const;
+  Tensor sigmoid() const;
+  Tensor tanh() const;
+  Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt) const;
+  Tensor logical_not() const;
+  // binary, with a tensor or a scalar
+  Tensor add(const Tensor& other, Scalar alpha = 1) const;  // this + alpha * other
+  Tensor add(Scalar other) const;
+  Tensor sub(const Tensor& other, Scalar alpha = 1) const;  // this - alpha * other
+  Tensor sub(Scalar other) const;
+  Tensor mul(const Tensor& other) const;
+  Tensor mul(Scalar other) const;
+  Tensor div(const Tensor& other) const;
+  Tensor div(Scalar other) const;
+  Tensor pow(const Tensor& exponent) const;
+  Tensor pow(Scalar exponent) const;
+  Tensor maximum(const Tensor& other) const;
+  Tensor minimum(const Tensor& other) const;
+  // condition ? this : other, as torch's x.where(condition, y).
+  Tensor where(const Tensor& condition, const Tensor& other) const;
+  Tensor where(const Tensor& condition, Scalar other) const;
+  // comparisons and logic (Bool results, no gradient)
+  Tensor eq(const Tensor& other) const;
+  Tensor eq(Scalar other) const;
+  Tensor ne(const Tensor& other) const;
+  Tensor ne(Scalar other) const;
+  Tensor lt(const Tensor& other) const;
+  Tensor lt(Scalar other) const;
+  Tensor le(const Tensor& other) const;
+  Tensor le(Scalar other) const;
+  Tensor gt(const Tensor& other) const;
+  Tensor gt(Scalar other) const;
+  Tensor ge(const Tensor& other) const;
+  Tensor ge(Scalar other) const;
+  Tensor logical_and(const Tensor& other) const;
+  Tensor logical_or(const Tensor& other) const;
+  Tensor logical_xor(const Tensor& other) const;
+  // reductions: `dims` empty means all dims; x.sum(1) is x.sum({1})
+  Tensor sum(const Shape& dims = {}, bool keepdim = false) const;
+  Tensor sum(const Shape& dims, bool keepdim, DType dtype) const;
+  Tensor sum(DType dtype) const;  // over all dims, accumulated and returned in dtype
+  Tensor mean(const Shape& dims = {}, bool keepdim = false) const;
+  Tensor prod(const Shape& dims = {}, bool keepdim = false) const;
+  Tensor amax(const Shape& dims = {}, bool keepdim = false) const;
+  Tensor amin(const Shape& dims = {}, bool keepdim = false) const;
+  Tensor var(const Shape& dims = {}, int64_t correction = 1, bool keepdim = false) const;
+  Tensor std(const Shape& dims = {}, int64_t correction = 1, bool keepdim = false) const;
+  Tensor logsumexp(const Shape& dims, bool keepdim = false) const;
+  template <DimIndex I>
+  Tensor sum(I dim, bool keepdim = false) const { return sum(Shape{static_cast<int64_t>(dim)}, keepdim); }
+  template <DimIndex I>
+  Tensor mean(I dim, bool keepdim = false) const { return mean(Shape{static_cast<int64_t>(dim)}, keepdim); }
+  template <DimIndex I>
+  Tensor prod(I dim, bool keepdim = false) const { return prod(Shape{static_cast<int64_t>(dim)}, keepdim); }
+  template <DimIndex I>
+  Tensor amax(I dim, bool keepdim = false) const { return amax(Shape{static_cast<int64_t>(dim)}, keepdim); }
+  template <DimIndex I>
+  Tensor amin(I dim, bool keepdim = false) const { return amin(Shape{static_cast<int64_t>(dim)}, keepdim); }
+  template <DimIndex I>
+  Tensor var(I dim, int64_t correction = 1, bool keepdim = false) const {
+    return var(Shape{static_cast<int64_t>(dim)}, correction, keepdim);
+  }
+  template <DimIndex I>
+  Tensor std(I dim, int64_t correction = 1, bool keepdim = false) const {
+    return std(Shape{static_cast<int64_t>(dim)}, correction, keepdim);
+  }
+  template <DimIndex I>
+  Tensor logsumexp(I dim, bool keepdim = false) const {
+    return logsumexp(Shape{static_cast<int64_t>(dim)}, keepdim);
+  }
+  Tensor max() const;  // over all elements, 0-dim
+  Tensor min() const;
+  // Values and Int64 indices along `dim`: auto [values, indices] = x.max(1);
+  ValuesIndices max(int64_t dim, bool keepdim = false) const;
+  ValuesIndices min(int64_t dim, bool keepdim = false) const;
+  // Int64 indices (no gradient); without a dim, into the flattened tensor.
+  Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  // matrix products
+  Tensor matmul(const Tensor& other) const;
+  Tensor mm(const Tensor& other) const;
+  Tensor bmm(const Tensor& other) const;
+  // splitting, indexing, selecting
+  std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
+  std::vector<Tensor> split(const std::vector<int64_t>& sizes, int64_t dim = 0) const;
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+  Tensor gather(int64_t dim, const Tensor& index) const;
+  Tensor scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const;
+  Tensor masked_fill(const Tensor& mask, Scalar value) const;
+  Tensor tril(int64_t diagonal = 0) const;
+  Tensor triu(int64_t diagonal = 0) const;
+  TopK topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;
+  Tensor multinomial(int64_t num_samples, bool replacement = false, Generator* gen = nullptr) const;
+  // ---- methods of ops being added: declare them here, one line each, and
+  // define them in autograd/tensor_methods.cpp (Note [Tensor methods]).
+  // Expected: flip, roll, repeat, tile, sort, cumsum, cumprod, sign. ----
+
+  // ---- in place, as kiln::add_(x, ...): no gradient, refused on a tensor
+  // that requires grad while grad mode is on; each returns this tensor ----
+  Tensor& add_(const Tensor& other, Scalar alpha = 1);
+  Tensor& add_(Scalar other);
+  Tensor& sub_(const Tensor& other, Scalar alpha = 1);
+  Tensor& sub_(Scalar other);
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(Scalar other);
+  Tensor& div_(const Tensor& other);
+  Tensor& div_(Scalar other);
+  Tensor& pow_(Scalar exponent);
+  Tensor& neg_();
+  Tensor& abs_();
+  Tensor& exp_();
+  Tensor& log_();
+  Tensor& sqrt_();
+  Tensor& relu_();
+  Tensor& sigmoid_();
+  Tensor& tanh_();
+  Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
+  Tensor& fill_(Scalar value);
+  Tensor& zero_();
+  Tensor& masked_fill_(const Tensor& mask, Scalar value);
+  Tensor& scatter_add_(int64_t dim, const Tensor& index, const Tensor& src);
 
   // ---- printing (tensor/print.cpp) ----
   std::string str() const;
