@@ -107,6 +107,21 @@ Tensor Tensor::multinomial(int64_t num_samples, bool replacement, Generator* gen
   return kiln::multinomial(*this, num_samples, replacement, gen);
 }
 
+// ---- reordering, sorting, scans ----
+Tensor Tensor::flip(const Shape& dims) const { return kiln::flip(*this, dims); }
+Tensor Tensor::roll(const Shape& shifts, const Shape& dims) const { return kiln::roll(*this, shifts, dims); }
+Tensor Tensor::repeat(const Shape& repeats) const { return kiln::repeat(*this, repeats); }
+Tensor Tensor::tile(const Shape& reps) const { return kiln::tile(*this, reps); }
+ValuesIndices Tensor::sort(int64_t dim, bool descending, bool stable) const {
+  return kiln::sort(*this, dim, descending, stable);
+}
+Tensor Tensor::argsort(int64_t dim, bool descending, bool stable) const {
+  return kiln::argsort(*this, dim, descending, stable);
+}
+Tensor Tensor::cumsum(int64_t dim, std::optional<DType> dtype) const { return kiln::cumsum(*this, dim, dtype); }
+Tensor Tensor::cumprod(int64_t dim, std::optional<DType> dtype) const { return kiln::cumprod(*this, dim, dtype); }
+Tensor Tensor::sign() const { return kiln::sign(*this); }
+
 // ---- in place ----
 Tensor& Tensor::add_(const Tensor& other, Scalar alpha) { return kiln::add_(*this, other, alpha); }
 Tensor& Tensor::add_(Scalar other) { return kiln::add_(*this, other); }

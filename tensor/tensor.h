@@ -433,9 +433,18 @@ class Tensor {
   Tensor triu(int64_t diagonal = 0) const;
   TopK topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;
   Tensor multinomial(int64_t num_samples, bool replacement = false, Generator* gen = nullptr) const;
-  // ---- methods of ops being added: declare them here, one line each, and
-  // define them in autograd/tensor_methods.cpp (Note [Tensor methods]).
-  // Expected: flip, roll, repeat, tile, sort, cumsum, cumprod, sign. ----
+  // reordering, sorting, scans
+  Tensor flip(const Shape& dims) const;
+  Tensor roll(const Shape& shifts, const Shape& dims = {}) const;
+  Tensor repeat(const Shape& repeats) const;
+  Tensor tile(const Shape& reps) const;
+  ValuesIndices sort(int64_t dim = -1, bool descending = false, bool stable = false) const;
+  Tensor argsort(int64_t dim = -1, bool descending = false, bool stable = false) const;
+  Tensor cumsum(int64_t dim, std::optional<DType> dtype = std::nullopt) const;
+  Tensor cumprod(int64_t dim, std::optional<DType> dtype = std::nullopt) const;
+  Tensor sign() const;
+  // ---- a method for a new op: one line here, its definition in
+  // autograd/tensor_methods.cpp (Note [Tensor methods]) ----
 
   // ---- in place, as kiln::add_(x, ...): no gradient, refused on a tensor
   // that requires grad while grad mode is on; each returns this tensor ----

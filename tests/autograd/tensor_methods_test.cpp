@@ -206,6 +206,17 @@ TEST(TensorMethods, IndexingAndSelectionEqualTheirFreeFunctions) {
       {"split sizes", {x}, [](auto& in) { return in[0].split(std::vector<int64_t>{1, 2}, 0)[1]; },
        [](auto& in) { return split(in[0], std::vector<int64_t>{1, 2}, 0)[1]; }},
       {"chunk", {x}, [](auto& in) { return in[0].chunk(2, -1)[0]; }, [](auto& in) { return chunk(in[0], 2, -1)[0]; }},
+      {"flip", {x}, [](auto& in) { return in[0].flip({0, 1}); }, [](auto& in) { return flip(in[0], {0, 1}); }},
+      {"roll", {x}, [](auto& in) { return in[0].roll({1}, {1}); }, [](auto& in) { return roll(in[0], {1}, {1}); }},
+      {"repeat", {x}, [](auto& in) { return in[0].repeat({2, 1, 3}); },
+       [](auto& in) { return repeat(in[0], {2, 1, 3}); }},
+      {"tile", {x}, [](auto& in) { return in[0].tile({2}); }, [](auto& in) { return tile(in[0], {2}); }},
+      {"sort values", {x}, [](auto& in) { return in[0].sort(1, true).values; },
+       [](auto& in) { return sort(in[0], 1, true).values; }},
+      {"argsort", {x}, [](auto& in) { return in[0].argsort(0); }, [](auto& in) { return argsort(in[0], 0); }},
+      {"cumsum", {x}, [](auto& in) { return in[0].cumsum(1); }, [](auto& in) { return cumsum(in[0], 1); }},
+      {"cumprod", {x}, [](auto& in) { return in[0].cumprod(0); }, [](auto& in) { return cumprod(in[0], 0); }},
+      {"sign", {x}, [](auto& in) { return in[0].sign(); }, [](auto& in) { return sign(in[0]); }},
   };
   for (const Case& c : cases) expect_same_as_free(c.name, c.inputs, c.method, c.free_fn);
 
