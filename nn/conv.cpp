@@ -19,10 +19,7 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2d kernel_size, Si
       dilation(dilation),
       groups(groups) {
   check_conv_channels("Conv2d", in_channels, out_channels, groups);
-  KILN_CHECK(kernel_size.h > 0 && kernel_size.w > 0 && stride.h > 0 && stride.w > 0 && dilation.h > 0 && dilation.w > 0,
-             "Conv2d: kernel_size, stride and dilation must be positive, got ", repr::pair(kernel_size), ", ",
-             repr::pair(stride), " and ", repr::pair(dilation));
-  KILN_CHECK(padding.h >= 0 && padding.w >= 0, "Conv2d: padding must be >= 0, got ", repr::pair(padding));
+  check_conv_sizes("Conv2d", kernel_size, stride, padding, dilation);
   weight = register_parameter("weight", empty({out_channels, in_channels / groups, kernel_size.h, kernel_size.w}));
   this->bias = register_parameter("bias", bias ? empty({out_channels}) : Tensor());
   reset_parameters();

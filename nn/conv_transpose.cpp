@@ -20,10 +20,7 @@ ConvTranspose2d::ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size
       groups(groups),
       dilation(dilation) {
   check_conv_channels("ConvTranspose2d", in_channels, out_channels, groups);
-  KILN_CHECK(kernel_size.h > 0 && kernel_size.w > 0 && stride.h > 0 && stride.w > 0 && dilation.h > 0 && dilation.w > 0,
-             "ConvTranspose2d: kernel_size, stride and dilation must be positive, got ", repr::pair(kernel_size), ", ",
-             repr::pair(stride), " and ", repr::pair(dilation));
-  KILN_CHECK(padding.h >= 0 && padding.w >= 0, "ConvTranspose2d: padding must be >= 0, got ", repr::pair(padding));
+  check_conv_sizes("ConvTranspose2d", kernel_size, stride, padding, dilation);
   KILN_CHECK(output_padding.h >= 0 && output_padding.w >= 0 &&
                  (output_padding.h < stride.h || output_padding.h < dilation.h) &&
                  (output_padding.w < stride.w || output_padding.w < dilation.w),

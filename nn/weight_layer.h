@@ -1,5 +1,6 @@
-// What Linear, Conv1d and Conv2d share: torch's default initialisation of a
-// weight and its bias, and a convolution's checks of its channels and groups.
+// What Linear and the convolutions share: torch's default initialisation of a
+// weight and its bias, and a convolution's checks of its channels, groups and
+// sizes.
 // Each layer's .cpp uses them; a layer's header does not need them.
 #pragma once
 
@@ -7,7 +8,9 @@
 #include <cstdint>
 
 #include "nn/init.h"
+#include "nn/repr.h"
 #include "tensor/error.h"
+#include "tensor/pool.h"
 
 namespace kiln::nn {
 
@@ -33,6 +36,15 @@ inline void check_conv_channels(const char* layer, int64_t in_channels, int64_t 
              ")");
   KILN_CHECK(out_channels % groups == 0, layer, ": out_channels (", out_channels, ") must be divisible by groups (",
              groups, ")");
+}
+
+// A 2-d convolution's kernel size, stride and dilation (positive) and
+// padding (not negative), as torch checks them; `layer` names it.
+inline void check_conv_sizes(const char* layer, Size2d kernel_size, Size2d stride, Size2d padding, Size2d dilation) {
+  KILN_CHECK(kernel_size.h > 0 && kernel_size.w > 0 && stride.h > 0 && stride.w > 0 && dilation.h > 0 && dilation.w > 0,
+             layer, ": kernel_size, stride and dilation must be positive, got ", repr::pair(kernel_size), ", ",
+             repr::pair(stride), " and ", repr::pair(dilation));
+  KILN_CHECK(padding.h >= 0 && padding.w >= 0, layer, ": padding must be >= 0, got ", repr::pair(padding));
 }
 
 }  // namespace kiln::nn

@@ -66,6 +66,17 @@ ops::Conv2dGrads differentiable_conv2d_backward(const Tensor& g, const Tensor& x
   return grads;
 }
 
+// The functional form's settings as the tensor layer's struct.
+ops::Conv2dParams conv_params(Size2d stride, Size2d padding, Size2d dilation, int64_t groups) {
+  return {.stride_h = stride.h,
+          .stride_w = stride.w,
+          .pad_h = padding.h,
+          .pad_w = padding.w,
+          .dilation_h = dilation.h,
+          .dilation_w = dilation.w,
+          .groups = groups};
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding, Size2d dilation,
@@ -76,13 +87,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d 
   // The nodes below always see a batch; an unbatched x is a view of one.
   if (x.dim() == 3) return conv2d(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups).squeeze(0);
 
-  const ops::Conv2dParams p{.stride_h = stride.h,
-                            .stride_w = stride.w,
-                            .pad_h = padding.h,
-                            .pad_w = padding.w,
-                            .dilation_h = dilation.h,
-                            .dilation_w = dilation.w,
-                            .groups = groups};
+  const ops::Conv2dParams p = conv_params(stride, padding, dilation, groups);
   Tensor out = autograd::untracked([&] { return ops::conv2d(x, weight, bias, p); });  // (N, OC, oh, ow)
   if (autograd::needs_grad({x, weight, bias})) {
     const std::array<bool, 3> mask{x.requires_grad(), weight.requires_grad(), bias.defined() && bias.requires_grad()};
@@ -146,13 +151,7 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
                         output_padding.w + 1;
   KILN_CHECK(out_h > 0 && out_w > 0, "conv_transpose2d: input of shape ", x.shape(), " and weight of shape ",
              weight.shape(), " give an output of ", out_h, " x ", out_w, ", which is empty");
-  const ops::Conv2dParams p{.stride_h = stride.h,
-                            .stride_w = stride.w,
-                            .pad_h = padding.h,
-                            .pad_w = padding.w,
-                            .dilation_h = dilation.h,
-                            .dilation_w = dilation.w,
-                            .groups = groups};
+  const ops::Conv2dParams p = conv_params(stride, padding, dilation, groups);
   // The conv2d input whose gradient this is: (N, C_out, out_h, out_w).
   Tensor shape_only = zeros({}, {x.dtype(), x.device()}).expand({x.size(0), out_channels, out_h, out_w});
   Tensor out = differentiable_conv2d_backward(x, shape_only, weight, p, {true, false, false}).grad_input;
