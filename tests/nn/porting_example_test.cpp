@@ -38,10 +38,7 @@ TEST(PortingExample, TheKilnProgramTrainsSavesAndLoads) {
   const std::string path = (std::filesystem::temp_directory_path() / "kiln_porting_net.safetensors").string();
   manual_seed(0);
   Net model;
-  optim::SGDOptions options;
-  options.lr = 0.01;
-  options.momentum = 0.9;
-  optim::SGD optimizer(model->parameters(), options);
+  optim::SGD optimizer(model->parameters(), optim::SGDOptions(0.01).momentum(0.9));
 
   auto dataset = std::make_shared<data::TensorDataset>(randn({256, 3, 32, 32}), randint(0, 10, {256}));
   data::DataLoader loader(dataset, {.batch_size = 64, .shuffle = true});
