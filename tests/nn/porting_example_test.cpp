@@ -18,8 +18,8 @@ using namespace kiln;
 
 struct NetImpl : nn::Module {
   NetImpl() {
-    conv1 = register_module("conv1", nn::make<nn::Conv2d>(3, 6, 5));
-    conv2 = register_module("conv2", nn::make<nn::Conv2d>(6, 16, 5));
+    conv1 = register_module("conv1", nn::make<nn::Conv2d>(nn::Conv2dOptions(3, 6, 5)));
+    conv2 = register_module("conv2", nn::make<nn::Conv2d>(nn::Conv2dOptions(6, 16, 5)));
     fc1 = register_module("fc1", nn::make<nn::Linear>(16 * 5 * 5, 120));
     fc2 = register_module("fc2", nn::make<nn::Linear>(120, 10));
   }
