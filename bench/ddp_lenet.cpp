@@ -214,10 +214,7 @@ int run_rank(const Options& options) {
   }
   auto ddp = std::make_shared<dist::DistributedDataParallel>(model, ddp_options);
   ddp->train();
-  kiln::optim::SGDOptions sgd;
-  sgd.lr = 0.01;
-  sgd.momentum = 0.9;
-  kiln::optim::SGD optimizer(ddp->parameters(), sgd);
+  kiln::optim::SGD optimizer(ddp->parameters(), kiln::optim::SGDOptions(0.01).momentum(0.9));
 
   StepTimes times;
   double loss_sum = 0;

@@ -165,7 +165,7 @@ int run_rank(const Options& options) {
   kiln::manual_seed(0);
   auto model = std::make_shared<kiln::nn::GPT>(config.model);
   kiln::optim::AdamW optimizer(kiln::optim::weight_decay_groups(model->parameters(), 0.1),
-                               kiln::optim::AdamWOptions{.lr = 6e-4, .beta1 = 0.9, .beta2 = 0.95});
+                               kiln::optim::AdamWOptions(6e-4).beta1(0.9).beta2(0.95));
   std::shared_ptr<kiln::nn::Module> wrapped;
   size_t units = 0;
   if (options.mode == "fsdp") {

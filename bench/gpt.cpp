@@ -85,7 +85,7 @@ void train(const Options& options, const Config& config) {
   auto model = std::make_shared<kiln::nn::GPT>(config.model);
   model->to(options.device);
   kiln::optim::AdamW optimizer(kiln::optim::weight_decay_groups(model->parameters(), 0.1),
-                               kiln::optim::AdamWOptions{.lr = 6e-4, .beta1 = 0.9, .beta2 = 0.95});
+                               kiln::optim::AdamWOptions(6e-4).beta1(0.9).beta2(0.95));
   const int64_t block = config.model.block_size;
   kiln::Generator gen(1);
   const Tensor data = kiln::randint(0, kVocab, {options.steps + kWarmupSteps, config.batch, block + 1},

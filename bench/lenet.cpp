@@ -152,10 +152,7 @@ struct Trainer {
     kiln::manual_seed(0);
     model = std::make_shared<kiln::nn::LeNet>();
     model->to(device);
-    kiln::optim::SGDOptions options;
-    options.lr = 0.01;
-    options.momentum = 0.9;
-    optimizer = std::make_unique<kiln::optim::SGD>(model->parameters(), options);
+    optimizer = std::make_unique<kiln::optim::SGD>(model->parameters(), kiln::optim::SGDOptions(0.01).momentum(0.9));
   }
 
   Tensor step(const Tensor& x, const Tensor& y) {

@@ -181,7 +181,7 @@ int run_rank(const Options& options) {
       [](const pp::TensorList& out, const Tensor& y) { return kiln::nn::GPT::loss_from_logits(out[0], y); },
       dist::default_group_ptr(), pipe_options);
   kiln::optim::AdamW optimizer(kiln::optim::weight_decay_groups(pipe.parameters(), 0.1),
-                               kiln::optim::AdamWOptions{.lr = 6e-4, .beta1 = 0.9, .beta2 = 0.95});
+                               kiln::optim::AdamWOptions(6e-4).beta1(0.9).beta2(0.95));
 
   auto step = [&](int64_t s) {
     const Tensor xy = data.select(0, s);  // (B, T + 1)

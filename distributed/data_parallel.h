@@ -4,7 +4,7 @@
 //   auto model = std::make_shared<nn::LeNet>();
 //   distributed::DataParallel dp(model, [] { return std::make_shared<nn::LeNet>(); },
 //                                {cuda_device(0), cuda_device(1)});
-//   optim::SGD opt(dp.parameters(), {.lr = 0.01});     // the original's parameters
+//   optim::SGD opt(dp.parameters(), optim::SGDOptions(0.01));     // the original's parameters
 //   F::cross_entropy(dp.forward(images), labels).backward();
 //   opt.step();
 //

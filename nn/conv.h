@@ -2,14 +2,33 @@
 //
 //   auto conv = std::make_shared<nn::Conv2d>(3, 6, 5);                  // LeNet's first layer
 //   auto dw = std::make_shared<nn::Conv2d>(32, 32, 3, 1, 1, 1, /*groups=*/32);  // depthwise
+//   nn::Conv2d down(nn::Conv2dOptions(16, 32, 3).stride(2).padding(1).bias(false));   // as LibTorch
 #pragma once
 
 #include <cstdint>
 
 #include "nn/module.h"
+#include "tensor/arg.h"
 #include "tensor/pool.h"
 
 namespace kiln::nn {
+
+// torch.nn.Conv2d's arguments (Note [Option builders] in tensor/arg.h); a
+// Size2d is one int for both sides or {h, w}: .stride(2), .padding({1, 0}).
+class Conv2dOptions {
+ public:
+  Conv2dOptions(int64_t in_channels, int64_t out_channels, Size2d kernel_size)
+      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
+
+  KILN_ARG(int64_t, in_channels);
+  KILN_ARG(int64_t, out_channels);
+  KILN_ARG(Size2d, kernel_size);
+  KILN_ARG(Size2d, stride) = 1;
+  KILN_ARG(Size2d, padding) = 0;
+  KILN_ARG(Size2d, dilation) = 1;
+  KILN_ARG(int64_t, groups) = 1;
+  KILN_ARG(bool, bias) = true;
+};
 
 // Parameters "weight" (out_channels, in_channels / groups, kh, kw) and
 // "bias" (out_channels), absent when bias is false, initialised as torch's
@@ -20,6 +39,9 @@ class Conv2d : public Module {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, Size2d kernel_size, Size2d stride = 1, Size2d padding = 0,
          Size2d dilation = 1, int64_t groups = 1, bool bias = true);
+  explicit Conv2d(const Conv2dOptions& o)
+      : Conv2d(o.in_channels(), o.out_channels(), o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.groups(),
+               o.bias()) {}
 
   // input (N, in_channels, H, W) or (in_channels, H, W).
   Tensor forward(const Tensor& input) override;

@@ -3,13 +3,31 @@
 //
 //   auto conv = std::make_shared<nn::Conv1d>(16, 32, /*kernel_size=*/3, /*stride=*/1, /*padding=*/1);
 //   Tensor y = (*conv)(x);   // x: (N, 16, L) -> (N, 32, L)
+//   nn::Conv1d same(nn::Conv1dOptions(16, 32, 3).padding(1));   // as LibTorch
 #pragma once
 
 #include <cstdint>
 
 #include "nn/module.h"
+#include "tensor/arg.h"
 
 namespace kiln::nn {
+
+// torch.nn.Conv1d's arguments (Note [Option builders] in tensor/arg.h).
+class Conv1dOptions {
+ public:
+  Conv1dOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
+      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
+
+  KILN_ARG(int64_t, in_channels);
+  KILN_ARG(int64_t, out_channels);
+  KILN_ARG(int64_t, kernel_size);
+  KILN_ARG(int64_t, stride) = 1;
+  KILN_ARG(int64_t, padding) = 0;
+  KILN_ARG(int64_t, dilation) = 1;
+  KILN_ARG(int64_t, groups) = 1;
+  KILN_ARG(bool, bias) = true;
+};
 
 // Parameters "weight" (out_channels, in_channels / groups, kernel_size) and
 // "bias" (out_channels), absent when bias is false, initialised as torch's
@@ -20,6 +38,9 @@ class Conv1d : public Module {
  public:
   Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride = 1, int64_t padding = 0,
          int64_t dilation = 1, int64_t groups = 1, bool bias = true);
+  explicit Conv1d(const Conv1dOptions& o)
+      : Conv1d(o.in_channels(), o.out_channels(), o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.groups(),
+               o.bias()) {}
 
   // input (N, in_channels, L) or (in_channels, L).
   Tensor forward(const Tensor& input) override;

@@ -1,17 +1,31 @@
 // Dropout, as torch.nn.Dropout: in training, zeroes each element with
 // probability p and scales the rest by 1 / (1 - p); in eval, the identity.
+//   auto drop = std::make_shared<nn::Dropout>(0.2);
+//   nn::Dropout same(nn::DropoutOptions(0.2));   // as LibTorch
 #pragma once
 
 #include "nn/module.h"
+#include "tensor/arg.h"
 #include "tensor/random.h"
 
 namespace kiln::nn {
+
+// torch.nn.Dropout's argument, and the generator of the masks (Note
+// [Option builders] in tensor/arg.h).
+class DropoutOptions {
+ public:
+  explicit DropoutOptions(double p = 0.5) : p_(p) {}
+
+  KILN_ARG(double, p);
+  KILN_ARG(Generator*, generator) = nullptr;
+};
 
 class Dropout : public Module {
  public:
   // p in [0, 1]. The masks come from `generator`, or the default generator
   // when it is null; a generator must outlive the module.
   explicit Dropout(double p = 0.5, Generator* generator = nullptr);
+  explicit Dropout(const DropoutOptions& o) : Dropout(o.p(), o.generator()) {}
 
   Tensor forward(const Tensor& input) override;
   // "p=0.5, inplace=False"

@@ -77,10 +77,10 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
 
 // ---- pooling (nn/functional/pooling.cpp); options and shapes as tensor/pool.h ----
 //   Tensor y = F::max_pool2d(x, {.kernel = 2});
-Tensor max_pool2d(const Tensor& x, const MaxPool2dOptions& options);
+Tensor max_pool2d(const Tensor& x, const kiln::MaxPool2dOptions& options);
 // The maxima (differentiable) and their Int64 positions in each (H, W) plane.
-PoolResult max_pool2d_with_indices(const Tensor& x, const MaxPool2dOptions& options);
-Tensor avg_pool2d(const Tensor& x, const AvgPool2dOptions& options);
+PoolResult max_pool2d_with_indices(const Tensor& x, const kiln::MaxPool2dOptions& options);
+Tensor avg_pool2d(const Tensor& x, const kiln::AvgPool2dOptions& options);
 Tensor adaptive_avg_pool2d(const Tensor& x, Size2d output_size);
 
 // ---- normalization (nn/functional/normalization.cpp) ----

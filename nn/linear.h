@@ -2,13 +2,25 @@
 //
 //   auto fc = std::make_shared<nn::Linear>(400, 120);
 //   Tensor y = (*fc)(x);   // x: (*, 400) -> (*, 120)
+//   nn::Linear head(nn::LinearOptions(120, 10).bias(false));   // as LibTorch
 #pragma once
 
 #include <cstdint>
 
 #include "nn/module.h"
+#include "tensor/arg.h"
 
 namespace kiln::nn {
+
+// torch.nn.Linear's arguments (Note [Option builders] in tensor/arg.h).
+class LinearOptions {
+ public:
+  LinearOptions(int64_t in_features, int64_t out_features) : in_features_(in_features), out_features_(out_features) {}
+
+  KILN_ARG(int64_t, in_features);
+  KILN_ARG(int64_t, out_features);
+  KILN_ARG(bool, bias) = true;
+};
 
 // y = x @ weight^T + bias. Parameters "weight" (out_features, in_features)
 // and "bias" (out_features), absent when bias is false, initialised as
@@ -17,6 +29,8 @@ namespace kiln::nn {
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  explicit Linear(const LinearOptions& options)
+      : Linear(options.in_features(), options.out_features(), options.bias()) {}
 
   Tensor forward(const Tensor& input) override;
   // "in_features=400, out_features=120, bias=True"

@@ -4,14 +4,31 @@
 //   Tensor y = (*bn)(x);   // training: batch statistics, running stats updated
 //   bn->eval();
 //   y = (*bn)(x);          // eval: running statistics
+//   nn::BatchNorm1d bn1(nn::BatchNorm1dOptions(64).momentum(0.01).affine(false));   // as LibTorch
 #pragma once
 
 #include <cstdint>
 #include <optional>
 
 #include "nn/module.h"
+#include "tensor/arg.h"
 
 namespace kiln::nn {
+
+// torch.nn.BatchNorm1d's and BatchNorm2d's arguments (Note [Option
+// builders] in tensor/arg.h); momentum std::nullopt is the cumulative average.
+class BatchNormOptions {
+ public:
+  explicit BatchNormOptions(int64_t num_features) : num_features_(num_features) {}
+
+  KILN_ARG(int64_t, num_features);
+  KILN_ARG(double, eps) = 1e-5;
+  KILN_ARG(std::optional<double>, momentum) = 0.1;
+  KILN_ARG(bool, affine) = true;
+  KILN_ARG(bool, track_running_stats) = true;
+};
+using BatchNorm1dOptions = BatchNormOptions;  // LibTorch's names
+using BatchNorm2dOptions = BatchNormOptions;
 
 // The shared implementation of BatchNorm1d and BatchNorm2d (torch's
 // _BatchNorm), which differ only in the input ranks they accept.
@@ -77,6 +94,8 @@ class BatchNorm1d : public BatchNorm {
   explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
                        bool affine = true, bool track_running_stats = true)
       : BatchNorm(num_features, eps, momentum, affine, track_running_stats) {}
+  explicit BatchNorm1d(const BatchNormOptions& o)
+      : BatchNorm1d(o.num_features(), o.eps(), o.momentum(), o.affine(), o.track_running_stats()) {}
 
  protected:
   void check_input_dim(const Tensor& input) const override;
@@ -88,9 +107,23 @@ class BatchNorm2d : public BatchNorm {
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
                        bool affine = true, bool track_running_stats = true)
       : BatchNorm(num_features, eps, momentum, affine, track_running_stats) {}
+  explicit BatchNorm2d(const BatchNormOptions& o)
+      : BatchNorm2d(o.num_features(), o.eps(), o.momentum(), o.affine(), o.track_running_stats()) {}
 
  protected:
   void check_input_dim(const Tensor& input) const override;
+};
+
+// torch.nn.LayerNorm's arguments (Note [Option builders] in tensor/arg.h).
+//   nn::LayerNorm ln(nn::LayerNormOptions({768}).eps(1e-6).bias(false));
+class LayerNormOptions {
+ public:
+  explicit LayerNormOptions(Shape normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}
+
+  KILN_ARG(Shape, normalized_shape);
+  KILN_ARG(double, eps) = 1e-5;
+  KILN_ARG(bool, elementwise_affine) = true;
+  KILN_ARG(bool, bias) = true;
 };
 
 // Normalises over the trailing dims given by normalized_shape, with
@@ -102,6 +135,8 @@ class LayerNorm : public Module {
   explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true, bool bias = true);
   explicit LayerNorm(int64_t normalized_size, double eps = 1e-5, bool elementwise_affine = true, bool bias = true)
       : LayerNorm(Shape{normalized_size}, eps, elementwise_affine, bias) {}
+  explicit LayerNorm(const LayerNormOptions& o)
+      : LayerNorm(o.normalized_shape(), o.eps(), o.elementwise_affine(), o.bias()) {}
 
   Tensor forward(const Tensor& input) override;
   // "(768,), eps=1e-05, elementwise_affine=True"

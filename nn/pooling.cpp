@@ -7,7 +7,7 @@
 
 namespace kiln::nn {
 
-MaxPool2d::MaxPool2d(const MaxPool2dOptions& options) : options(options) {}
+MaxPool2d::MaxPool2d(const kiln::MaxPool2dOptions& options) : options(options) {}
 
 MaxPool2d::MaxPool2d(Size2d kernel_size, std::optional<Size2d> stride, Size2d padding, Size2d dilation, bool ceil_mode)
     : options{
@@ -23,7 +23,7 @@ std::string MaxPool2d::extra_repr() const {
          ", ceil_mode=" + repr::boolean(options.ceil_mode);
 }
 
-AvgPool2d::AvgPool2d(const AvgPool2dOptions& options) : options(options) {}
+AvgPool2d::AvgPool2d(const kiln::AvgPool2dOptions& options) : options(options) {}
 
 AvgPool2d::AvgPool2d(Size2d kernel_size, std::optional<Size2d> stride, Size2d padding, bool ceil_mode,
                      bool count_include_pad, std::optional<int64_t> divisor_override)

@@ -14,25 +14,25 @@ namespace kiln::nn {
 
 namespace F = functional;
 
-RNNBase::RNNBase(Kind kind, const char* name, int64_t input_size, int64_t hidden_size, RNNOptions options)
-    : input_size(input_size), hidden_size(hidden_size), options(options), kind_(kind) {
+RNNBase::RNNBase(Kind kind, const char* name, const RNNOptions& options)
+    : input_size(options.input_size()), hidden_size(options.hidden_size()), options(options), kind_(kind) {
   KILN_CHECK(input_size > 0 && hidden_size > 0, name, ": input_size and hidden_size must be positive, got ",
              input_size, " and ", hidden_size);
-  KILN_CHECK(options.num_layers > 0, name, ": num_layers must be positive, got ", options.num_layers);
-  KILN_CHECK(options.dropout >= 0.0 && options.dropout <= 1.0, name,
-             ": dropout must be a probability in [0, 1], got ", options.dropout);
-  KILN_CHECK(kind == Kind::RNN || options.nonlinearity == RNNNonlinearity::Tanh, name,
+  KILN_CHECK(options.num_layers() > 0, name, ": num_layers must be positive, got ", options.num_layers());
+  KILN_CHECK(options.dropout() >= 0.0 && options.dropout() <= 1.0, name,
+             ": dropout must be a probability in [0, 1], got ", options.dropout());
+  KILN_CHECK(kind == Kind::RNN || options.nonlinearity() == RNNNonlinearity::Tanh, name,
              ": nonlinearity applies to RNN only (", name, "'s gates have their fixed activations)");
   const int64_t gates = kind == Kind::LSTM ? 4 : kind == Kind::GRU ? 3 : 1;
   // Registered layer by layer, forward direction first, as torch's
   // _flat_weights_names, so that state-dict keys come in torch's order.
-  for (int64_t layer = 0; layer < options.num_layers; ++layer) {
+  for (int64_t layer = 0; layer < options.num_layers(); ++layer) {
     const int64_t layer_input = layer == 0 ? input_size : directions() * hidden_size;
     for (int64_t d = 0; d < directions(); ++d) {
       const std::string suffix = "_l" + std::to_string(layer) + (d == 1 ? "_reverse" : "");
       register_parameter("weight_ih" + suffix, empty({gates * hidden_size, layer_input}));
       register_parameter("weight_hh" + suffix, empty({gates * hidden_size, hidden_size}));
-      if (options.bias) {
+      if (options.bias()) {
         register_parameter("bias_ih" + suffix, empty({gates * hidden_size}));
         register_parameter("bias_hh" + suffix, empty({gates * hidden_size}));
       }
@@ -48,7 +48,7 @@ void RNNBase::reset_parameters() {
 
 Tensor RNNBase::layer_parameter(const char* kind, int64_t layer, bool reverse) const {
   const std::string name = std::string(kind) + "_l" + std::to_string(layer) + (reverse ? "_reverse" : "");
-  if (!options.bias && name[0] == 'b') return Tensor();
+  if (!options.bias() && name[0] == 'b') return Tensor();
   return get_parameter(name);
 }
 
@@ -66,7 +66,7 @@ RNNBase::Sequence RNNBase::run_direction(const Tensor& x, const Tensor& h0, cons
     const Tensor g = gi.select(0, t);  // (N, G*hidden_size)
     switch (kind_) {
       case Kind::RNN:
-        state.h = F::rnn_step(g, state.h, w_hh, b_hh, options.nonlinearity == RNNNonlinearity::ReLU);
+        state.h = F::rnn_step(g, state.h, w_hh, b_hh, options.nonlinearity() == RNNNonlinearity::ReLU);
         break;
       case Kind::LSTM:
         state = F::lstm_step(g, state, w_hh, b_hh);
@@ -86,7 +86,7 @@ TensorList RNNBase::forward_many(const TensorList& inputs) {
   KILN_CHECK(inputs.size() == 1 || inputs.size() == 1 + states, name(), ": expected inputs ",
              lstm ? "{input} or {input, h0, c0}" : "{input} or {input, h0}", ", got ", inputs.size(), " tensors");
   const Tensor& input = inputs[0];
-  const char* layout = options.batch_first ? "(N, L, " : "(L, N, ";
+  const char* layout = options.batch_first() ? "(N, L, " : "(L, N, ";
   KILN_CHECK(input.defined() && (input.dim() == 2 || input.dim() == 3), name(), ": expected input of shape ", layout,
              input_size, ") or, unbatched, (L, ", input_size, "), got ", input.defined() ? input.dim() : 0,
              "D input of shape ", input.defined() ? input.shape() : Shape{});
@@ -94,9 +94,9 @@ TensorList RNNBase::forward_many(const TensorList& inputs) {
              " (the last dim), got input of shape ", input.shape());
   const bool batched = input.dim() == 3;
   // x: (L, N, input_size) from here on.
-  Tensor x = !batched ? input.unsqueeze(1) : options.batch_first ? input.transpose(0, 1) : input;
+  Tensor x = !batched ? input.unsqueeze(1) : options.batch_first() ? input.transpose(0, 1) : input;
   KILN_CHECK(x.size(0) > 0, name(), ": expected a sequence of at least one step, got input of shape ", input.shape());
-  const int64_t batch = x.size(1), layers = options.num_layers * directions();
+  const int64_t batch = x.size(1), layers = options.num_layers() * directions();
 
   // h0, c0: (layers * directions, N, hidden_size).
   const Shape state_shape = batched ? Shape{layers, batch, hidden_size} : Shape{layers, hidden_size};
@@ -115,7 +115,7 @@ TensorList RNNBase::forward_many(const TensorList& inputs) {
 
   Tensor layer_input = x;
   std::vector<Tensor> h_n, c_n;
-  for (int64_t layer = 0; layer < options.num_layers; ++layer) {
+  for (int64_t layer = 0; layer < options.num_layers(); ++layer) {
     std::vector<Tensor> outputs;
     for (int64_t d = 0; d < directions(); ++d) {
       const int64_t at = layer * directions() + d;
@@ -126,15 +126,15 @@ TensorList RNNBase::forward_many(const TensorList& inputs) {
       if (lstm) c_n.push_back(seq.c);
     }
     layer_input = outputs.size() == 1 ? outputs[0] : kiln::cat(outputs, 2);
-    if (layer + 1 < options.num_layers)
-      layer_input = F::dropout(layer_input, options.dropout, is_training(), options.generator);
+    if (layer + 1 < options.num_layers())
+      layer_input = F::dropout(layer_input, options.dropout(), is_training(), options.generator());
   }
 
   TensorList out{layer_input, kiln::stack(h_n, 0)};
   if (lstm) out.push_back(kiln::stack(c_n, 0));
   if (!batched) {
     for (Tensor& t : out) t = t.squeeze(1);
-  } else if (options.batch_first) {
+  } else if (options.batch_first()) {
     out[0] = out[0].transpose(0, 1);
   }
   return out;
@@ -142,11 +142,11 @@ TensorList RNNBase::forward_many(const TensorList& inputs) {
 
 std::string RNNBase::extra_repr() const {
   std::string s = std::to_string(input_size) + ", " + std::to_string(hidden_size);
-  if (options.num_layers != 1) s += ", num_layers=" + std::to_string(options.num_layers);
-  if (!options.bias) s += ", bias=False";
-  if (options.batch_first) s += ", batch_first=True";
-  if (options.dropout != 0.0) s += ", dropout=" + repr::floating(options.dropout);
-  if (options.bidirectional) s += ", bidirectional=True";
+  if (options.num_layers() != 1) s += ", num_layers=" + std::to_string(options.num_layers());
+  if (!options.bias()) s += ", bias=False";
+  if (options.batch_first()) s += ", batch_first=True";
+  if (options.dropout() != 0.0) s += ", dropout=" + repr::floating(options.dropout());
+  if (options.bidirectional()) s += ", bidirectional=True";
   return s;
 }
 

@@ -4,11 +4,12 @@
 // output and final states, so they are called with a list (Note [Modules
 // of several tensors] in nn/module.h):
 //
-//   auto lstm = std::make_shared<nn::LSTM>(10, 20, nn::RNNOptions{.num_layers = 2, .batch_first = true});
+//   auto lstm = std::make_shared<nn::LSTM>(nn::LSTMOptions(10, 20).num_layers(2).batch_first(true));
 //   auto out = (*lstm)({x, h0, c0});    // x (N, L, 10), h0 and c0 (2, N, 20)
 //   Tensor y = out[0], h_n = out[1], c_n = out[2];
-//   auto gru = std::make_shared<nn::GRU>(10, 20, nn::RNNOptions{.bidirectional = true});
+//   auto gru = std::make_shared<nn::GRU>(nn::GRUOptions(10, 20).bidirectional(true));
 //   TensorList out2 = (*gru)(TensorList{x});   // {output, h_n}; h0 is zeros
+//   auto rnn = std::make_shared<nn::RNN>(10, 20);   // input_size, hidden_size; the rest default
 #pragma once
 
 #include <cstdint>
@@ -16,24 +17,34 @@
 
 #include "nn/module.h"
 #include "nn/rnn_cell.h"
+#include "tensor/arg.h"
 #include "tensor/random.h"
 
 namespace kiln::nn {
 
-// torch's keyword arguments of RNN, LSTM and GRU.
-struct RNNOptions {
-  int64_t num_layers = 1;
-  RNNNonlinearity nonlinearity = RNNNonlinearity::Tanh;  // RNN only
-  bool bias = true;
+// torch's arguments of RNN, LSTM and GRU (Note [Option builders] in
+// tensor/arg.h); LSTMOptions and GRUOptions are the same class under
+// LibTorch's names (an LSTM or GRU refuses a nonlinearity other than Tanh).
+class RNNOptions {
+ public:
+  RNNOptions(int64_t input_size, int64_t hidden_size) : input_size_(input_size), hidden_size_(hidden_size) {}
+
+  KILN_ARG(int64_t, input_size);
+  KILN_ARG(int64_t, hidden_size);
+  KILN_ARG(int64_t, num_layers) = 1;
+  KILN_ARG(RNNNonlinearity, nonlinearity) = RNNNonlinearity::Tanh;  // RNN only
+  KILN_ARG(bool, bias) = true;
   // Input and output (N, L, features) instead of (L, N, features); the
   // states stay (layers * directions, N, hidden_size), as in torch.
-  bool batch_first = false;
+  KILN_ARG(bool, batch_first) = false;
   // Dropout on the outputs of every layer but the last, in training.
-  double dropout = 0.0;
-  bool bidirectional = false;
+  KILN_ARG(double, dropout) = 0.0;
+  KILN_ARG(bool, bidirectional) = false;
   // The dropout masks' generator; the default generator when null.
-  Generator* generator = nullptr;
+  KILN_ARG(Generator*, generator) = nullptr;
 };
+using LSTMOptions = RNNOptions;
+using GRUOptions = RNNOptions;
 
 // The shared implementation (torch's RNNBase).
 //
@@ -71,7 +82,7 @@ class RNNBase : public Module {
 
  protected:
   enum class Kind { RNN, LSTM, GRU };
-  RNNBase(Kind kind, const char* name, int64_t input_size, int64_t hidden_size, RNNOptions options);
+  RNNBase(Kind kind, const char* name, const RNNOptions& options);
 
  private:
   struct Sequence {
@@ -83,31 +94,31 @@ class RNNBase : public Module {
   Sequence run_direction(const Tensor& x, const Tensor& h0, const Tensor& c0, int64_t layer, bool reverse) const;
   // The parameter "{kind}_l{layer}{_reverse}", e.g. ("weight_ih", 1, true) -> weight_ih_l1_reverse.
   Tensor layer_parameter(const char* kind, int64_t layer, bool reverse) const;
-  int64_t directions() const { return options.bidirectional ? 2 : 1; }
+  int64_t directions() const { return options.bidirectional() ? 2 : 1; }
 
   const Kind kind_;
 };
 
 // The Elman RNN: h_t = act(x_t weight_ih^T + bias_ih + h_{t-1} weight_hh^T + bias_hh),
-// act = tanh or relu (options.nonlinearity).
+// act = tanh or relu (options.nonlinearity()).
 class RNN : public RNNBase {
  public:
-  RNN(int64_t input_size, int64_t hidden_size, RNNOptions options = {})
-      : RNNBase(Kind::RNN, "RNN", input_size, hidden_size, options) {}
+  RNN(int64_t input_size, int64_t hidden_size) : RNN(RNNOptions(input_size, hidden_size)) {}
+  explicit RNN(const RNNOptions& options) : RNNBase(Kind::RNN, "RNN", options) {}
 };
 
 // The LSTM of F::lstm_cell at every step.
 class LSTM : public RNNBase {
  public:
-  LSTM(int64_t input_size, int64_t hidden_size, RNNOptions options = {})
-      : RNNBase(Kind::LSTM, "LSTM", input_size, hidden_size, options) {}
+  LSTM(int64_t input_size, int64_t hidden_size) : LSTM(RNNOptions(input_size, hidden_size)) {}
+  explicit LSTM(const RNNOptions& options) : RNNBase(Kind::LSTM, "LSTM", options) {}
 };
 
 // The GRU of F::gru_cell at every step.
 class GRU : public RNNBase {
  public:
-  GRU(int64_t input_size, int64_t hidden_size, RNNOptions options = {})
-      : RNNBase(Kind::GRU, "GRU", input_size, hidden_size, options) {}
+  GRU(int64_t input_size, int64_t hidden_size) : GRU(RNNOptions(input_size, hidden_size)) {}
+  explicit GRU(const RNNOptions& options) : RNNBase(Kind::GRU, "GRU", options) {}
 };
 
 }  // namespace kiln::nn

@@ -18,24 +18,13 @@ namespace kiln::optim {
 
 namespace {
 
-std::vector<OptionField<AdamOptions>> adam_fields() {
-  using Options = AdamOptions;
-  return {{"lr", &Options::lr},
-          {"beta1", &Options::beta1},
-          {"beta2", &Options::beta2},
-          {"eps", &Options::eps},
-          {"weight_decay", &Options::weight_decay},
-          {"amsgrad", &Options::amsgrad},
-          {"maximize", &Options::maximize}};
-}
-
 template <class Options>
 void validate_adam(const Options& o, std::string_view op) {
-  KILN_CHECK(o.lr >= 0.0, op, ": invalid learning rate ", o.lr, " (must be >= 0)");
-  KILN_CHECK(o.eps >= 0.0, op, ": invalid eps ", o.eps, " (must be >= 0)");
-  KILN_CHECK(o.beta1 >= 0.0 && o.beta1 < 1.0, op, ": invalid beta1 ", o.beta1, " (must be in [0, 1))");
-  KILN_CHECK(o.beta2 >= 0.0 && o.beta2 < 1.0, op, ": invalid beta2 ", o.beta2, " (must be in [0, 1))");
-  KILN_CHECK(o.weight_decay >= 0.0, op, ": invalid weight_decay ", o.weight_decay, " (must be >= 0)");
+  KILN_CHECK(o.lr() >= 0.0, op, ": invalid learning rate ", o.lr(), " (must be >= 0)");
+  KILN_CHECK(o.eps() >= 0.0, op, ": invalid eps ", o.eps(), " (must be >= 0)");
+  KILN_CHECK(o.beta1() >= 0.0 && o.beta1() < 1.0, op, ": invalid beta1 ", o.beta1(), " (must be in [0, 1))");
+  KILN_CHECK(o.beta2() >= 0.0 && o.beta2() < 1.0, op, ": invalid beta2 ", o.beta2(), " (must be in [0, 1))");
+  KILN_CHECK(o.weight_decay() >= 0.0, op, ": invalid weight_decay ", o.weight_decay(), " (must be >= 0)");
 }
 
 std::vector<StateEntry> adam_state_entries(bool amsgrad) {
@@ -52,22 +41,23 @@ struct AdamHyperparameters {
 };
 
 AdamHyperparameters hyperparameters_of(const AdamOptions& o) {
-  return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.amsgrad, o.maximize, o.decoupled_weight_decay};
+  return {o.lr(),           o.beta1(),   o.beta2(),    o.eps(),
+          o.weight_decay(), o.amsgrad(), o.maximize(), o.decoupled_weight_decay()};
 }
 
 // AdamW's options as the Adam options they stand for, validated under
 // AdamW's name.
 AdamOptions as_adam_options(const AdamWOptions& o) {
   o.validate("AdamW");
-  return {.lr = o.lr,
-          .beta1 = o.beta1,
-          .beta2 = o.beta2,
-          .eps = o.eps,
-          .weight_decay = o.weight_decay,
-          .amsgrad = o.amsgrad,
-          .maximize = o.maximize,
-          .decoupled_weight_decay = true,
-          .fused = o.fused};
+  return AdamOptions(o.lr())
+      .beta1(o.beta1())
+      .beta2(o.beta2())
+      .eps(o.eps())
+      .weight_decay(o.weight_decay())
+      .amsgrad(o.amsgrad())
+      .maximize(o.maximize())
+      .decoupled_weight_decay(true)
+      .fused(o.fused());
 }
 
 // One update of `param` from `grad`; `who()` describes the parameter in
@@ -183,7 +173,17 @@ bool adam_fused_update(const std::vector<Tensor>& group_params, const AdamHyperp
 
 }  // namespace
 
-std::vector<OptionField<AdamOptions>> AdamOptions::fields() { return adam_fields(); }
+std::vector<OptionField<AdamOptions>> AdamOptions::fields() {
+  using Options = AdamOptions;
+  return {{"lr", &Options::lr_},
+          {"beta1", &Options::beta1_},
+          {"beta2", &Options::beta2_},
+          {"eps", &Options::eps_},
+          {"weight_decay", &Options::weight_decay_},
+          {"amsgrad", &Options::amsgrad_},
+          {"maximize", &Options::maximize_}};
+}
+
 void AdamOptions::validate(std::string_view op) const { validate_adam(*this, op); }
 void AdamWOptions::validate(std::string_view op) const { validate_adam(*this, op); }
 
@@ -199,7 +199,7 @@ Adam::Adam(const std::vector<ParamGroup>& groups, AdamOptions defaults, std::str
   add_initial_groups(groups);
 }
 
-std::vector<StateEntry> Adam::state_entries(size_t group) const { return adam_state_entries(options(group).amsgrad); }
+std::vector<StateEntry> Adam::state_entries(size_t group) const { return adam_state_entries(options(group).amsgrad()); }
 
 void Adam::step() {
   NoGradGuard no_grad;
@@ -207,7 +207,7 @@ void Adam::step() {
   for (size_t g = 0; g < num_param_groups(); ++g) {
     const AdamHyperparameters h = hyperparameters_of(options(g));
     refuse_capture(params(g), op);
-    if (options(g).fused &&
+    if (options(g).fused() &&
         adam_fused_update(params(g), h, [&](const Tensor& param) -> TensorDict& { return mutable_state(param); })) {
       continue;
     }

@@ -1,8 +1,8 @@
 // Adam and AdamW, as torch.optim.Adam and torch.optim.AdamW.
 //
-//   Adam opt(model.parameters(), AdamOptions{.lr = 3e-4});
-//   AdamW opt(model.parameters(), AdamWOptions{.lr = 3e-4, .weight_decay = 0.1});
-//   AdamW opt(weight_decay_groups(model.named_parameters(), 0.1), AdamWOptions{.lr = 3e-4});  // as nanoGPT
+//   Adam opt(model.parameters(), AdamOptions(3e-4));
+//   AdamW opt(model.parameters(), AdamWOptions(3e-4).betas({0.9, 0.95}).weight_decay(0.1));
+//   AdamW opt(weight_decay_groups(model.parameters(), 0.1), AdamWOptions(3e-4));  // as nanoGPT
 //
 // They are one optimizer with one update: AdamW is Adam with
 // decoupled_weight_decay on (as torch 2.6's Adam flag of that name) and
@@ -27,51 +27,75 @@
 #pragma once
 
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "optim/optimizer.h"
+#include "tensor/arg.h"
 
 namespace kiln::optim {
 
-struct AdamOptions {
+// lr defaults to 1e-3, as LibTorch's AdamOptions(lr = 1e-3); the rest are
+// chained setters with PyTorch's defaults (Note [Option builders] in
+// tensor/arg.h).
+class AdamOptions {
+ public:
   static constexpr const char* kOptimizerName = "Adam";
 
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  bool amsgrad = false;
-  bool maximize = false;
-  // AdamW's update: decay the parameter, not the gradient.
-  bool decoupled_weight_decay = false;
-  // Update all of a group's parameters with one fused step
-  // (ops::adam_step_, Note [Fused optimizer steps] in tensor/fused_optim.h)
-  // where their tensors allow it; the results are bitwise those of the
-  // unfused ops. Not part of state dicts.
-  bool fused = true;
+  AdamOptions(double lr = 1e-3) : lr_(lr) {}  // NOLINT: implicit, as LibTorch's
 
   static std::vector<OptionField<AdamOptions>> fields();
   // Throws naming `op` for a negative lr, eps or weight decay, or a beta
   // outside [0, 1).
   void validate(std::string_view op) const;
+
+  // LibTorch's spelling of beta1 and beta2 together: .betas({0.9, 0.95}).
+  AdamOptions& betas(const std::tuple<double, double>& betas) {
+    std::tie(beta1_, beta2_) = betas;
+    return *this;
+  }
+  std::tuple<double, double> betas() const { return {beta1_, beta2_}; }
+
+  KILN_ARG(double, lr);
+  KILN_ARG(double, beta1) = 0.9;
+  KILN_ARG(double, beta2) = 0.999;
+  KILN_ARG(double, eps) = 1e-8;
+  KILN_ARG(double, weight_decay) = 0.0;
+  KILN_ARG(bool, amsgrad) = false;
+  KILN_ARG(bool, maximize) = false;
+  // AdamW's update: decay the parameter, not the gradient.
+  KILN_ARG(bool, decoupled_weight_decay) = false;
+  // Update all of a group's parameters with one fused step
+  // (ops::adam_step_, Note [Fused optimizer steps] in tensor/fused_optim.h)
+  // where their tensors allow it; the results are bitwise those of the
+  // unfused ops. Not part of state dicts.
+  KILN_ARG(bool, fused) = true;
 };
 
 // AdamW's options differ from Adam's only in the default weight decay (and
 // decoupled_weight_decay, which is always on).
-struct AdamWOptions {
+class AdamWOptions {
+ public:
   static constexpr const char* kOptimizerName = "AdamW";
 
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 1e-2;
-  bool amsgrad = false;
-  bool maximize = false;
-  bool fused = true;  // as AdamOptions::fused
+  AdamWOptions(double lr = 1e-3) : lr_(lr) {}  // NOLINT: implicit, as LibTorch's
 
   void validate(std::string_view op) const;
+
+  AdamWOptions& betas(const std::tuple<double, double>& betas) {  // as AdamOptions::betas
+    std::tie(beta1_, beta2_) = betas;
+    return *this;
+  }
+  std::tuple<double, double> betas() const { return {beta1_, beta2_}; }
+
+  KILN_ARG(double, lr);
+  KILN_ARG(double, beta1) = 0.9;
+  KILN_ARG(double, beta2) = 0.999;
+  KILN_ARG(double, eps) = 1e-8;
+  KILN_ARG(double, weight_decay) = 1e-2;
+  KILN_ARG(bool, amsgrad) = false;
+  KILN_ARG(bool, maximize) = false;
+  KILN_ARG(bool, fused) = true;  // as AdamOptions::fused
 };
 
 class Adam : public OptimizerWithOptions<AdamOptions> {

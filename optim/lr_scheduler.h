@@ -1,7 +1,7 @@
 // Learning-rate schedulers, as torch.optim.lr_scheduler: each step() sets
 // the lr of every param group of one optimizer.
 //
-//   SGD opt(params, SGDOptions{.lr = 0.1, .momentum = 0.9});
+//   SGD opt(params, SGDOptions(0.1).momentum(0.9));
 //   auto warmup = std::make_shared<LinearLR>(opt, /*start_factor=*/0.01, /*end_factor=*/1.0, /*total_iters=*/500);
 //   auto cosine = std::make_shared<CosineAnnealingLR>(opt, /*T_max=*/9500);
 //   SequentialLR schedule(opt, {warmup, cosine}, /*milestones=*/{500});

@@ -2,17 +2,19 @@
 // per-parameter state (momentum buffers, Adam moments, step counts) and the
 // state dict; each optimizer adds its update rule and its Options struct.
 //
-//   SGD opt(model.parameters(), SGDOptions{.lr = 0.1, .momentum = 0.9});
+//   SGD opt(model.parameters(), SGDOptions(0.1).momentum(0.9));
 //   opt.add_param_group({head_params, {{"lr", 0.01}}});   // the rest from the defaults
 //   for (...) { opt.zero_grad(); loss.backward(); opt.step(); }
 //
 // Note [Hyperparameters by name]
-// Each optimizer reads its hyperparameters from a typed Options struct
-// (SGDOptions, AdamOptions), one per param group. Everything that does not
+// Each optimizer reads its hyperparameters from a typed Options class
+// (SGDOptions, AdamOptions; Note [Option builders] in tensor/arg.h), one per
+// param group. Everything that does not
 // know which optimizer it holds reaches the same values by name: param
 // group overrides ({"lr", 0.01}), the state dict ("param_groups.0.lr") and
 // the schedulers (OneCycleLR cycles "momentum" or "beta1"). Each Options
-// struct lists its fields once, in `fields()`, as name and member pointer;
+// class lists its fields once, in `fields()`, as name and pointer to the
+// member behind the getter (&SGDOptions::lr_);
 // bool fields read as 0 and 1. set_hyperparameters changes a group's values
 // all together and then validates them, so that rules which tie fields
 // together (nesterov needs momentum) hold after every change. Two writers
@@ -61,7 +63,7 @@ struct ParamGroup {
 // `weight_decay`; group 1 holds the others (biases, norm weights and
 // biases) with weight_decay 0. Parameters that do not require grad are
 // left out, as nanoGPT's configure_optimizers; a group may be empty.
-//   AdamW opt(weight_decay_groups(model->parameters(), 0.1), AdamWOptions{.lr = 6e-4});
+//   AdamW opt(weight_decay_groups(model->parameters(), 0.1), AdamWOptions(6e-4));
 std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params, double weight_decay);
 
 // An optimizer state dict's entries (Note [Optimizer state dict]) by
@@ -229,7 +231,7 @@ class OptimizerWithOptions : public Optimizer {
   std::string name() const override { return Options::kOptimizerName; }
 
   const Options& defaults() const { return defaults_; }
-  // Typed access to a group's hyperparameters; options(g).lr = 0.01 changes
+  // Typed access to a group's hyperparameters; options(g).lr(0.01) changes
   // it without validation, as assigning group['lr'] does in PyTorch.
   Options& options(size_t group) {
     check_group(group);

@@ -1,7 +1,8 @@
 // Stochastic gradient descent with momentum, dampening, weight decay and
 // Nesterov momentum, as torch.optim.SGD.
 //
-//   SGD opt(model.parameters(), SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4});
+//   SGD opt(model.parameters(), SGDOptions(0.1).momentum(0.9).weight_decay(5e-4));
+//   SGD plain(model.parameters(), 0.1);   // SGDOptions(0.1), as LibTorch
 //
 // Per parameter p with gradient g, in p's dtype and in this order:
 //   g = -g                                 if maximize
@@ -18,27 +19,33 @@
 #include <vector>
 
 #include "optim/optimizer.h"
+#include "tensor/arg.h"
 
 namespace kiln::optim {
 
-struct SGDOptions {
+// lr is required, as LibTorch's SGDOptions(lr); the rest are chained
+// setters with PyTorch's defaults (Note [Option builders] in tensor/arg.h).
+class SGDOptions {
+ public:
   static constexpr const char* kOptimizerName = "SGD";
 
-  double lr = 1e-3;
-  double momentum = 0.0;
-  double dampening = 0.0;
-  double weight_decay = 0.0;
-  bool nesterov = false;
-  bool maximize = false;
-  // Update the parameters with one fused kernel each where their tensors
-  // allow it (Note [Fused optimizer steps] in tensor/fused_optim.h); the
-  // results are bitwise those of the unfused ops. Not part of state dicts.
-  bool fused = true;
+  SGDOptions(double lr) : lr_(lr) {}  // NOLINT: implicit, so that SGD(params, 0.1) reads as LibTorch's
 
   static std::vector<OptionField<SGDOptions>> fields();
   // Throws naming `op` for a negative lr, momentum or weight decay, or for
   // nesterov without momentum or with dampening.
   void validate(std::string_view op) const;
+
+  KILN_ARG(double, lr);
+  KILN_ARG(double, momentum) = 0.0;
+  KILN_ARG(double, dampening) = 0.0;
+  KILN_ARG(double, weight_decay) = 0.0;
+  KILN_ARG(bool, nesterov) = false;
+  KILN_ARG(bool, maximize) = false;
+  // Update the parameters with one fused kernel each where their tensors
+  // allow it (Note [Fused optimizer steps] in tensor/fused_optim.h); the
+  // results are bitwise those of the unfused ops. Not part of state dicts.
+  KILN_ARG(bool, fused) = true;
 };
 
 class SGD : public OptimizerWithOptions<SGDOptions> {

@@ -27,18 +27,18 @@ struct StepConstants {
 };
 
 StepConstants constants_for(const Adam8bitOptions& o, double step) {
-  const double correction1 = 1.0 - std::pow(o.beta1, step);
-  const double correction2 = std::sqrt(1.0 - std::pow(o.beta2, step));
-  const bool decoupled = o.decoupled_weight_decay;
-  return {.beta1 = static_cast<float>(o.beta1),
-          .beta2 = static_cast<float>(o.beta2),
-          .one_minus_beta1 = static_cast<float>(1.0 - o.beta1),
-          .one_minus_beta2 = static_cast<float>(1.0 - o.beta2),
-          .step_size = static_cast<float>(-o.lr * correction2 / correction1),
-          .eps_hat = static_cast<float>(o.eps * correction2),
-          .l2_decay = decoupled ? 0.0f : static_cast<float>(o.weight_decay),
-          .param_decay = decoupled ? static_cast<float>(1.0 - o.lr * o.weight_decay) : 1.0f,
-          .maximize = o.maximize};
+  const double correction1 = 1.0 - std::pow(o.beta1(), step);
+  const double correction2 = std::sqrt(1.0 - std::pow(o.beta2(), step));
+  const bool decoupled = o.decoupled_weight_decay();
+  return {.beta1 = static_cast<float>(o.beta1()),
+          .beta2 = static_cast<float>(o.beta2()),
+          .one_minus_beta1 = static_cast<float>(1.0 - o.beta1()),
+          .one_minus_beta2 = static_cast<float>(1.0 - o.beta2()),
+          .step_size = static_cast<float>(-o.lr() * correction2 / correction1),
+          .eps_hat = static_cast<float>(o.eps() * correction2),
+          .l2_decay = decoupled ? 0.0f : static_cast<float>(o.weight_decay()),
+          .param_decay = decoupled ? static_cast<float>(1.0 - o.lr() * o.weight_decay()) : 1.0f,
+          .maximize = o.maximize()};
 }
 
 // Adam's update of n elements with float32 moments m and v, in place.
@@ -100,7 +100,7 @@ Tensor zero_codes(const Tensor& param, const DynamicMap& map) {
 void init_state(TensorDict& state, const Tensor& param, const Adam8bitOptions& o) {
   state.insert("step", scalar_tensor(0.0, DType::Float64));
   if (quantizes_state(o, param)) {
-    const int64_t blocks = num_blocks(param.numel(), o.block_size);
+    const int64_t blocks = num_blocks(param.numel(), o.block_size());
     state.insert("exp_avg", zero_codes(param, signed_dynamic_map()));
     state.insert("exp_avg_absmax", zeros({blocks}, DType::Float32));
     state.insert("exp_avg_sq", zero_codes(param, unsigned_dynamic_map()));
@@ -115,7 +115,7 @@ void init_state(TensorDict& state, const Tensor& param, const Adam8bitOptions& o
 std::vector<optim::StateEntry> entries_for(const Adam8bitOptions& o, const Tensor& param) {
   std::vector<optim::StateEntry> entries = {{"step", /*per_element=*/false, /*required=*/true}};
   if (quantizes_state(o, param)) {
-    const Shape blocks = {num_blocks(param.numel(), o.block_size)};
+    const Shape blocks = {num_blocks(param.numel(), o.block_size())};
     entries.push_back({"exp_avg", true, true, optim::StateEntry::Form{param.shape(), DType::UInt8}});
     entries.push_back({"exp_avg_absmax", true, true, optim::StateEntry::Form{blocks, DType::Float32}});
     entries.push_back({"exp_avg_sq", true, true, optim::StateEntry::Form{param.shape(), DType::UInt8}});
@@ -133,16 +133,16 @@ void check_state(const TensorDict& state, const Tensor& param, const Adam8bitOpt
                  const std::function<std::string()>& who) {
   const std::vector<optim::StateEntry> entries = entries_for(o, param);
   KILN_CHECK(state.size() == entries.size(), op, ": ", who(), " has ", state.size(), " state entries but block_size ",
-             o.block_size, " and min_8bit_size ", o.min_8bit_size, " give it ", entries.size(),
+             o.block_size(), " and min_8bit_size ", o.min_8bit_size(), " give it ", entries.size(),
              " (were they changed after its first step?)");
   for (const optim::StateEntry& entry : entries) {
     KILN_CHECK(state.contains(entry.name), op, ": ", who(), " has no '", entry.name, "' state");
     if (!entry.form) continue;
     const Tensor& t = state.at(entry.name);
-    KILN_CHECK(t.shape() == entry.form->shape && t.dtype() == entry.form->dtype, op, ": ", who(), "'s '",
-               entry.name, "' is ", t.dtype(), " of shape ", t.shape(), " but block_size ", o.block_size,
-               " and min_8bit_size ", o.min_8bit_size, " need ", entry.form->dtype, " of shape ",
-               entry.form->shape, " (were they changed after its first step?)");
+    KILN_CHECK(t.shape() == entry.form->shape && t.dtype() == entry.form->dtype, op, ": ", who(), "'s '", entry.name,
+               "' is ", t.dtype(), " of shape ", t.shape(), " but block_size ", o.block_size(), " and min_8bit_size ",
+               o.min_8bit_size(), " need ", entry.form->dtype, " of shape ", entry.form->shape,
+               " (were they changed after its first step?)");
   }
 }
 
@@ -168,9 +168,9 @@ void update_parameter(const Tensor& param, const Tensor& grad, TensorDict& state
   if (quantizes_state(o, param)) {
     update_quantized(p, g, state.at("exp_avg").data<uint8_t>(), state.at("exp_avg_absmax").data<float>(),
                      state.at("exp_avg_sq").data<uint8_t>(), state.at("exp_avg_sq_absmax").data<float>(), n,
-                     o.block_size, k);
+                     o.block_size(), k);
   } else {
-    update_float32(p, g, state.at("exp_avg").data<float>(), state.at("exp_avg_sq").data<float>(), n, o.block_size, k);
+    update_float32(p, g, state.at("exp_avg").data<float>(), state.at("exp_avg_sq").data<float>(), n, o.block_size(), k);
   }
   if (in_place) {
     param.bump_version();
@@ -181,15 +181,15 @@ void update_parameter(const Tensor& param, const Tensor& grad, TensorDict& state
 }
 
 Adam8bitOptions as_adam8bit_options(const AdamW8bitOptions& o) {
-  Adam8bitOptions options{.lr = o.lr,
-                          .beta1 = o.beta1,
-                          .beta2 = o.beta2,
-                          .eps = o.eps,
-                          .weight_decay = o.weight_decay,
-                          .maximize = o.maximize,
-                          .decoupled_weight_decay = true,
-                          .block_size = o.block_size,
-                          .min_8bit_size = o.min_8bit_size};
+  Adam8bitOptions options = Adam8bitOptions(o.lr())
+                                .beta1(o.beta1())
+                                .beta2(o.beta2())
+                                .eps(o.eps())
+                                .weight_decay(o.weight_decay())
+                                .maximize(o.maximize())
+                                .decoupled_weight_decay(true)
+                                .block_size(o.block_size())
+                                .min_8bit_size(o.min_8bit_size());
   options.validate("AdamW8bit");
   return options;
 }
@@ -198,22 +198,22 @@ Adam8bitOptions as_adam8bit_options(const AdamW8bitOptions& o) {
 
 std::vector<optim::OptionField<Adam8bitOptions>> Adam8bitOptions::fields() {
   using Options = Adam8bitOptions;
-  return {{"lr", &Options::lr},
-          {"beta1", &Options::beta1},
-          {"beta2", &Options::beta2},
-          {"eps", &Options::eps},
-          {"weight_decay", &Options::weight_decay},
-          {"maximize", &Options::maximize}};
+  return {{"lr", &Options::lr_},
+          {"beta1", &Options::beta1_},
+          {"beta2", &Options::beta2_},
+          {"eps", &Options::eps_},
+          {"weight_decay", &Options::weight_decay_},
+          {"maximize", &Options::maximize_}};
 }
 
 void Adam8bitOptions::validate(std::string_view op) const {
-  KILN_CHECK(lr >= 0.0, op, ": invalid learning rate ", lr, " (must be >= 0)");
-  KILN_CHECK(eps >= 0.0, op, ": invalid eps ", eps, " (must be >= 0)");
-  KILN_CHECK(beta1 >= 0.0 && beta1 < 1.0, op, ": invalid beta1 ", beta1, " (must be in [0, 1))");
-  KILN_CHECK(beta2 >= 0.0 && beta2 < 1.0, op, ": invalid beta2 ", beta2, " (must be in [0, 1))");
-  KILN_CHECK(weight_decay >= 0.0, op, ": invalid weight_decay ", weight_decay, " (must be >= 0)");
-  KILN_CHECK(block_size >= 1, op, ": invalid block_size ", block_size, " (must be >= 1)");
-  KILN_CHECK(min_8bit_size >= 0, op, ": invalid min_8bit_size ", min_8bit_size, " (must be >= 0; 0 quantizes all)");
+  KILN_CHECK(lr_ >= 0.0, op, ": invalid learning rate ", lr_, " (must be >= 0)");
+  KILN_CHECK(eps_ >= 0.0, op, ": invalid eps ", eps_, " (must be >= 0)");
+  KILN_CHECK(beta1_ >= 0.0 && beta1_ < 1.0, op, ": invalid beta1 ", beta1_, " (must be in [0, 1))");
+  KILN_CHECK(beta2_ >= 0.0 && beta2_ < 1.0, op, ": invalid beta2 ", beta2_, " (must be in [0, 1))");
+  KILN_CHECK(weight_decay_ >= 0.0, op, ": invalid weight_decay ", weight_decay_, " (must be >= 0)");
+  KILN_CHECK(block_size_ >= 1, op, ": invalid block_size ", block_size_, " (must be >= 1)");
+  KILN_CHECK(min_8bit_size_ >= 0, op, ": invalid min_8bit_size ", min_8bit_size_, " (must be >= 0; 0 quantizes all)");
 }
 
 Adam8bit::Adam8bit(const std::vector<Tensor>& params, Adam8bitOptions defaults)

@@ -2,8 +2,8 @@
 // block-wise quantization: the two moments cost 2 bytes per parameter
 // instead of 8, and training follows float32 Adam's closely.
 //
-//   quant::Adam8bit opt(model->parameters(), quant::Adam8bitOptions{.lr = 1e-3});
-//   quant::AdamW8bit opt(model->parameters(), quant::AdamW8bitOptions{.lr = 1e-3, .weight_decay = 0.1});
+//   quant::Adam8bit opt(model->parameters(), quant::Adam8bitOptions(1e-3));
+//   quant::AdamW8bit opt(model->parameters(), quant::AdamW8bitOptions(1e-3).weight_decay(0.1));
 //   for (...) { opt.zero_grad(); loss.backward(); opt.step(); }
 //
 // An optim::Optimizer like any other: param groups, hyperparameters by name
@@ -77,44 +77,53 @@
 
 #include "optim/optimizer.h"
 #include "quant/blockwise_quantize.h"
+#include "tensor/arg.h"
 
 namespace kiln::quant {
 
-struct Adam8bitOptions {
+// As optim::AdamOptions: lr defaults to 1e-3, the rest are chained setters
+// (Note [Option builders] in tensor/arg.h).
+class Adam8bitOptions {
+ public:
   static constexpr const char* kOptimizerName = "Adam8bit";
 
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  bool maximize = false;
-  // AdamW8bit's update: decay the parameter, not the gradient. Chooses the
-  // algorithm, so it is not a hyperparameter by name (as optim::AdamOptions').
-  bool decoupled_weight_decay = false;
-  // Elements per quantization block (bitsandbytes' blocksize for optimizer
-  // state was 2048). Fixed once a parameter has state.
-  int64_t block_size = 2048;
-  // Tensors with fewer elements keep float32 moments; 0 quantizes all.
-  int64_t min_8bit_size = 4096;
+  Adam8bitOptions(double lr = 1e-3) : lr_(lr) {}  // NOLINT: implicit, as optim::AdamOptions
 
   static std::vector<optim::OptionField<Adam8bitOptions>> fields();
   // Throws naming `op` for a negative lr, eps or weight decay, a beta
   // outside [0, 1), a block_size below 1 or a negative min_8bit_size.
   void validate(std::string_view op) const;
+
+  KILN_ARG(double, lr);
+  KILN_ARG(double, beta1) = 0.9;
+  KILN_ARG(double, beta2) = 0.999;
+  KILN_ARG(double, eps) = 1e-8;
+  KILN_ARG(double, weight_decay) = 0.0;
+  KILN_ARG(bool, maximize) = false;
+  // AdamW8bit's update: decay the parameter, not the gradient. Chooses the
+  // algorithm, so it is not a hyperparameter by name (as optim::AdamOptions').
+  KILN_ARG(bool, decoupled_weight_decay) = false;
+  // Elements per quantization block (bitsandbytes' blocksize for optimizer
+  // state was 2048). Fixed once a parameter has state.
+  KILN_ARG(int64_t, block_size) = 2048;
+  // Tensors with fewer elements keep float32 moments; 0 quantizes all.
+  KILN_ARG(int64_t, min_8bit_size) = 4096;
 };
 
 // AdamW8bit's options differ from Adam8bit's only in the default weight
 // decay (and decoupled_weight_decay, which is always on).
-struct AdamW8bitOptions {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 1e-2;
-  bool maximize = false;
-  int64_t block_size = 2048;
-  int64_t min_8bit_size = 4096;
+class AdamW8bitOptions {
+ public:
+  AdamW8bitOptions(double lr = 1e-3) : lr_(lr) {}  // NOLINT: implicit, as optim::AdamWOptions
+
+  KILN_ARG(double, lr);
+  KILN_ARG(double, beta1) = 0.9;
+  KILN_ARG(double, beta2) = 0.999;
+  KILN_ARG(double, eps) = 1e-8;
+  KILN_ARG(double, weight_decay) = 1e-2;
+  KILN_ARG(bool, maximize) = false;
+  KILN_ARG(int64_t, block_size) = 2048;
+  KILN_ARG(int64_t, min_8bit_size) = 4096;
 };
 
 class Adam8bit : public optim::OptimizerWithOptions<Adam8bitOptions> {
@@ -151,7 +160,7 @@ class AdamW8bit : public Adam8bit {
 
 // Whether `options` keeps `param`'s moments in 8 bits.
 inline bool quantizes_state(const Adam8bitOptions& options, const Tensor& param) {
-  return param.numel() >= options.min_8bit_size;
+  return param.numel() >= options.min_8bit_size();
 }
 
 // The bytes of every state tensor of any optimizer (its state dict's

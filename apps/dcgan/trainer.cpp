@@ -97,7 +97,7 @@ void build_networks(Run& run) {
   dcgan_init_(*run.d, &init);
   run.g->to(run.device);
   run.d->to(run.device);
-  const optim::AdamOptions adam{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2};
+  const optim::AdamOptions adam = optim::AdamOptions(o.lr).betas({o.beta1, o.beta2});
   run.g_optimizer = std::make_unique<optim::Adam>(run.g->parameters(), adam);
   run.d_optimizer = std::make_unique<optim::Adam>(run.d->parameters(), adam);
   run.noise.manual_seed(o.seed + 1);

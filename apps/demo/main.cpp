@@ -26,10 +26,7 @@ int main() {
   manual_seed(0);
   auto model = std::make_shared<nn::LeNet>();
   std::cout << *model << "\n\n";
-  optim::SGDOptions options;
-  options.lr = 0.05;
-  options.momentum = 0.9;
-  optim::SGD optimizer(model->parameters(), options);
+  optim::SGD optimizer(model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
   optim::CosineAnnealingLR scheduler(optimizer, /*T_max=*/20);
   Tensor images = randn({64, 3, 32, 32});
   Tensor labels = randint(0, 10, {64});

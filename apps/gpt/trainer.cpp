@@ -295,7 +295,7 @@ void set_up_training(Run& run) {
   if (!parameters.empty()) {
     run.optimizer = std::make_unique<optim::AdamW>(
         optim::weight_decay_groups(parameters, o.weight_decay),
-        optim::AdamWOptions{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .weight_decay = o.weight_decay});
+        optim::AdamWOptions(o.lr).beta1(o.beta1).beta2(o.beta2).weight_decay(o.weight_decay));
   }
   if (o.resume.empty()) {
     if (!o.log.empty() && run.dp.is_main()) start_jsonl(o.log);

@@ -114,7 +114,7 @@ void train_qat(nn::Module& model, const data::LabeledImageDataset& train, const 
   const int64_t per_epoch = std::min(o.qat_images, train.size());
   const int64_t steps = std::max<int64_t>(1, static_cast<int64_t>(o.qat_epochs * static_cast<double>(per_epoch) / 64));
   const int64_t freeze_at = steps * 8 / 10;
-  optim::SGD opt(model.parameters(), {.lr = o.qat_lr, .momentum = 0.9, .weight_decay = 5e-4});
+  optim::SGD opt(model.parameters(), optim::SGDOptions(o.qat_lr).momentum(0.9).weight_decay(5e-4));
   model.train();
   Images pool = take(train, train.size(), /*shuffle=*/true, o.seed + 1);
   for (int64_t step = 0; step < steps; ++step) {

@@ -56,17 +56,16 @@ std::string recipe(const TrainerOptions& o) {
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerOptions& o, const std::vector<Tensor>& params) {
   switch (o.optimizer) {
     case OptimizerKind::SGD:
-      return std::make_unique<optim::SGD>(
-          params, optim::SGDOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
+      return std::make_unique<optim::SGD>(params,
+                                          optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
     case OptimizerKind::Adam:
-      return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = o.lr, .weight_decay = o.weight_decay});
+      return std::make_unique<optim::Adam>(params, optim::AdamOptions(o.lr).weight_decay(o.weight_decay));
     case OptimizerKind::AdamW:
-      return std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = o.lr, .weight_decay = o.weight_decay});
+      return std::make_unique<optim::AdamW>(params, optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
     case OptimizerKind::Adam8bit:
-      return std::make_unique<quant::Adam8bit>(params, quant::Adam8bitOptions{.lr = o.lr, .weight_decay = o.weight_decay});
+      return std::make_unique<quant::Adam8bit>(params, quant::Adam8bitOptions(o.lr).weight_decay(o.weight_decay));
     case OptimizerKind::AdamW8bit:
-      return std::make_unique<quant::AdamW8bit>(params,
-                                                quant::AdamW8bitOptions{.lr = o.lr, .weight_decay = o.weight_decay});
+      return std::make_unique<quant::AdamW8bit>(params, quant::AdamW8bitOptions(o.lr).weight_decay(o.weight_decay));
   }
   return nullptr;
 }

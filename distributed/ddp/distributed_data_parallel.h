@@ -5,7 +5,7 @@
 //   distributed::init_process_group("gloo");                // kiln-run sets RANK, WORLD_SIZE, ...
 //   auto model = std::make_shared<nn::LeNet>();
 //   auto ddp = std::make_shared<distributed::DistributedDataParallel>(model);
-//   optim::SGD opt(ddp->parameters(), {.lr = 0.01});
+//   optim::SGD opt(ddp->parameters(), optim::SGDOptions(0.01));
 //   for (auto& [x, y] : loader) {                           // a DistributedSampler shards the data
 //     opt.zero_grad();
 //     nn::functional::cross_entropy((*ddp)(x), y).backward();   // returns with averaged gradients

@@ -4,7 +4,7 @@
 //
 //   distributed::init_process_group("gloo");
 //   auto model = std::make_shared<nn::GPT>(config);
-//   optim::AdamW opt(optim::weight_decay_groups(model->parameters(), 0.1), {.lr = 6e-4});
+//   optim::AdamW opt(optim::weight_decay_groups(model->parameters(), 0.1), optim::AdamWOptions(6e-4));
 //   fsdp::FSDPOptions options;
 //   options.wrap_policy = fsdp::wrap_by_class<nn::gpt::Block>();
 //   auto fsdp = std::make_shared<fsdp::FullyShardedDataParallel>(model, options);

@@ -5,11 +5,11 @@
 //
 // Stage 1, beside DDP (which averages every gradient):
 //   auto ddp = std::make_shared<DistributedDataParallel>(model);
-//   ZeroRedundancyOptimizer opt(ddp->parameters(), optimizer_factory<optim::Adam>(optim::AdamOptions{.lr = 1e-3}));
+//   ZeroRedundancyOptimizer opt(ddp->parameters(), optimizer_factory<optim::Adam>(optim::AdamOptions(1e-3)));
 //   for (...) { opt.zero_grad(); F::cross_entropy((*ddp)(x), y).backward(); opt.step(); }
 //
 // Stage 2, instead of DDP (ZeRO reduces the gradients itself):
-//   ZeroRedundancyOptimizer opt(model->parameters(), optimizer_factory<optim::AdamW>(optim::AdamWOptions{}),
+//   ZeroRedundancyOptimizer opt(model->parameters(), optimizer_factory<optim::AdamW>(optim::AdamWOptions()),
 //                               ZeroOptions{.stage = 2});
 //   for (...) { opt.zero_grad(); F::cross_entropy(model->forward(x), y).backward(); opt.step(); }
 //
@@ -123,7 +123,7 @@ struct ZeroOptions {
 using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(const std::vector<optim::ParamGroup>& groups)>;
 
 // A factory for optimizer O with default options `options`:
-//   optimizer_factory<optim::SGD>(optim::SGDOptions{.lr = 0.1, .momentum = 0.9})
+//   optimizer_factory<optim::SGD>(optim::SGDOptions(0.1).momentum(0.9))
 template <class O, class Options>
 OptimizerFactory optimizer_factory(Options options) {
   return [options](const std::vector<optim::ParamGroup>& groups) -> std::unique_ptr<optim::Optimizer> {

@@ -26,7 +26,7 @@ Tensor gather_at_indices(const Tensor& x, const Tensor& indices) {
 
 // grad_out (*, oh, ow) scattered to `input_shape` at `indices`.
 Tensor max_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, const Tensor& indices,
-                           const MaxPool2dOptions& options) {
+                           const kiln::MaxPool2dOptions& options) {
   Tensor grad_input =
       autograd::untracked([&] { return ops::max_pool2d_backward(grad_out, input_shape, indices, options); });
   if (autograd::needs_grad({grad_out})) {
@@ -36,7 +36,7 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, con
   return grad_input;
 }
 
-Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, const AvgPool2dOptions& options) {
+Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, const kiln::AvgPool2dOptions& options) {
   Tensor grad_input = autograd::untracked([&] { return ops::avg_pool2d_backward(grad_out, input_shape, options); });
   if (autograd::needs_grad({grad_out})) {
     autograd::record("avg_pool2d_backward", {grad_out}, {grad_input}, [options](const TensorList& gg) -> TensorList {
@@ -60,7 +60,7 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& input_s
 
 }  // namespace
 
-PoolResult max_pool2d_with_indices(const Tensor& x, const MaxPool2dOptions& options) {
+PoolResult max_pool2d_with_indices(const Tensor& x, const kiln::MaxPool2dOptions& options) {
   PoolResult result = autograd::untracked([&] { return ops::max_pool2d_with_indices(x, options); });
   if (autograd::needs_grad({x})) {
     autograd::record("max_pool2d", {x}, {result.values},
@@ -70,13 +70,13 @@ PoolResult max_pool2d_with_indices(const Tensor& x, const MaxPool2dOptions& opti
   return result;
 }
 
-Tensor max_pool2d(const Tensor& x, const MaxPool2dOptions& options) {
+Tensor max_pool2d(const Tensor& x, const kiln::MaxPool2dOptions& options) {
   // Without a backward to come the indices are not computed (inference).
   if (!autograd::needs_grad({x})) return ops::max_pool2d(x, options);
   return max_pool2d_with_indices(x, options).values;
 }
 
-Tensor avg_pool2d(const Tensor& x, const AvgPool2dOptions& options) {
+Tensor avg_pool2d(const Tensor& x, const kiln::AvgPool2dOptions& options) {
   Tensor out = autograd::untracked([&] { return ops::avg_pool2d(x, options); });
   if (autograd::needs_grad({x})) {
     autograd::record("avg_pool2d", {x}, {out}, [shape = x.shape(), options](const TensorList& g) -> TensorList {

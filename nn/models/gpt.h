@@ -18,7 +18,7 @@
 //   auto gpt = std::make_shared<nn::GPT>(nn::GPTConfig{.vocab_size = 65, .block_size = 256,
 //                                                      .n_layer = 6, .n_head = 6, .n_embd = 384});
 //   Tensor loss = gpt->loss(x, y);            // x, y (B, T) Int64
-//   optim::AdamW opt(optim::weight_decay_groups(gpt->parameters(), 0.1), {.lr = 1e-3, .beta2 = 0.95});
+//   optim::AdamW opt(optim::weight_decay_groups(gpt->parameters(), 0.1), optim::AdamWOptions(1e-3).beta2(0.95));
 //   Tensor out = gpt->generate(prompt, 100, {.temperature = 0.8, .top_k = 200});
 //
 // Optimizer groups: nanoGPT's configure_optimizers decays the parameters of

@@ -58,12 +58,7 @@ std::pair<Tensor, Tensor> batch_for(int step) {
   return {randn({kBatch, 4}, DType::Float64, &gen), randint(0, 3, {kBatch}, DType::Int64, &gen)};
 }
 
-optim::SGDOptions sgd() {
-  optim::SGDOptions o;
-  o.lr = 0.1;
-  o.momentum = 0.9;
-  return o;
-}
+optim::SGDOptions sgd() { return optim::SGDOptions(0.1).momentum(0.9); }
 
 double max_difference(nn::Module& a, nn::Module& b) {
   const auto pa = a.parameters(), pb = b.parameters();

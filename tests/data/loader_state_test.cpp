@@ -397,7 +397,7 @@ TEST(LoaderState, RefusesAStateThatDoesNotFit) {
 
 TEST(LoaderState, InATrainingCheckpoint) {
   nn::Linear model(2, 1);
-  optim::SGD optimizer(model.parameters(), optim::SGDOptions{});
+  optim::SGD optimizer(model.parameters(), optim::SGDOptions(1e-3));
   const DataLoaderOptions opts{.batch_size = 4, .shuffle = true, .num_workers = 2, .seed = 8};
   DataLoader loader(make_tensor_dataset(), opts);
   loader.begin_epoch(3);

@@ -24,7 +24,7 @@ using testing::make_lenet;
 using testing::max_difference;
 
 void train(nn::Module& model, int steps, int64_t batch) {
-  optim::SGD opt(model.parameters(), {.lr = 0.05, .momentum = 0.9});
+  optim::SGD opt(model.parameters(), optim::SGDOptions(0.05).momentum(0.9));
   for (int s = 0; s < steps; ++s) {
     auto [x, y] = batch_for(s, batch);
     opt.zero_grad();

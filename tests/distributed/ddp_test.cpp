@@ -46,9 +46,7 @@ Tensor shard(const Tensor& t, int rank, int world) {
 }
 
 optim::SGDOptions sgd() {
-  optim::SGDOptions o;
-  o.lr = 0.05;
-  o.momentum = 0.9;
+  optim::SGDOptions o = optim::SGDOptions(0.05).momentum(0.9);
   return o;
 }
 

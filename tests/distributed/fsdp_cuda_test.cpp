@@ -50,8 +50,7 @@ std::pair<Tensor, Tensor> batch(int step) {
 }
 
 optim::AdamWOptions adamw() {
-  optim::AdamWOptions o;
-  o.lr = 1e-3;
+  optim::AdamWOptions o(1e-3);
   return o;
 }
 

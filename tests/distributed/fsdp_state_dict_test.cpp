@@ -58,8 +58,7 @@ std::pair<Tensor, Tensor> gpt_batch(int step) { return testing::gpt_batch(step, 
 // Adam over nanoGPT's two groups (matrices decay, the rest do not), built
 // from the full parameters before any wrapping.
 std::unique_ptr<optim::Adam> make_adam(nn::Module& model) {
-  optim::AdamOptions o;
-  o.lr = 3e-3;
+  optim::AdamOptions o(3e-3);
   return std::make_unique<optim::Adam>(optim::weight_decay_groups(model.parameters(), 0.05), o);
 }
 
@@ -358,27 +357,26 @@ TEST(FSDPStateDict, OneProcessRoundTripAndMismatches) {
   expect_bit_equal(copy->state_dict(), model->state_dict(), "a step later");
 
   const std::string at = "load_sharded_checkpoint: '" + dir + "': ";
-  optim::SGDOptions sgd_options;
-  sgd_options.lr = 0.1;
+  optim::SGDOptions sgd_options(0.1);
   optim::SGD sgd(copy->parameters(), sgd_options);
   expect_checkpoint_error([&] { fsdp::load_sharded_checkpoint(dir, *copy, &sgd); },
                           {at + "the checkpoint holds the state of Adam, not of SGD"});
-  optim::Adam one_group(copy->parameters(), optim::AdamOptions{});
+  optim::Adam one_group(copy->parameters(), optim::AdamOptions());
   expect_checkpoint_error([&] { fsdp::load_sharded_checkpoint(dir, *copy, &one_group); },
                           {at + "the checkpoint's Adam has 2 param groups but this one has 1"});
   auto groups = optim::weight_decay_groups(copy->parameters(), 0.05);
   std::swap(groups[0], groups[1]);
-  optim::Adam swapped(groups, optim::AdamOptions{});
+  optim::Adam swapped(groups, optim::AdamOptions());
   expect_checkpoint_error(
       [&] { fsdp::load_sharded_checkpoint(dir, *copy, &swapped); },
       {at + "parameter '", "' is in param group 0 of the optimizer but in group 1 of the checkpoint"});
   auto fewer = optim::weight_decay_groups(copy->parameters(), 0.05);
   fewer[1].params.pop_back();
-  optim::Adam partial(fewer, optim::AdamOptions{});
+  optim::Adam partial(fewer, optim::AdamOptions());
   expect_checkpoint_error([&] { fsdp::load_sharded_checkpoint(dir, *copy, &partial); },
                           {at + "the checkpoint's optimizer steps parameter 'transformer.ln_f.bias'"});
   auto stranger = std::make_shared<nn::Linear>(3, 3);
-  optim::Adam foreign(stranger->parameters(), optim::AdamOptions{});
+  optim::Adam foreign(stranger->parameters(), optim::AdamOptions());
   expect_checkpoint_error([&] { fsdp::save_sharded_checkpoint(shared / "x", *copy, &foreign); },
                           {"save_sharded_checkpoint: Adam's parameter 0 (group 0, shape [3, 3]) is not a parameter of "
                            "the module"});

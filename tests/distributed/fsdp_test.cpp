@@ -136,8 +136,7 @@ FSDPOptions opts(std::shared_ptr<ProcessGroup> group, fsdp::WrapPolicy policy = 
 }
 
 optim::AdamOptions adam() {
-  optim::AdamOptions o;
-  o.lr = 1e-3;
+  optim::AdamOptions o(1e-3);
   return o;
 }
 
@@ -664,7 +663,7 @@ TEST(FSDP, AGptTooLargeForTheMemoryCapTrainsUnderFsdpAndRunsOutUnderDdp) {
           CapGuard guard(cap);
           manual_seed(3);
           auto model = std::make_shared<nn::GPT>(config);
-          optim::AdamW opt(model->parameters(), optim::AdamWOptions{});
+          optim::AdamW opt(model->parameters(), optim::AdamWOptions());
           auto fsdp = std::make_shared<FullyShardedDataParallel>(
               model, opts(group, fsdp::wrap_by_class<nn::gpt::Block>()));
           for (int s = 0; s < 3; ++s) {
@@ -685,7 +684,7 @@ TEST(FSDP, AGptTooLargeForTheMemoryCapTrainsUnderFsdpAndRunsOutUnderDdp) {
             DDPOptions options;
             options.group = group;
             auto ddp = std::make_shared<DistributedDataParallel>(model, options);
-            optim::AdamW opt(model->parameters(), optim::AdamWOptions{});
+            optim::AdamW opt(model->parameters(), optim::AdamWOptions());
             for (int s = 0; s < 3; ++s) {
               auto [x, y] = batch(s);
               opt.zero_grad();

@@ -28,7 +28,7 @@ void one_adam_step(nn::Linear& linear, optim::Adam& opt, Device device) {
 
 TEST(MemoryReport, CountsParametersGradientsAndAdamStateOfALinearLayer) {
   nn::Linear linear(4, 3);
-  optim::Adam opt(linear.parameters(), optim::AdamOptions{});
+  optim::Adam opt(linear.parameters(), optim::AdamOptions());
   MemoryReport before = memory_report(linear, &opt);
   EXPECT_EQ(before.parameter_bytes, 60u);  // weight (3, 4) and bias (3): 15 float32
   EXPECT_EQ(before.gradient_bytes, 0u);
@@ -106,7 +106,7 @@ TEST(MemoryReport, CountsOnlyTheTensorsOfTheDeviceAskedFor) {
   const Device gpu = cuda_device(0);
   nn::Linear linear(4, 3);
   linear.to(gpu);
-  optim::Adam opt(linear.parameters(), optim::AdamOptions{});
+  optim::Adam opt(linear.parameters(), optim::AdamOptions());
   one_adam_step(linear, opt, gpu);
   const MemoryReport on_gpu = memory_report(linear, &opt, gpu);
   EXPECT_EQ(on_gpu.device, "cuda:0");

@@ -276,9 +276,7 @@ TEST(SyncBatchNorm, UnderDistributedDataParallelTrainsAsOneProcess) {
     gen.manual_seed(200 + static_cast<uint64_t>(step));
     return std::pair{randn({6, 3, 6, 6}, DType::Float64, &gen), randint(0, 5, {6}, DType::Int64, &gen)};
   };
-  optim::SGDOptions sgd;
-  sgd.lr = 0.1;
-  sgd.momentum = 0.9;
+  optim::SGDOptions sgd = optim::SGDOptions(0.1).momentum(0.9);
   for (int world : {2, 3}) {
     run_on_ranks(world, [&, world](int rank) {
       auto group = make_test_group("gloo", kTimeout);

@@ -78,10 +78,10 @@ TEST(ZeroRedundancyOptimizer, ConsolidatedStateDictsLoadOnAnyNumberOfRanksAndInO
 
         // Three fresh ranks, with another lr, load it and hold the same.
         optim::AdamOptions other = adam();
-        other.lr = 0.5;
+        other.lr(0.5);
         ZeroRun fresh = make_zero(m, 2, optimizer_factory<optim::Adam>(other), group);
         fresh.opt->load_state_dict(whole);
-        EXPECT_EQ(fresh.opt->lr(0), adam().lr);
+        EXPECT_EQ(fresh.opt->lr(0), adam().lr());
         EXPECT_TRUE(same_dicts(fresh.opt->local_optimizer().state_dict(), run.opt->local_optimizer().state_dict()));
         if (rank == 0) {
           save_safetensors(path, whole);

@@ -170,8 +170,7 @@ TEST(ZeroRedundancyOptimizer, ParamGroupsSchedulersAndAccumulationWorkAsInOnePro
       2,
       [](int rank) {
         auto group = rank_group();
-        optim::AdamWOptions adamw;
-        adamw.lr = 2e-3;
+        optim::AdamWOptions adamw(2e-3);
         const OptimizerFactory factory = optimizer_factory<optim::AdamW>(adamw);
         constexpr int kSteps = 30;
 

@@ -80,17 +80,11 @@ inline std::pair<Tensor, Tensor> batch(Model m, int step) {
 }
 
 inline optim::AdamOptions adam() {
-  optim::AdamOptions o;
-  o.lr = 1e-3;
+  optim::AdamOptions o(1e-3);
   return o;
 }
 
-inline optim::SGDOptions sgd_momentum() {
-  optim::SGDOptions o;
-  o.lr = 0.05;
-  o.momentum = 0.9;
-  return o;
-}
+inline optim::SGDOptions sgd_momentum() { return optim::SGDOptions(0.05).momentum(0.9); }
 
 // What the loops below may do beside forward, backward and step.
 struct Loop {

@@ -92,15 +92,14 @@ TEST(CompositeLayersCuda, ConvAndPixelShuffleMatchCpu) {
 
 TEST(CompositeLayersCuda, RecurrentMatchCpu) {
   SKIP_WITHOUT_GPU();
-  expect_cuda_matches_cpu("LSTM", [] {
-    return std::make_shared<LSTM>(3, 4, RNNOptions{.num_layers = 2, .bidirectional = true});
-  }, {{5, 2, 3}, {4, 2, 4}, {4, 2, 4}});
-  expect_cuda_matches_cpu("GRU", [] {
-    return std::make_shared<GRU>(3, 4, RNNOptions{.num_layers = 2, .batch_first = true});
-  }, {{2, 5, 3}});
-  expect_cuda_matches_cpu("RNN relu", [] {
-    return std::make_shared<RNN>(3, 4, RNNOptions{.nonlinearity = RNNNonlinearity::ReLU});
-  }, {{5, 2, 3}, {1, 2, 4}});
+  expect_cuda_matches_cpu("LSTM",
+                          [] { return std::make_shared<LSTM>(RNNOptions(3, 4).num_layers(2).bidirectional(true)); },
+                          {{5, 2, 3}, {4, 2, 4}, {4, 2, 4}});
+  expect_cuda_matches_cpu("GRU", [] { return std::make_shared<GRU>(RNNOptions(3, 4).num_layers(2).batch_first(true)); },
+                          {{2, 5, 3}});
+  expect_cuda_matches_cpu("RNN relu",
+                          [] { return std::make_shared<RNN>(RNNOptions(3, 4).nonlinearity(RNNNonlinearity::ReLU)); },
+                          {{5, 2, 3}, {1, 2, 4}});
   expect_cuda_matches_cpu("LSTMCell", [] { return std::make_shared<LSTMCell>(3, 4); }, {{2, 3}, {2, 4}, {2, 4}});
   expect_cuda_matches_cpu("GRUCell", [] { return std::make_shared<GRUCell>(3, 4); }, {{2, 3}, {2, 4}});
 }

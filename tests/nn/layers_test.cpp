@@ -157,7 +157,7 @@ TEST(PoolingLayers, ForwardAndPrinting) {
   EXPECT_EQ((*max)(x).shape(), (Shape{2, 3, 4, 4}));
   EXPECT_EQ(printed(*max), "MaxPool2d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=False)");
   auto max_opts =
-      std::make_shared<MaxPool2d>(MaxPool2dOptions{.kernel = 3, .stride = 2, .padding = 1, .ceil_mode = true});
+      std::make_shared<MaxPool2d>(kiln::MaxPool2dOptions{.kernel = 3, .stride = 2, .padding = 1, .ceil_mode = true});
   expect_close((*max_opts)(x), F::max_pool2d(x, {.kernel = 3, .stride = 2, .padding = 1, .ceil_mode = true}), 0);
   EXPECT_EQ(printed(*max_opts), "MaxPool2d(kernel_size=3, stride=2, padding=1, dilation=1, ceil_mode=True)");
 
@@ -165,7 +165,7 @@ TEST(PoolingLayers, ForwardAndPrinting) {
   expect_close((*avg)(x), F::avg_pool2d(x, {.kernel = 3, .stride = 2, .padding = 1}), 0);
   EXPECT_EQ(printed(*avg), "AvgPool2d(kernel_size=3, stride=2, padding=1)");
   auto avg_no_pad =
-      std::make_shared<AvgPool2d>(AvgPool2dOptions{.kernel = 3, .padding = 1, .count_include_pad = false});
+      std::make_shared<AvgPool2d>(kiln::AvgPool2dOptions{.kernel = 3, .padding = 1, .count_include_pad = false});
   expect_close((*avg_no_pad)(x), F::avg_pool2d(x, {.kernel = 3, .padding = 1, .count_include_pad = false}), 0);
 
   auto adaptive = std::make_shared<AdaptiveAvgPool2d>(Size2d(3, 1));

@@ -18,8 +18,8 @@ using namespace kiln;
 
 struct NetImpl : nn::Module {
   NetImpl() {
-    conv1 = register_module("conv1", nn::make<nn::Conv2d>(3, 6, 5));
-    conv2 = register_module("conv2", nn::make<nn::Conv2d>(6, 16, 5));
+    conv1 = register_module("conv1", nn::make<nn::Conv2d>(nn::Conv2dOptions(3, 6, 5)));
+    conv2 = register_module("conv2", nn::make<nn::Conv2d>(nn::Conv2dOptions(6, 16, 5)));
     fc1 = register_module("fc1", nn::make<nn::Linear>(16 * 5 * 5, 120));
     fc2 = register_module("fc2", nn::make<nn::Linear>(120, 10));
   }
@@ -38,10 +38,7 @@ TEST(PortingExample, TheKilnProgramTrainsSavesAndLoads) {
   const std::string path = (std::filesystem::temp_directory_path() / "kiln_porting_net.safetensors").string();
   manual_seed(0);
   Net model;
-  optim::SGDOptions options;
-  options.lr = 0.01;
-  options.momentum = 0.9;
-  optim::SGD optimizer(model->parameters(), options);
+  optim::SGD optimizer(model->parameters(), optim::SGDOptions(0.01).momentum(0.9));
 
   auto dataset = std::make_shared<data::TensorDataset>(randn({256, 3, 32, 32}), randint(0, 10, {256}));
   data::DataLoader loader(dataset, {.batch_size = 64, .shuffle = true});

@@ -37,35 +37,36 @@ TEST(RecurrentLayers, MatchTorch) {
                    .torch_module = "nn.RNN(4, 3)",
                    .inputs = {leaf({5, 2, 4}, 1)},
                    .python = "o, h = m(in0)\nouts = [o, h]"});
-  cases.push_back({.name = "RNN relu, 2 layers, bidirectional, batch_first, h0",
-                   .module = make64<RNN>(4, 3, RNNOptions{.num_layers = 2, .nonlinearity = RNNNonlinearity::ReLU,
-                                                          .batch_first = true, .bidirectional = true}),
-                   .torch_module = "nn.RNN(4, 3, num_layers=2, nonlinearity='relu', batch_first=True, bidirectional=True)",
-                   .inputs = {leaf({2, 5, 4}, 2), leaf({4, 2, 3}, 3)},
-                   .python = "o, h = m(in0, in1)\nouts = [o, h]"});
+  cases.push_back(
+      {.name = "RNN relu, 2 layers, bidirectional, batch_first, h0",
+       .module = make64<RNN>(
+           RNNOptions(4, 3).num_layers(2).nonlinearity(RNNNonlinearity::ReLU).batch_first(true).bidirectional(true)),
+       .torch_module = "nn.RNN(4, 3, num_layers=2, nonlinearity='relu', batch_first=True, bidirectional=True)",
+       .inputs = {leaf({2, 5, 4}, 2), leaf({4, 2, 3}, 3)},
+       .python = "o, h = m(in0, in1)\nouts = [o, h]"});
   cases.push_back({.name = "RNN without bias, unbatched, h0",
-                   .module = make64<RNN>(3, 4, RNNOptions{.num_layers = 2, .bias = false}),
+                   .module = make64<RNN>(RNNOptions(3, 4).num_layers(2).bias(false)),
                    .torch_module = "nn.RNN(3, 4, num_layers=2, bias=False)",
                    .inputs = {leaf({6, 3}, 4), leaf({2, 4}, 5)},
                    .python = "o, h = m(in0, in1)\nouts = [o, h]"});
   // LSTM
   cases.push_back({.name = "LSTM, 2 layers, bidirectional, (h0, c0)",
-                   .module = make64<LSTM>(3, 4, RNNOptions{.num_layers = 2, .bidirectional = true}),
+                   .module = make64<LSTM>(RNNOptions(3, 4).num_layers(2).bidirectional(true)),
                    .torch_module = "nn.LSTM(3, 4, num_layers=2, bidirectional=True)",
                    .inputs = {leaf({5, 2, 3}, 6), leaf({4, 2, 4}, 7), leaf({4, 2, 4}, 8)},
                    .python = "o, (h, c) = m(in0, (in1, in2))\nouts = [o, h, c]"});
   cases.push_back({.name = "LSTM batch_first, zero states",
-                   .module = make64<LSTM>(2, 3, RNNOptions{.batch_first = true}),
+                   .module = make64<LSTM>(RNNOptions(2, 3).batch_first(true)),
                    .torch_module = "nn.LSTM(2, 3, batch_first=True)",
                    .inputs = {leaf({3, 4, 2}, 9)},
                    .python = "o, (h, c) = m(in0)\nouts = [o, h, c]"});
   cases.push_back({.name = "LSTM unbatched, no bias, bidirectional, (h0, c0)",
-                   .module = make64<LSTM>(2, 3, RNNOptions{.bias = false, .bidirectional = true}),
+                   .module = make64<LSTM>(RNNOptions(2, 3).bias(false).bidirectional(true)),
                    .torch_module = "nn.LSTM(2, 3, bias=False, bidirectional=True)",
                    .inputs = {leaf({4, 2}, 10), leaf({2, 3}, 11), leaf({2, 3}, 12)},
                    .python = "o, (h, c) = m(in0, (in1, in2))\nouts = [o, h, c]"});
   cases.push_back({.name = "LSTM, 2 layers, dropout 0.5 in eval: no dropout",
-                   .module = make64<LSTM>(3, 3, RNNOptions{.num_layers = 2, .dropout = 0.5}),
+                   .module = make64<LSTM>(RNNOptions(3, 3).num_layers(2).dropout(0.5)),
                    .torch_module = "nn.LSTM(3, 3, num_layers=2, dropout=0.5)",
                    .training = false,
                    .inputs = {leaf({4, 2, 3}, 13)},
@@ -77,18 +78,18 @@ TEST(RecurrentLayers, MatchTorch) {
                    .inputs = {leaf({5, 3, 3}, 14), leaf({1, 3, 4}, 15)},
                    .python = "o, h = m(in0, in1)\nouts = [o, h]"});
   cases.push_back({.name = "GRU, 2 layers, bidirectional, batch_first, zero h0",
-                   .module = make64<GRU>(2, 3, RNNOptions{.num_layers = 2, .batch_first = true, .bidirectional = true}),
+                   .module = make64<GRU>(RNNOptions(2, 3).num_layers(2).batch_first(true).bidirectional(true)),
                    .torch_module = "nn.GRU(2, 3, num_layers=2, batch_first=True, bidirectional=True)",
                    .inputs = {leaf({2, 4, 2}, 16)},
                    .python = "o, h = m(in0)\nouts = [o, h]"});
   // Dropout 1 zeroes the input of every layer but the first, deterministically.
   cases.push_back({.name = "GRU, 3 layers, dropout 1 in training, h0",
-                   .module = make64<GRU>(2, 3, RNNOptions{.num_layers = 3, .dropout = 1.0}),
+                   .module = make64<GRU>(RNNOptions(2, 3).num_layers(3).dropout(1.0)),
                    .torch_module = "nn.GRU(2, 3, num_layers=3, dropout=1.0)",
                    .inputs = {leaf({4, 2, 2}, 17), leaf({3, 2, 3}, 18)},
                    .python = "o, h = m(in0, in1)\nouts = [o, h]"});
   cases.push_back({.name = "GRU unbatched, no bias",
-                   .module = make64<GRU>(3, 2, RNNOptions{.bias = false}),
+                   .module = make64<GRU>(RNNOptions(3, 2).bias(false)),
                    .torch_module = "nn.GRU(3, 2, bias=False)",
                    .inputs = {leaf({5, 3}, 19), leaf({1, 2}, 20)},
                    .python = "o, h = m(in0, in1)\nouts = [o, h]"});
@@ -168,12 +169,12 @@ TEST(RecurrentLayers, Gradcheck) {
   expect_gradcheck([](const TensorList& in) { return TensorList{F::rnn_tanh_cell(in[0], in[1], in[2], in[3], in[4])}; },
                    {leaf({2, 3}, 14), leaf({2, 2}, 15), leaf({2, 3}, 16), leaf({2, 2}, 17), leaf({2}, 18)});
   // The stacked layers in their input and initial states.
-  auto lstm = make64<LSTM>(2, 2, RNNOptions{.num_layers = 2, .bidirectional = true});
+  auto lstm = make64<LSTM>(RNNOptions(2, 2).num_layers(2).bidirectional(true));
   expect_gradcheck([&](const TensorList& in) { return (*lstm)(in); },
                    {leaf({3, 2, 2}, 19), leaf({4, 2, 2}, 20), leaf({4, 2, 2}, 21)});
-  auto gru = make64<GRU>(2, 3, RNNOptions{.num_layers = 2, .batch_first = true});
+  auto gru = make64<GRU>(RNNOptions(2, 3).num_layers(2).batch_first(true));
   expect_gradcheck([&](const TensorList& in) { return (*gru)(in); }, {leaf({2, 3, 2}, 22), leaf({2, 2, 3}, 23)});
-  auto rnn = make64<RNN>(3, 2, RNNOptions{.nonlinearity = RNNNonlinearity::ReLU, .bidirectional = true});
+  auto rnn = make64<RNN>(RNNOptions(3, 2).nonlinearity(RNNNonlinearity::ReLU).bidirectional(true));
   expect_gradcheck([&](const TensorList& in) { return (*rnn)(in); }, {leaf({4, 3}, 24), leaf({2, 2}, 25)});
   // Second derivatives, through the gates' nonlinearities.
   gradtest::expect_gradgradcheck(
@@ -188,14 +189,14 @@ TEST(RecurrentLayers, Gradcheck) {
 }
 
 TEST(RecurrentLayers, ParameterNamesShapesAndInit) {
-  LSTM lstm(3, 4, RNNOptions{.num_layers = 2, .bidirectional = true});
+  LSTM lstm(RNNOptions(3, 4).num_layers(2).bidirectional(true));
   // torch.nn.LSTM(3, 4, num_layers=2, bidirectional=True).state_dict(), by hand.
   EXPECT_EQ(testing::keys_and_shapes(lstm.state_dict()),
             "weight_ih_l0:[16,3] weight_hh_l0:[16,4] bias_ih_l0:[16] bias_hh_l0:[16] "
             "weight_ih_l0_reverse:[16,3] weight_hh_l0_reverse:[16,4] bias_ih_l0_reverse:[16] bias_hh_l0_reverse:[16] "
             "weight_ih_l1:[16,8] weight_hh_l1:[16,4] bias_ih_l1:[16] bias_hh_l1:[16] "
             "weight_ih_l1_reverse:[16,8] weight_hh_l1_reverse:[16,4] bias_ih_l1_reverse:[16] bias_hh_l1_reverse:[16]");
-  GRU gru(2, 5, RNNOptions{.bias = false});
+  GRU gru(RNNOptions(2, 5).bias(false));
   EXPECT_EQ(testing::keys_and_shapes(gru.state_dict()), "weight_ih_l0:[15,2] weight_hh_l0:[15,5]");
   GRUCell cell(2, 5);
   EXPECT_EQ(testing::keys_and_shapes(cell.state_dict()),
@@ -207,7 +208,7 @@ TEST(RecurrentLayers, ParameterNamesShapesAndInit) {
   EXPECT_LE(largest, 0.5);
   EXPECT_GT(largest, 0.45);
   EXPECT_EQ(lstm.extra_repr(), "3, 4, num_layers=2, bidirectional=True");
-  EXPECT_EQ(RNN(2, 3, RNNOptions{.bias = false, .batch_first = true, .dropout = 0.25}).extra_repr(),
+  EXPECT_EQ(RNN(RNNOptions(2, 3).bias(false).batch_first(true).dropout(0.25)).extra_repr(),
             "2, 3, bias=False, batch_first=True, dropout=0.25");
   EXPECT_EQ(RNNCell(2, 3, true, RNNNonlinearity::ReLU).extra_repr(), "2, 3, nonlinearity=relu");
   EXPECT_EQ(LSTMCell(2, 3, false).extra_repr(), "2, 3, bias=False");
@@ -216,7 +217,7 @@ TEST(RecurrentLayers, ParameterNamesShapesAndInit) {
 TEST(RecurrentLayers, DropoutBetweenLayersOnlyInTraining) {
   Generator gen_a(7), gen_b(7);
   auto make = [](Generator* gen) {
-    auto m = make64<GRU>(3, 4, RNNOptions{.num_layers = 2, .dropout = 0.5, .generator = gen});
+    auto m = make64<GRU>(RNNOptions(3, 4).num_layers(2).dropout(0.5).generator(gen));
     return m;
   };
   auto a = make(&gen_a);
@@ -234,11 +235,11 @@ TEST(RecurrentLayers, DropoutBetweenLayersOnlyInTraining) {
 
 TEST(RecurrentLayers, Errors) {
   expect_error([] { LSTM(3, 0); }, "LSTM: input_size and hidden_size must be positive, got 3 and 0");
-  expect_error([] { GRU(3, 4, RNNOptions{.num_layers = 0}); }, "GRU: num_layers must be positive, got 0");
-  expect_error([] { RNN(3, 4, RNNOptions{.dropout = 1.5}); }, "RNN: dropout must be a probability in [0, 1], got 1.5");
-  expect_error([] { LSTM(3, 4, RNNOptions{.nonlinearity = RNNNonlinearity::ReLU}); },
+  expect_error([] { GRU(RNNOptions(3, 4).num_layers(0)); }, "GRU: num_layers must be positive, got 0");
+  expect_error([] { RNN(RNNOptions(3, 4).dropout(1.5)); }, "RNN: dropout must be a probability in [0, 1], got 1.5");
+  expect_error([] { LSTM(RNNOptions(3, 4).nonlinearity(RNNNonlinearity::ReLU)); },
                "LSTM: nonlinearity applies to RNN only");
-  auto lstm = make64<LSTM>(3, 4, RNNOptions{.num_layers = 2});
+  auto lstm = make64<LSTM>(RNNOptions(3, 4).num_layers(2));
   expect_error([&] { (*lstm)(TensorList{uniform64({5, 2, 3, 1}, 1)}); },
                "LSTM: expected input of shape (L, N, 3) or, unbatched, (L, 3), got 4D input of shape [5, 2, 3, 1]");
   expect_error([&] { (*lstm)(TensorList{uniform64({5, 2, 2}, 1)}); },
@@ -253,7 +254,7 @@ TEST(RecurrentLayers, Errors) {
   expect_error([&] { (*lstm)({uniform64({5, 3}, 1), uniform64({2, 1, 4}, 2), uniform64({2, 1, 4}, 3)}); },
                "LSTM: expected h0 of shape [2, 4] (num_layers * directions, hidden_size) for input of shape [5, 3]");
   expect_error([&] { (*lstm)(TensorList{uniform64({0, 2, 3}, 1)}); }, "LSTM: expected a sequence of at least one step");
-  auto gru = make64<GRU>(3, 4, RNNOptions{.batch_first = true});
+  auto gru = make64<GRU>(RNNOptions(3, 4).batch_first(true));
   expect_error([&] { (*gru)(TensorList{uniform64({3}, 1)}); }, "GRU: expected input of shape (N, L, 3)");
   expect_error([&] { (*gru)({uniform64({2, 5, 3}, 1), uniform64({1, 5, 4}, 2)}); },
                "GRU: expected h0 of shape [1, 2, 4]");

@@ -20,14 +20,14 @@ void check_fused_equals_unfused(Options options, DType dtype, int steps = 4) {
   for (int s = 0; s < steps; ++s) {
     pair.step(s);
     for (size_t i = 0; i < pair.shapes.size(); ++i) {
-      const std::string what = detail::str(Options::kOptimizerName, " step ", s, " param ", i, " ", dtype,
-                                           " weight_decay ", options.weight_decay, " amsgrad ", options.amsgrad,
-                                           " maximize ", options.maximize);
+      const std::string what =
+          detail::str(Options::kOptimizerName, " step ", s, " param ", i, " ", dtype, " weight_decay ",
+                      options.weight_decay(), " amsgrad ", options.amsgrad(), " maximize ", options.maximize());
       ASSERT_TRUE(same_values(pair.fused_params[i], pair.plain_params[i])) << what;
       const TensorDict& fused_state = pair.fused->state(pair.fused_params[i]);
       const TensorDict& plain_state = pair.plain->state(pair.plain_params[i]);
       std::vector<std::string> names = {"step", "exp_avg", "exp_avg_sq"};
-      if (options.amsgrad) names.push_back("max_exp_avg_sq");
+      if (options.amsgrad()) names.push_back("max_exp_avg_sq");
       ASSERT_EQ(fused_state.size(), plain_state.size()) << what;
       for (const std::string& name : names) {
         ASSERT_TRUE(same_values(fused_state.at(name), plain_state.at(name))) << what << " " << name;
@@ -41,7 +41,7 @@ void check_fused_equals_unfused(Options options, DType dtype, int steps = 4) {
     grads.push_back(p.grad());
     exp_avgs.push_back(pair.fused->state(p).at("exp_avg"));
     exp_avg_sqs.push_back(pair.fused->state(p).at("exp_avg_sq"));
-    if (options.amsgrad) max_exp_avg_sqs.push_back(pair.fused->state(p).at("max_exp_avg_sq"));
+    if (options.amsgrad()) max_exp_avg_sqs.push_back(pair.fused->state(p).at("max_exp_avg_sq"));
   }
   EXPECT_TRUE(ops::adam_step_fusable(pair.fused_params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs));
   EXPECT_TRUE(pair.fused_changed(dtype));
@@ -53,14 +53,13 @@ void check_every_option(double default_weight_decay) {
     for (double weight_decay : {0.0, default_weight_decay}) {
       for (bool amsgrad : {false, true}) {
         for (bool maximize : {false, true}) {
-          Options options;
-          options.lr = 0.01;
-          options.beta1 = 0.8;
-          options.beta2 = 0.95;
-          options.eps = 1e-6;
-          options.weight_decay = weight_decay;
-          options.amsgrad = amsgrad;
-          options.maximize = maximize;
+          const Options options = Options(0.01)
+                                      .beta1(0.8)
+                                      .beta2(0.95)
+                                      .eps(1e-6)
+                                      .weight_decay(weight_decay)
+                                      .amsgrad(amsgrad)
+                                      .maximize(maximize);
           check_fused_equals_unfused<Opt>(options, dtype);
         }
       }
@@ -93,7 +92,7 @@ TEST(AdamFused, OtherDtypesAndLayoutsFallBackToTheOps) {
   strided.set_grad(full({2, 2}, 1.0).t());
   Tensor half_state = zeros({2}, DType::Float16);
   EXPECT_FALSE(ops::adam_step_fusable({half}, {half.grad()}, {half_state}, {half_state}, {}));
-  Adam opt({half, strided}, {.lr = 0.5});
+  Adam opt({half, strided}, AdamOptions(0.5));
   opt.step();
   // The first Adam step moves every element by lr * sign(g) (up to eps).
   expect_near_all(values_of(half), {0.5, 1.5}, 2e-3, 0, "float16");

@@ -38,7 +38,7 @@ struct AdamReference {
 
 template <class Options>
 AdamReference reference_for(const Options& o, bool decoupled) {
-  return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.amsgrad, o.maximize, decoupled};
+  return {o.lr(), o.beta1(), o.beta2(), o.eps(), o.weight_decay(), o.amsgrad(), o.maximize(), decoupled};
 }
 
 // Runs the optimizer on two parameters and checks every step against the
@@ -66,14 +66,14 @@ void check_adam(const Options& options, DType dtype, double rtol, int steps = 6)
                       "step " + std::to_string(s) + " param " + std::to_string(i));
   }
   EXPECT_EQ(opt.state(params[0]).at("step").template item<double>(), steps);
-  EXPECT_EQ(opt.state(params[0]).contains("max_exp_avg_sq"), options.amsgrad);
+  EXPECT_EQ(opt.state(params[0]).contains("max_exp_avg_sq"), options.amsgrad());
 }
 
 TEST(Adam, FirstStepMovesEachElementByAboutLr) {
   // With m = (1 - b1) g and v = (1 - b2) g^2, the bias corrections make the
   // first update lr * g / (|g| + eps'), i.e. lr in the direction of -g.
   Tensor p = make_param({1.0, -1.0, 0.5}, {3}, DType::Float64);
-  Adam opt({p}, AdamOptions{.lr = 0.1});
+  Adam opt({p}, AdamOptions(0.1));
   set_grad_values(p, {3.0, -0.01, 200.0});
   opt.step();
   expect_near_all(values_of(p), {0.9, -0.9, 0.4}, 1e-6, 0, "param");
@@ -83,11 +83,10 @@ TEST(Adam, MatchesReferenceFloat64AndFloat32) {
   for (DType dtype : {DType::Float64, DType::Float32}) {
     double rtol = dtype == DType::Float64 ? 1e-12 : 1e-5;
     SCOPED_TRACE(detail::str(dtype));
-    check_adam<Adam>(AdamOptions{.lr = 0.01}, dtype, rtol);
-    check_adam<Adam>(AdamOptions{.lr = 0.01, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6, .weight_decay = 0.1}, dtype,
-                     rtol);
-    check_adam<Adam>(AdamOptions{.lr = 0.02, .weight_decay = 0.05, .amsgrad = true}, dtype, rtol);
-    check_adam<Adam>(AdamOptions{.lr = 0.02, .maximize = true}, dtype, rtol);
+    check_adam<Adam>(AdamOptions(0.01), dtype, rtol);
+    check_adam<Adam>(AdamOptions(0.01).beta1(0.8).beta2(0.95).eps(1e-6).weight_decay(0.1), dtype, rtol);
+    check_adam<Adam>(AdamOptions(0.02).weight_decay(0.05).amsgrad(true), dtype, rtol);
+    check_adam<Adam>(AdamOptions(0.02).maximize(true), dtype, rtol);
   }
 }
 
@@ -95,9 +94,9 @@ TEST(AdamW, MatchesReferenceFloat64AndFloat32) {
   for (DType dtype : {DType::Float64, DType::Float32}) {
     double rtol = dtype == DType::Float64 ? 1e-12 : 1e-5;
     SCOPED_TRACE(detail::str(dtype));
-    check_adam<AdamW>(AdamWOptions{.lr = 0.01}, dtype, rtol);
-    check_adam<AdamW>(AdamWOptions{.lr = 0.01, .beta1 = 0.85, .beta2 = 0.9, .weight_decay = 0.3}, dtype, rtol);
-    check_adam<AdamW>(AdamWOptions{.lr = 0.03, .weight_decay = 0.1, .amsgrad = true, .maximize = true}, dtype, rtol);
+    check_adam<AdamW>(AdamWOptions(0.01), dtype, rtol);
+    check_adam<AdamW>(AdamWOptions(0.01).beta1(0.85).beta2(0.9).weight_decay(0.3), dtype, rtol);
+    check_adam<AdamW>(AdamWOptions(0.03).weight_decay(0.1).amsgrad(true).maximize(true), dtype, rtol);
   }
 }
 
@@ -105,22 +104,22 @@ TEST(AdamW, DecaysTheParameterNotTheGradient) {
   // A zero gradient leaves the moments at 0: Adam's L2 term would move the
   // parameter through them; AdamW only scales it by 1 - lr * wd.
   Tensor p = make_param({2.0}, {1}, DType::Float64);
-  AdamW opt({p}, AdamWOptions{.lr = 0.1, .weight_decay = 0.5});
-  EXPECT_EQ(opt.defaults().weight_decay, 0.5);
+  AdamW opt({p}, AdamWOptions(0.1).weight_decay(0.5));
+  EXPECT_EQ(opt.defaults().weight_decay(), 0.5);
   set_grad_values(p, {0.0});
   opt.step();
   EXPECT_EQ(values_of(p), (std::vector<double>{2.0 * (1.0 - 0.05)}));
-  EXPECT_EQ(AdamWOptions{}.weight_decay, 1e-2);  // PyTorch's default
-  EXPECT_EQ(AdamOptions{}.weight_decay, 0.0);
+  EXPECT_EQ(AdamWOptions().weight_decay(), 1e-2);  // PyTorch's default
+  EXPECT_EQ(AdamOptions().weight_decay(), 0.0);
 }
 
 TEST(AdamW, IsAdamWithDecoupledWeightDecay) {
   // One update: Adam with the flag takes AdamW's steps bitwise, fused or not.
   for (bool fused : {true, false}) {
     Tensor a = make_param({1.0, -2.0, 0.5}, {3}), b = make_param({1.0, -2.0, 0.5}, {3});
-    Adam adam({a}, AdamOptions{.lr = 0.1, .weight_decay = 0.3, .decoupled_weight_decay = true, .fused = fused});
-    AdamW adamw({b}, AdamWOptions{.lr = 0.1, .weight_decay = 0.3, .fused = fused});
-    EXPECT_TRUE(adamw.defaults().decoupled_weight_decay);
+    Adam adam({a}, AdamOptions(0.1).weight_decay(0.3).decoupled_weight_decay(true).fused(fused));
+    AdamW adamw({b}, AdamWOptions(0.1).weight_decay(0.3).fused(fused));
+    EXPECT_TRUE(adamw.defaults().decoupled_weight_decay());
     for (int s = 0; s < 3; ++s) {
       set_grad_values(a, {0.3, -0.1 * s, 1.0});
       set_grad_values(b, {0.3, -0.1 * s, 1.0});
@@ -131,15 +130,18 @@ TEST(AdamW, IsAdamWithDecoupledWeightDecay) {
   }
   // Still named AdamW, from the constructor's groups on.
   Tensor p = make_param({1.0}, {1});
-  AdamW opt({p}, AdamWOptions{});
+  AdamW opt({p}, AdamWOptions());
   EXPECT_EQ(opt.name(), "AdamW");
-  expect_error([&] { AdamW({ParamGroup{{p}, {{"betas", 0.9}}}}, AdamWOptions{}); },
-               "AdamW::add_param_group: unknown hyperparameter 'betas' (AdamW has:");
+  expect_error(
+      [&] {
+        AdamW({ParamGroup{{p}, {{"betas", 0.9}}}}, AdamWOptions());
+      },
+      "AdamW::add_param_group: unknown hyperparameter 'betas' (AdamW has:");
 }
 
 TEST(Adam, AmsgradKeepsTheLargestSecondMoment) {
   Tensor p = make_param({0.0}, {1}, DType::Float64);
-  Adam opt({p}, AdamOptions{.lr = 0.1, .beta2 = 0.5, .amsgrad = true});
+  Adam opt({p}, AdamOptions(0.1).beta2(0.5).amsgrad(true));
   set_grad_values(p, {2.0});
   opt.step();
   set_grad_values(p, {0.0});
@@ -151,13 +153,13 @@ TEST(Adam, AmsgradKeepsTheLargestSecondMoment) {
 
 TEST(Adam, RejectsInvalidHyperparameters) {
   Tensor p = make_param({1.0}, {1});
-  expect_error([&] { Adam({p}, AdamOptions{.lr = -1}); }, "Adam: invalid learning rate -1 (must be >= 0)");
-  expect_error([&] { Adam({p}, AdamOptions{.beta1 = 1.0}); }, "Adam: invalid beta1 1 (must be in [0, 1))");
-  expect_error([&] { Adam({p}, AdamOptions{.beta2 = -0.1}); }, "Adam: invalid beta2 -0.1 (must be in [0, 1))");
-  expect_error([&] { Adam({p}, AdamOptions{.eps = -1e-8}); }, "Adam: invalid eps -1e-08 (must be >= 0)");
-  expect_error([&] { AdamW({p}, AdamWOptions{.weight_decay = -0.1}); },
+  expect_error([&] { Adam({p}, AdamOptions(-1)); }, "Adam: invalid learning rate -1 (must be >= 0)");
+  expect_error([&] { Adam({p}, AdamOptions().beta1(1.0)); }, "Adam: invalid beta1 1 (must be in [0, 1))");
+  expect_error([&] { Adam({p}, AdamOptions().beta2(-0.1)); }, "Adam: invalid beta2 -0.1 (must be in [0, 1))");
+  expect_error([&] { Adam({p}, AdamOptions().eps(-1e-8)); }, "Adam: invalid eps -1e-08 (must be >= 0)");
+  expect_error([&] { AdamW({p}, AdamWOptions().weight_decay(-0.1)); },
                "AdamW: invalid weight_decay -0.1 (must be >= 0)");
-  Adam opt({p}, AdamOptions{});
+  Adam opt({p}, AdamOptions());
   expect_error(
       [&] {
         opt.add_param_group({{make_param({1.0}, {1})}, {{"betas", 0.9}}});
@@ -169,7 +171,7 @@ TEST(Adam, RejectsInvalidHyperparameters) {
 
 TEST(Adam, AmsgradTurnedOnAfterTheFirstStepIsAnError) {
   Tensor p = make_param({1.0}, {1});
-  Adam opt({p}, AdamOptions{});
+  Adam opt({p}, AdamOptions());
   set_grad_values(p, {1.0});
   opt.step();
   opt.set_hyperparameter(0, "amsgrad", 1);

@@ -26,7 +26,7 @@ TEST(CudaGraphTraining, AReplayedLeNetStepTrainsAsTheEagerStep) {
   graphed->load_state_dict(eager->state_dict());
   eager->to(dev);
   graphed->to(dev);
-  const optim::SGDOptions sgd{.lr = 0.01, .momentum = 0.9};
+  const optim::SGDOptions sgd = optim::SGDOptions(0.01).momentum(0.9);
   optim::SGD eager_optimizer(eager->parameters(), sgd);
   optim::SGD graphed_optimizer(graphed->parameters(), sgd);
 
@@ -107,7 +107,7 @@ TEST(CudaGraphTraining, AdamRefusesToBeCaptured) {
   w.requires_grad_();
   sum(mul(w, w)).backward();
   for (const bool fused : {false, true}) {
-    optim::Adam adam({w}, optim::AdamOptions{.lr = 0.1, .fused = fused});
+    optim::Adam adam({w}, optim::AdamOptions(0.1).fused(fused));
     cuda::Stream side = cuda::Stream::create(dev);
     cuda::synchronize(dev);
     cuda::Graph graph;

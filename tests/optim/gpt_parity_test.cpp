@@ -147,7 +147,7 @@ TEST(GPTParity, LogitsAndEveryGradientMatchPyTorchInFloat64WithoutBiases) { chec
 // nanoGPT's optimizer: AdamW over its two groups, betas (0.9, 0.95).
 std::unique_ptr<optim::AdamW> nanogpt_adamw(nn::GPT& gpt) {
   return std::make_unique<optim::AdamW>(optim::weight_decay_groups(gpt.parameters(), 0.1),
-                                        optim::AdamWOptions{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8});
+                                        optim::AdamWOptions(1e-3).beta1(0.9).beta2(0.95).eps(1e-8));
 }
 
 // The losses of `steps` AdamW steps, step s on batch s % kBatches.

@@ -27,11 +27,7 @@ TEST(GradientAccumulation, MicroBatchesGiveTheSameUpdateAsOneLargeBatch) {
   Tensor labels = randint(0, 10, {k * micro});
   auto make = [](nn::LeNet& net) {
     net.to(DType::Float64);
-    optim::SGDOptions o;
-    o.lr = 0.1;
-    o.momentum = 0.9;
-    o.weight_decay = 1e-2;
-    return optim::SGD(net.parameters(), o);
+    return optim::SGD(net.parameters(), optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-2));
   };
 
   manual_seed(9);

@@ -22,7 +22,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // One parameter [1, 2, 3] and plain SGD with lr 1: a step subtracts the grad.
 struct OneParameter {
   Tensor p = make_param({1, 2, 3}, {3});
-  SGD sgd{{p}, SGDOptions{.lr = 1.0}};
+  SGD sgd{{p}, SGDOptions(1.0)};
 };
 
 // Sets p's grad to `values` times the scaler's scale, as backward on
@@ -169,13 +169,13 @@ TEST(GradScaler, UnfusedGradientsAreCheckedElementByElementToo) {
   // large finite sum is not an overflow.
   for (double bad : {kInf, std::nan("")}) {
     Tensor p = make_param({1, 2, 3}, {3}, DType::BFloat16);
-    SGD sgd({p}, SGDOptions{.lr = 1.0});
+    SGD sgd({p}, SGDOptions(1.0));
     GradScaler scaler({.init_scale = 1.0});
     set_grad_values(p, {1.0, bad, 2.0});
     EXPECT_FALSE(scaler.step(sgd));
   }
   Tensor p = make_param({1, 2, 3}, {3}, DType::BFloat16);
-  SGD sgd({p}, SGDOptions{.lr = 1.0});
+  SGD sgd({p}, SGDOptions(1.0));
   GradScaler scaler({.init_scale = 1.0});
   set_grad_values(p, {3e38, 3e38, 3e38});
   EXPECT_TRUE(scaler.step(sgd));
@@ -226,13 +226,13 @@ TEST(GradScaler, CallOrderErrors) {
 
 TEST(GradScaler, RefusesFloat16GradientsAndBadOptions) {
   Tensor p = make_param({1, 2}, {2}, DType::Float16);
-  SGD sgd({p}, SGDOptions{.lr = 1.0, .fused = false});
+  SGD sgd({p}, SGDOptions(1.0).fused(false));
   set_grad_values(p, {1, 1});
   GradScaler scaler;
   expect_error([&] { scaler.unscale_(sgd); }, "GradScaler::unscale_: parameter 0 of group 0 has a float16 gradient");
   // A float16 gradient after float32 ones: refused before any is unscaled.
   Tensor first = make_param({1, 2}, {2});
-  SGD mixed({first, p}, SGDOptions{.lr = 1.0, .fused = false});
+  SGD mixed({first, p}, SGDOptions(1.0).fused(false));
   set_grad_values(first, {4, 8});
   expect_error([&] { scaler.unscale_(mixed); }, "GradScaler::unscale_: parameter 1 of group 0 has a float16 gradient");
   EXPECT_EQ(values_of(first.grad()), (std::vector<double>{4, 8}));
@@ -302,7 +302,7 @@ TEST(GradScaler, StateDictRoundTrip) {
 
 TEST(GradScaler, TrainingCheckpointKeepsTheScale) {
   nn::Linear model(3, 2);
-  SGD sgd(model.parameters(), SGDOptions{.lr = 0.1});
+  SGD sgd(model.parameters(), SGDOptions(0.1));
   GradScaler scaler({.init_scale = 512.0});
   for (const Tensor& p : model.parameters()) p.set_grad(full_like(p, kInf));
   scaler.step(sgd);
@@ -311,7 +311,7 @@ TEST(GradScaler, TrainingCheckpointKeepsTheScale) {
   save_training_checkpoint(path, {model, sgd, nullptr, 7, {}, &scaler});
 
   nn::Linear model2(3, 2);
-  SGD sgd2(model2.parameters(), SGDOptions{.lr = 0.1});
+  SGD sgd2(model2.parameters(), SGDOptions(0.1));
   GradScaler scaler2;
   EXPECT_EQ(load_training_checkpoint(path, {model2, sgd2, nullptr, 0, {}, &scaler2}).step, 7);
   EXPECT_EQ(scaler2.get_scale(), 256.0);

@@ -42,10 +42,7 @@ TEST(LeNetInterop, KilnTrainedWeightsGiveTheSameOutputsInPyTorch) {
   if (!torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch; the PyTorch interchange is skipped";
   manual_seed(21);
   nn::LeNet net;
-  optim::SGDOptions options;
-  options.lr = 0.05;
-  options.momentum = 0.9;
-  optim::SGD sgd(net.parameters(), options);
+  optim::SGD sgd(net.parameters(), optim::SGDOptions(0.05).momentum(0.9));
   for (int step = 0; step < 5; ++step) {
     Tensor x = randn({16, 3, 32, 32});
     Tensor y = randint(0, 10, {16});

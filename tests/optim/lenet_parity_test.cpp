@@ -58,13 +58,10 @@ void check_parity(const std::string& optimizer, DType dtype, int checked_steps, 
   }
   std::unique_ptr<Optimizer> opt;
   if (optimizer == "sgd") {
-    optim::SGDOptions o;
-    o.lr = 0.01;
-    o.momentum = 0.9;
+    optim::SGDOptions o = optim::SGDOptions(0.01).momentum(0.9);
     opt = std::make_unique<SGD>(net.parameters(), o);
   } else {
-    optim::AdamOptions o;
-    o.lr = 0.001;
+    optim::AdamOptions o(0.001);
     opt = std::make_unique<Adam>(net.parameters(), o);
   }
   std::vector<double> want = read_losses(dir + "/losses_" + run + ".txt");

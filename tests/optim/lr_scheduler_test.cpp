@@ -56,7 +56,7 @@ void expect_schedule(const std::vector<std::vector<double>>& lrs, Formula formul
 
 struct TwoGroups {
   std::vector<Tensor> params = {make_param({1.0}, {1}), make_param({2.0}, {1})};
-  SGD opt{{ParamGroup{{params[0]}}, ParamGroup{{params[1]}, {{"lr", 0.5}}}}, SGDOptions{.lr = 0.1, .momentum = 0.9}};
+  SGD opt{{ParamGroup{{params[0]}}, ParamGroup{{params[1]}, {{"lr", 0.5}}}}, SGDOptions(0.1).momentum(0.9)};
   double base(size_t g) const { return g == 0 ? 0.1 : 0.5; }
 };
 
@@ -152,7 +152,7 @@ TEST(OneCycleLR, CyclesLrAndMomentum) {
 
 TEST(OneCycleLR, CyclesBeta1OfAdamAndHasThreePhaseAndLinearForms) {
   std::vector<Tensor> params = {make_param({1.0}, {1})};
-  Adam opt(params, AdamOptions{});
+  Adam opt(params, AdamOptions());
   OneCycleLROptions o;
   o.three_phase = true;
   o.anneal_strategy = OneCycleLROptions::AnnealStrategy::Linear;
@@ -172,7 +172,7 @@ TEST(OneCycleLR, CyclesBeta1OfAdamAndHasThreePhaseAndLinearForms) {
   for (int e = 1; e <= 19; ++e) {
     s.step();
     lrs.push_back(s.get_last_lr());
-    EXPECT_NEAR(opt.options(0).beta1, beta1(e), 1e-15) << "epoch " << e;
+    EXPECT_NEAR(opt.options(0).beta1(), beta1(e), 1e-15) << "epoch " << e;
   }
   expect_schedule(lrs, lr, 1e-13);
 }

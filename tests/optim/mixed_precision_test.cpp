@@ -47,7 +47,7 @@ RunResult train(DType dtype, GradScaler& scaler) {
   nn::Linear fc1(8, 32), fc2(32, 4);
   std::vector<Tensor> params = fc1.parameters();
   for (const Tensor& p : fc2.parameters()) params.push_back(p);
-  optim::SGD sgd(params, optim::SGDOptions{.lr = 0.2, .momentum = 0.9});
+  optim::SGD sgd(params, optim::SGDOptions(0.2).momentum(0.9));
   Data data = make_data();
   RunResult r;
   for (int64_t step = 0; step < kSteps; ++step) {

@@ -152,9 +152,9 @@ struct FusedAndUnfused {
       fused_params.push_back(make_param(v, shapes[i], dtype));
       plain_params.push_back(make_param(v, shapes[i], dtype));
     }
-    options.fused = true;
+    options.fused(true);
     fused = std::make_unique<Opt>(fused_params, options);
-    options.fused = false;
+    options.fused(false);
     plain = std::make_unique<Opt>(plain_params, options);
   }
 

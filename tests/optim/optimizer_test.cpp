@@ -42,7 +42,7 @@ void set_step_grads(const std::vector<Tensor>& params, int step) {
 
 TEST(Optimizer, ZeroGradSetsToNoneByDefault) {
   std::vector<Tensor> params = fresh_params();
-  SGD opt(params, SGDOptions{.lr = 0.1});
+  SGD opt(params, SGDOptions(0.1));
   set_step_grads(params, 0);
   opt.zero_grad();
   for (const Tensor& p : params) EXPECT_FALSE(p.grad().defined());
@@ -51,7 +51,7 @@ TEST(Optimizer, ZeroGradSetsToNoneByDefault) {
 
 TEST(Optimizer, ZeroGradWithoutSetToNoneZeroesInPlace) {
   std::vector<Tensor> params = fresh_params();
-  SGD opt(params, SGDOptions{.lr = 0.1});
+  SGD opt(params, SGDOptions(0.1));
   set_step_grads(params, 0);
   Tensor before = params[0].grad();
   opt.zero_grad(/*set_to_none=*/false);
@@ -66,7 +66,7 @@ TEST(Optimizer, ZeroGradDetachesAGradThatCarriesAGraph) {
   kiln::sum(kiln::mul(w, w)).backward(Tensor(), /*retain_graph=*/false, /*create_graph=*/true);
   Tensor grad = w.grad();
   ASSERT_TRUE(grad.requires_grad());  // 2w, with its own graph
-  SGD opt({w}, SGDOptions{.lr = 0.1});
+  SGD opt({w}, SGDOptions(0.1));
   opt.zero_grad(/*set_to_none=*/false);
   EXPECT_FALSE(w.grad().requires_grad());
   EXPECT_TRUE(w.grad().is_leaf());
@@ -84,14 +84,14 @@ TEST(Optimizer, WeightDecayGroupsSplitMatricesFromVectorsAsNanoGpt) {
   EXPECT_TRUE(groups[0].params[0].is_same(weight) && groups[0].params[1].is_same(embedding));
   ASSERT_EQ(groups[1].params.size(), 2u);
   EXPECT_TRUE(groups[1].params[0].is_same(bias) && groups[1].params[1].is_same(norm_weight));
-  AdamW opt(groups, AdamWOptions{.weight_decay = 0.5});
+  AdamW opt(groups, AdamWOptions().weight_decay(0.5));
   EXPECT_EQ(opt.hyperparameter(0, "weight_decay"), 0.1);
   EXPECT_EQ(opt.hyperparameter(1, "weight_decay"), 0.0);
 }
 
 TEST(Optimizer, AddParamGroupChecksParameters) {
   std::vector<Tensor> params = fresh_params();
-  SGD opt({params[0]}, SGDOptions{.lr = 0.1});
+  SGD opt({params[0]}, SGDOptions(0.1));
   expect_error(
       [&] {
         opt.add_param_group({{params[1], params[0]}});
@@ -126,20 +126,20 @@ TEST(Optimizer, AddParamGroupChecksParameters) {
   EXPECT_EQ(opt.params(1).size(), 2u);
   EXPECT_EQ(opt.lr(1), 0.01);
   EXPECT_EQ(opt.hyperparameter(1, "momentum"), 0.9);
-  expect_error([&] { SGD(std::vector<Tensor>{}, SGDOptions{}); }, "SGD: got an empty parameter list");
+  expect_error([&] { SGD(std::vector<Tensor>{}, SGDOptions(1e-3)); }, "SGD: got an empty parameter list");
   expect_error([&] { opt.params(2); }, "SGD: no param group 2 (there are 2)");
 }
 
 TEST(Optimizer, HyperparametersByName) {
   std::vector<Tensor> params = fresh_params();
-  Adam opt(params, AdamOptions{.lr = 0.01, .amsgrad = true});
+  Adam opt(params, AdamOptions(0.01).amsgrad(true));
   EXPECT_EQ(opt.hyperparameter_names(),
             (std::vector<std::string>{"lr", "beta1", "beta2", "eps", "weight_decay", "amsgrad", "maximize"}));
   EXPECT_TRUE(opt.has_hyperparameter("beta1"));
   EXPECT_FALSE(opt.has_hyperparameter("momentum"));
   EXPECT_EQ(opt.hyperparameter(0, "amsgrad"), 1.0);
   opt.set_hyperparameters(0, {{"beta1", 0.5}, {"lr", 0.2}});
-  EXPECT_EQ(opt.options(0).beta1, 0.5);
+  EXPECT_EQ(opt.options(0).beta1(), 0.5);
   EXPECT_EQ(opt.lr(0), 0.2);
   expect_error([&] { opt.hyperparameter(0, "momentum"); }, "Adam::hyperparameter: unknown hyperparameter 'momentum'");
   expect_error(
@@ -152,8 +152,7 @@ TEST(Optimizer, HyperparametersByName) {
 
 TEST(Optimizer, StateDictLayout) {
   std::vector<Tensor> params = fresh_params();
-  SGD opt({ParamGroup{{params[0], params[1]}}, ParamGroup{{params[2]}, {{"lr", 0.5}}}},
-          SGDOptions{.lr = 0.1, .momentum = 0.9});
+  SGD opt({ParamGroup{{params[0], params[1]}}, ParamGroup{{params[2]}, {{"lr", 0.5}}}}, SGDOptions(0.1).momentum(0.9));
   set_step_grads({params[0], params[2]}, 0);  // params[1] gets no grad and so no state
   opt.step();
   TensorDict dict = opt.state_dict();
@@ -174,7 +173,7 @@ TEST(Optimizer, StateDictLayout) {
   // The optimizer's own buffer, as PyTorch's state_dict gives.
   EXPECT_TRUE(dict.at("state.2.momentum_buffer").is_same(opt.state(params[2]).at("momentum_buffer")));
 
-  Adam adam(params, AdamOptions{});
+  Adam adam(params, AdamOptions());
   set_step_grads(params, 0);
   adam.step();
   TensorDict adam_dict = adam.state_dict();
@@ -202,10 +201,10 @@ void check_round_trip(const Options& options, const std::map<std::string, double
   for (const Tensor& p : a) b.push_back(make_param(values_of(p), p.shape()));
   // Constructed with other hyperparameters: the dict restores them.
   Options other = options;
-  other.lr = 123.0;
+  other.lr(123.0);
   Optim second({ParamGroup{{b[0], b[1]}}, ParamGroup{{b[2]}}}, other);
   second.load_state_dict(saved);
-  EXPECT_EQ(second.lr(0), options.lr);
+  EXPECT_EQ(second.lr(0), options.lr());
   EXPECT_EQ(second.lr(1), first.lr(1));
   for (int s = 3; s < 6; ++s) {
     set_step_grads(a, s);
@@ -222,21 +221,21 @@ void check_round_trip(const Options& options, const std::map<std::string, double
 }
 
 TEST(Optimizer, StateDictRoundTripContinuesBitwise) {
-  check_round_trip<SGD>(SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01}, {{"lr", 0.05}});
-  check_round_trip<SGD>(SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true}, {{"momentum", 0.5}});
-  check_round_trip<Adam>(AdamOptions{.lr = 0.01, .weight_decay = 0.1}, {{"lr", 0.001}});
-  check_round_trip<Adam>(AdamOptions{.lr = 0.01, .amsgrad = true}, {{"beta1", 0.5}});
-  check_round_trip<AdamW>(AdamWOptions{.lr = 0.01, .amsgrad = true}, {{"weight_decay", 0.3}});
+  check_round_trip<SGD>(SGDOptions(0.1).momentum(0.9).weight_decay(0.01), {{"lr", 0.05}});
+  check_round_trip<SGD>(SGDOptions(0.1).momentum(0.9).nesterov(true), {{"momentum", 0.5}});
+  check_round_trip<Adam>(AdamOptions(0.01).weight_decay(0.1), {{"lr", 0.001}});
+  check_round_trip<Adam>(AdamOptions(0.01).amsgrad(true), {{"beta1", 0.5}});
+  check_round_trip<AdamW>(AdamWOptions(0.01).amsgrad(true), {{"weight_decay", 0.3}});
 }
 
 TEST(Optimizer, LoadStateDictCopiesWhatItLoads) {
   std::vector<Tensor> a = fresh_params();
-  SGD first(a, SGDOptions{.lr = 0.1, .momentum = 0.9});
+  SGD first(a, SGDOptions(0.1).momentum(0.9));
   set_step_grads(a, 0);
   first.step();
   TensorDict saved = first.state_dict();
   std::vector<Tensor> b = fresh_params(DType::Float64);
-  SGD second(b, SGDOptions{.lr = 0.1, .momentum = 0.9});
+  SGD second(b, SGDOptions(0.1).momentum(0.9));
   second.load_state_dict(saved);
   const Tensor& buf = second.state(b[0]).at("momentum_buffer");
   EXPECT_FALSE(buf.is_same(saved.at("state.0.momentum_buffer")));
@@ -246,28 +245,28 @@ TEST(Optimizer, LoadStateDictCopiesWhatItLoads) {
 
 TEST(Optimizer, LoadStateDictRejectsMismatches) {
   std::vector<Tensor> a = fresh_params();
-  Adam first({ParamGroup{{a[0], a[1]}}, ParamGroup{{a[2]}}}, AdamOptions{.lr = 0.01, .amsgrad = true});
+  Adam first({ParamGroup{{a[0], a[1]}}, ParamGroup{{a[2]}}}, AdamOptions(0.01).amsgrad(true));
   set_step_grads(a, 0);
   first.step();
   const TensorDict saved = clone_dict(first.state_dict());
 
   std::vector<Tensor> b = fresh_params();
-  Adam one_group(b, AdamOptions{.amsgrad = true});
+  Adam one_group(b, AdamOptions().amsgrad(true));
   expect_error([&] { one_group.load_state_dict(saved); },
                "Adam::load_state_dict: the state dict has 2 param groups but the optimizer has 1");
 
-  Adam other_split({ParamGroup{{b[0]}}, ParamGroup{{b[1], b[2]}}}, AdamOptions{.amsgrad = true});
+  Adam other_split({ParamGroup{{b[0]}}, ParamGroup{{b[1], b[2]}}}, AdamOptions().amsgrad(true));
   expect_error([&] { other_split.load_state_dict(saved); },
                "Adam::load_state_dict: 'param_groups.0.params' lists 2 parameters but group 0 of the optimizer has 1");
 
   std::vector<Tensor> c = {make_param(pseudo_random(6, -1, 1), {3, 2}), b[1], b[2]};
-  Adam reshaped({ParamGroup{{c[0], c[1]}}, ParamGroup{{c[2]}}}, AdamOptions{.lr = 0.5, .amsgrad = true});
+  Adam reshaped({ParamGroup{{c[0], c[1]}}, ParamGroup{{c[2]}}}, AdamOptions(0.5).amsgrad(true));
   expect_error([&] { reshaped.load_state_dict(saved); },
                "Adam::load_state_dict: 'state.0.exp_avg' has shape [2, 3] but parameter 0 has shape [3, 2]");
   EXPECT_EQ(reshaped.lr(0), 0.5);  // the refusal came after the groups were read: they were put back
   EXPECT_TRUE(reshaped.state(c[1]).empty());
 
-  Adam target({ParamGroup{{b[0], b[1]}}, ParamGroup{{b[2]}}}, AdamOptions{.amsgrad = true});
+  Adam target({ParamGroup{{b[0], b[1]}}, ParamGroup{{b[2]}}}, AdamOptions().amsgrad(true));
   expect_error([&] { target.load_state_dict(edited(saved, "param_groups.1.eps")); },
                "Adam::load_state_dict: missing key 'param_groups.1.eps'");
   expect_error([&] { target.load_state_dict(edited(saved, "param_groups.0.params")); },
@@ -309,7 +308,7 @@ TEST(Optimizer, LoadStateDictMapsSavedIdsByPosition) {
   // PyTorch pairs the saved ids with the current parameters in order, so a
   // dict whose ids are not 0..n-1 still loads.
   std::vector<Tensor> a = fresh_params();
-  SGD opt({a[0]}, SGDOptions{.lr = 0.1, .momentum = 0.9});
+  SGD opt({a[0]}, SGDOptions(0.1).momentum(0.9));
   TensorDict dict = opt.state_dict();
   TensorDict renumbered = edited(dict, "param_groups.0.params", from_vector<int64_t>({5}, {1}));
   renumbered.insert("state.5.momentum_buffer", full({2, 3}, 0.5));

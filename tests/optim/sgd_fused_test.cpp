@@ -18,11 +18,11 @@ void check_fused_equals_unfused(SGDOptions options, DType dtype, int steps = 4) 
   for (int s = 0; s < steps; ++s) {
     pair.step(s);
     for (size_t i = 0; i < pair.shapes.size(); ++i) {
-      const std::string what = detail::str("step ", s, " param ", i, " ", dtype, " momentum ", options.momentum,
-                                           " dampening ", options.dampening, " weight_decay ", options.weight_decay,
-                                           " nesterov ", options.nesterov, " maximize ", options.maximize);
+      const std::string what = detail::str("step ", s, " param ", i, " ", dtype, " momentum ", options.momentum(),
+                                           " dampening ", options.dampening(), " weight_decay ", options.weight_decay(),
+                                           " nesterov ", options.nesterov(), " maximize ", options.maximize());
       ASSERT_TRUE(same_values(pair.fused_params[i], pair.plain_params[i])) << what;
-      if (options.momentum != 0.0) {
+      if (options.momentum() != 0.0) {
         ASSERT_TRUE(same_values(pair.fused->state(pair.fused_params[i]).at("momentum_buffer"),
                                 pair.plain->state(pair.plain_params[i]).at("momentum_buffer")))
             << what;
@@ -40,12 +40,12 @@ TEST(SGDFused, BitwiseEqualToTheUnfusedOpsForEveryOption) {
           for (bool nesterov : {false, true}) {
             if (nesterov && (momentum == 0.0 || dampening != 0.0)) continue;
             for (bool maximize : {false, true}) {
-              check_fused_equals_unfused({.lr = 0.05,
-                                          .momentum = momentum,
-                                          .dampening = dampening,
-                                          .weight_decay = weight_decay,
-                                          .nesterov = nesterov,
-                                          .maximize = maximize},
+              check_fused_equals_unfused(SGDOptions(0.05)
+                                             .momentum(momentum)
+                                             .dampening(dampening)
+                                             .weight_decay(weight_decay)
+                                             .nesterov(nesterov)
+                                             .maximize(maximize),
                                          dtype);
             }
           }
@@ -63,7 +63,7 @@ TEST(SGDFused, OtherDtypesAndLayoutsFallBackToTheOps) {
   Tensor strided = make_param({1.0, 2.0, 3.0, 4.0}, {2, 2});
   strided.set_grad(full({2, 2}, 1.0).t());
   EXPECT_FALSE(ops::sgd_step_fusable({half}, {half.grad()}, {}));
-  SGD opt({half, strided}, {.lr = 0.5, .momentum = 0.9});
+  SGD opt({half, strided}, SGDOptions(0.5).momentum(0.9));
   opt.step();
   EXPECT_EQ(values_of(half), (std::vector<double>{0.75, 1.75}));
   EXPECT_EQ(values_of(strided), (std::vector<double>{0.5, 1.5, 2.5, 3.5}));

@@ -15,18 +15,18 @@ struct SGDReference {
 
   void step(std::vector<double>& p, std::vector<double> g) {
     for (size_t i = 0; i < p.size(); ++i) {
-      if (o.maximize) g[i] = -g[i];
-      g[i] += o.weight_decay * p[i];
+      if (o.maximize()) g[i] = -g[i];
+      g[i] += o.weight_decay() * p[i];
     }
-    if (o.momentum != 0.0) {
+    if (o.momentum() != 0.0) {
       if (buf.empty()) {
         buf = g;
       } else {
-        for (size_t i = 0; i < p.size(); ++i) buf[i] = o.momentum * buf[i] + (1.0 - o.dampening) * g[i];
+        for (size_t i = 0; i < p.size(); ++i) buf[i] = o.momentum() * buf[i] + (1.0 - o.dampening()) * g[i];
       }
-      for (size_t i = 0; i < p.size(); ++i) g[i] = o.nesterov ? g[i] + o.momentum * buf[i] : buf[i];
+      for (size_t i = 0; i < p.size(); ++i) g[i] = o.nesterov() ? g[i] + o.momentum() * buf[i] : buf[i];
     }
-    for (size_t i = 0; i < p.size(); ++i) p[i] -= o.lr * g[i];
+    for (size_t i = 0; i < p.size(); ++i) p[i] -= o.lr() * g[i];
   }
 };
 
@@ -54,7 +54,7 @@ void check_sgd(const SGDOptions& options, DType dtype, double rtol, int steps = 
 
 TEST(SGD, PlainStepIsParamMinusLrTimesGrad) {
   Tensor p = make_param({1.0, -2.0, 3.0}, {3});
-  SGD opt({p}, SGDOptions{.lr = 0.5});
+  SGD opt({p}, SGDOptions(0.5));
   set_grad_values(p, {0.25, 1.0, -4.0});
   opt.step();
   EXPECT_EQ(values_of(p), (std::vector<double>{0.875, -2.5, 5.0}));
@@ -65,18 +65,18 @@ TEST(SGD, MatchesReferenceFloat64AndFloat32) {
   for (DType dtype : {DType::Float64, DType::Float32}) {
     double rtol = dtype == DType::Float64 ? 1e-13 : 2e-6;
     SCOPED_TRACE(detail::str(dtype));
-    check_sgd(SGDOptions{.lr = 0.1}, dtype, rtol);
-    check_sgd(SGDOptions{.lr = 0.05, .momentum = 0.9}, dtype, rtol);
-    check_sgd(SGDOptions{.lr = 0.05, .momentum = 0.9, .dampening = 0.3, .weight_decay = 0.01}, dtype, rtol);
-    check_sgd(SGDOptions{.lr = 0.05, .momentum = 0.8, .weight_decay = 0.1, .nesterov = true}, dtype, rtol);
-    check_sgd(SGDOptions{.lr = 0.05, .momentum = 0.5, .maximize = true}, dtype, rtol);
-    check_sgd(SGDOptions{.lr = 0.02, .weight_decay = 0.5, .maximize = true}, dtype, rtol);
+    check_sgd(SGDOptions(0.1), dtype, rtol);
+    check_sgd(SGDOptions(0.05).momentum(0.9), dtype, rtol);
+    check_sgd(SGDOptions(0.05).momentum(0.9).dampening(0.3).weight_decay(0.01), dtype, rtol);
+    check_sgd(SGDOptions(0.05).momentum(0.8).weight_decay(0.1).nesterov(true), dtype, rtol);
+    check_sgd(SGDOptions(0.05).momentum(0.5).maximize(true), dtype, rtol);
+    check_sgd(SGDOptions(0.02).weight_decay(0.5).maximize(true), dtype, rtol);
   }
 }
 
 TEST(SGD, FirstMomentumStepClonesTheGradWithoutDampening) {
   Tensor p = make_param({1.0, 2.0}, {2}, DType::Float64);
-  SGD opt({p}, SGDOptions{.lr = 0.1, .momentum = 0.9, .dampening = 0.5, .weight_decay = 0.25});
+  SGD opt({p}, SGDOptions(0.1).momentum(0.9).dampening(0.5).weight_decay(0.25));
   set_grad_values(p, {0.5, -1.0});
   opt.step();
   // buf = g + wd * p (no (1 - dampening) factor), and a copy, not the grad.
@@ -98,7 +98,7 @@ TEST(SGD, FirstMomentumStepClonesTheGradWithoutDampening) {
 TEST(SGD, ParametersWithoutGradAreSkipped) {
   Tensor a = make_param({1.0, 2.0}, {2});
   Tensor b = make_param({3.0}, {1});
-  SGD opt({a, b}, SGDOptions{.lr = 1.0, .momentum = 0.9});
+  SGD opt({a, b}, SGDOptions(1.0).momentum(0.9));
   set_grad_values(a, {1.0, 1.0});
   opt.step();
   EXPECT_EQ(values_of(a), (std::vector<double>{0.0, 1.0}));
@@ -110,11 +110,11 @@ TEST(SGD, ParametersWithoutGradAreSkipped) {
 TEST(SGD, ParamGroupsUseTheirOwnLr) {
   Tensor a = make_param({1.0}, {1});
   Tensor b = make_param({1.0}, {1});
-  SGD opt({ParamGroup{{a}}, ParamGroup{{b}, {{"lr", 0.25}}}}, SGDOptions{.lr = 0.5, .momentum = 0.0});
+  SGD opt({ParamGroup{{a}}, ParamGroup{{b}, {{"lr", 0.25}}}}, SGDOptions(0.5).momentum(0.0));
   EXPECT_EQ(opt.num_param_groups(), 2u);
   EXPECT_EQ(opt.lr(0), 0.5);
   EXPECT_EQ(opt.lr(1), 0.25);
-  EXPECT_EQ(opt.options(1).momentum, 0.0);  // not overridden: the default
+  EXPECT_EQ(opt.options(1).momentum(), 0.0);  // not overridden: the default
   set_grad_values(a, {1.0});
   set_grad_values(b, {1.0});
   opt.step();
@@ -124,14 +124,14 @@ TEST(SGD, ParamGroupsUseTheirOwnLr) {
 
 TEST(SGD, RejectsInvalidHyperparameters) {
   Tensor p = make_param({1.0}, {1});
-  expect_error([&] { SGD({p}, SGDOptions{.lr = -0.1}); }, "SGD: invalid learning rate -0.1 (must be >= 0)");
-  expect_error([&] { SGD({p}, SGDOptions{.momentum = -0.5}); }, "SGD: invalid momentum -0.5 (must be >= 0)");
-  expect_error([&] { SGD({p}, SGDOptions{.weight_decay = -1}); }, "SGD: invalid weight_decay -1 (must be >= 0)");
-  expect_error([&] { SGD({p}, SGDOptions{.nesterov = true}); },
+  expect_error([&] { SGD({p}, SGDOptions(-0.1)); }, "SGD: invalid learning rate -0.1 (must be >= 0)");
+  expect_error([&] { SGD({p}, SGDOptions(1e-3).momentum(-0.5)); }, "SGD: invalid momentum -0.5 (must be >= 0)");
+  expect_error([&] { SGD({p}, SGDOptions(1e-3).weight_decay(-1)); }, "SGD: invalid weight_decay -1 (must be >= 0)");
+  expect_error([&] { SGD({p}, SGDOptions(1e-3).nesterov(true)); },
                "SGD: nesterov momentum needs momentum > 0 and dampening = 0 (got momentum 0, dampening 0)");
-  expect_error([&] { SGD({p}, SGDOptions{.momentum = 0.9, .dampening = 0.1, .nesterov = true}); },
+  expect_error([&] { SGD({p}, SGDOptions(1e-3).momentum(0.9).dampening(0.1).nesterov(true)); },
                "(got momentum 0.9, dampening 0.1)");
-  SGD opt({p}, SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true});
+  SGD opt({p}, SGDOptions(0.1).momentum(0.9).nesterov(true));
   expect_error([&] { opt.set_hyperparameter(0, "momentum", 0.0); },
                "SGD::set_hyperparameters: nesterov momentum needs momentum > 0");
   EXPECT_EQ(opt.hyperparameter(0, "momentum"), 0.9);  // unchanged after the refusal

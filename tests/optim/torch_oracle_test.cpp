@@ -101,28 +101,27 @@ void compare_optimizers(const std::vector<OptimizerCase>& cases, double ulps) {
 TEST(TorchOracle, SGD) {
   SKIP_WITHOUT_TORCH();
   compare_optimizers(
-      {optimizer_case<SGD>("torch.optim.SGD(groups, lr=0.1)", SGDOptions{.lr = 0.1}),
+      {optimizer_case<SGD>("torch.optim.SGD(groups, lr=0.1)", SGDOptions(0.1)),
        optimizer_case<SGD>("torch.optim.SGD(groups, lr=0.1, momentum=0.9, dampening=0.2, weight_decay=0.05)",
-                           SGDOptions{.lr = 0.1, .momentum = 0.9, .dampening = 0.2, .weight_decay = 0.05}),
+                           SGDOptions(0.1).momentum(0.9).dampening(0.2).weight_decay(0.05)),
        optimizer_case<SGD>("torch.optim.SGD(groups, lr=0.1, momentum=0.8, weight_decay=0.01, nesterov=True)",
-                           SGDOptions{.lr = 0.1, .momentum = 0.8, .weight_decay = 0.01, .nesterov = true}),
+                           SGDOptions(0.1).momentum(0.8).weight_decay(0.01).nesterov(true)),
        optimizer_case<SGD>("torch.optim.SGD(groups, lr=0.1, momentum=0.5, maximize=True)",
-                           SGDOptions{.lr = 0.1, .momentum = 0.5, .maximize = true})},
+                           SGDOptions(0.1).momentum(0.5).maximize(true))},
       2);
 }
 
 TEST(TorchOracle, AdamAndAdamW) {
   SKIP_WITHOUT_TORCH();
   compare_optimizers(
-      {optimizer_case<Adam>("torch.optim.Adam(groups, lr=0.01)", AdamOptions{.lr = 0.01}),
+      {optimizer_case<Adam>("torch.optim.Adam(groups, lr=0.01)", AdamOptions(0.01)),
        optimizer_case<Adam>(
            "torch.optim.Adam(groups, lr=0.01, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1, amsgrad=True)",
-           AdamOptions{.lr = 0.01, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6, .weight_decay = 0.1, .amsgrad = true}),
-       optimizer_case<Adam>("torch.optim.Adam(groups, lr=0.01, maximize=True)",
-                            AdamOptions{.lr = 0.01, .maximize = true}),
-       optimizer_case<AdamW>("torch.optim.AdamW(groups, lr=0.01)", AdamWOptions{.lr = 0.01}),
+           AdamOptions(0.01).beta1(0.8).beta2(0.95).eps(1e-6).weight_decay(0.1).amsgrad(true)),
+       optimizer_case<Adam>("torch.optim.Adam(groups, lr=0.01, maximize=True)", AdamOptions(0.01).maximize(true)),
+       optimizer_case<AdamW>("torch.optim.AdamW(groups, lr=0.01)", AdamWOptions(0.01)),
        optimizer_case<AdamW>("torch.optim.AdamW(groups, lr=0.01, betas=(0.9, 0.99), weight_decay=0.3, amsgrad=True)",
-                             AdamWOptions{.lr = 0.01, .beta2 = 0.99, .weight_decay = 0.3, .amsgrad = true})},
+                             AdamWOptions(0.01).beta2(0.99).weight_decay(0.3).amsgrad(true))},
       2);
 }
 
@@ -136,7 +135,7 @@ TEST(TorchOracle, AdamWWithNanoGptWeightDecayGroups) {
     EXPECT_TRUE(by_dim[0].params.size() == 1 && by_dim[0].params[0].is_same(groups[0].params[0]));
     by_dim[1].options["lr"] = 0.02;
     // Group order as PyTorch's below: the decayed matrix first.
-    return std::make_unique<AdamW>(by_dim, AdamWOptions{.lr = 0.01});
+    return std::make_unique<AdamW>(by_dim, AdamWOptions(0.01));
   };
   compare_optimizers({{"torch.optim.AdamW([{'params': groups[0]['params'], 'weight_decay': 0.1}, "
                        "{'params': groups[1]['params'], 'weight_decay': 0.0, 'lr': 0.02}], lr=0.01)",
@@ -153,9 +152,9 @@ struct SchedulerSetup {
   std::unique_ptr<Optimizer> opt;
   explicit SchedulerSetup(bool adam) {
     if (adam) {
-      opt = std::make_unique<Adam>(groups, AdamOptions{.lr = 0.1});
+      opt = std::make_unique<Adam>(groups, AdamOptions(0.1));
     } else {
-      opt = std::make_unique<SGD>(groups, SGDOptions{.lr = 0.1, .momentum = 0.9});
+      opt = std::make_unique<SGD>(groups, SGDOptions(0.1).momentum(0.9));
     }
   }
 };

@@ -39,10 +39,7 @@ struct TrainingRun {
     manual_seed(init_seed);
     model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(8, 16), std::make_shared<nn::ReLU>(),
                                              std::make_shared<nn::Dropout>(0.3), std::make_shared<nn::Linear>(16, 3));
-    SGDOptions options;
-    options.lr = 0.1;
-    options.momentum = 0.9;
-    options.weight_decay = 1e-3;
+    SGDOptions options = SGDOptions(0.1).momentum(0.9).weight_decay(1e-3);
     optimizer = std::make_unique<SGD>(model->parameters(), options);
     scheduler = std::make_unique<StepLR>(*optimizer, 3, 0.5);
   }
@@ -102,8 +99,7 @@ TEST(TrainingCheckpoint, RefusesFilesThatDoNotFitTheRun) {
   save_training_checkpoint(path, run.state(1));
 
   // Another optimizer.
-  SGDOptions options;
-  options.lr = 0.1;
+  SGDOptions options(0.1);
   auto other_model = std::make_shared<nn::Linear>(8, 3);
   SGD sgd(other_model->parameters(), options);
   expect_error([&] { load_training_checkpoint(path, {*other_model, sgd, nullptr}); },

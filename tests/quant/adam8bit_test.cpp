@@ -314,13 +314,21 @@ void check_against_reference(const Reference& r, bool decoupled_class, int steps
                                 make_param(pseudo_random(300, -1, 1, 8), {300})};
   std::unique_ptr<Adam8bit> opt;
   if (decoupled_class) {
-    opt = std::make_unique<AdamW8bit>(params, AdamW8bitOptions{.lr = r.lr, .beta1 = r.beta1, .beta2 = r.beta2,
-                                                               .eps = r.eps, .weight_decay = r.weight_decay,
-                                                               .maximize = r.maximize, .block_size = block});
+    opt = std::make_unique<AdamW8bit>(params, AdamW8bitOptions(r.lr)
+                                                  .beta1(r.beta1)
+                                                  .beta2(r.beta2)
+                                                  .eps(r.eps)
+                                                  .weight_decay(r.weight_decay)
+                                                  .maximize(r.maximize)
+                                                  .block_size(block));
   } else {
-    opt = std::make_unique<Adam8bit>(params, Adam8bitOptions{.lr = r.lr, .beta1 = r.beta1, .beta2 = r.beta2,
-                                                             .eps = r.eps, .weight_decay = r.weight_decay,
-                                                             .maximize = r.maximize, .block_size = block});
+    opt = std::make_unique<Adam8bit>(params, Adam8bitOptions(r.lr)
+                                                 .beta1(r.beta1)
+                                                 .beta2(r.beta2)
+                                                 .eps(r.eps)
+                                                 .weight_decay(r.weight_decay)
+                                                 .maximize(r.maximize)
+                                                 .block_size(block));
   }
   for (int s = 0; s < steps; ++s) {
     for (size_t i = 0; i < params.size(); ++i) {
@@ -386,7 +394,7 @@ TEST(Adam8bit, FirstStepMovesEachElementByAboutLr) {
   // As float32 Adam: the first update is lr * g / (|g| + eps') whatever the
   // quantization (the parameter sees the float32 moments).
   Tensor p = make_param(std::vector<double>(4096, 1.0), {4096});
-  Adam8bit opt({p}, Adam8bitOptions{.lr = 0.1});
+  Adam8bit opt({p}, Adam8bitOptions(0.1));
   std::vector<double> g = pseudo_random(4096, -2, 2, 9);
   p.set_grad(from_vector<double>(g, {4096}).to(DType::Float32));
   opt.step();
@@ -399,8 +407,8 @@ TEST(Adam8bit, Float64ParametersGetTheFloat32Update) {
   const std::vector<double> init = pseudo_random(5000, -1, 1, 10);
   Tensor p32 = make_param(init, {5000});
   Tensor p64 = make_param(values_of(p32), {5000}, DType::Float64);
-  Adam8bit opt32({p32}, Adam8bitOptions{.lr = 1e-2});
-  Adam8bit opt64({p64}, Adam8bitOptions{.lr = 1e-2});
+  Adam8bit opt32({p32}, Adam8bitOptions(1e-2));
+  Adam8bit opt64({p64}, Adam8bitOptions(1e-2));
   for (int s = 0; s < 3; ++s) {
     const Tensor g = from_vector<double>(pseudo_random(5000, -1, 1, 20 + s), {5000}).to(DType::Float32);
     p32.set_grad(g);
@@ -424,10 +432,9 @@ double train_regression(bool eight_bit, int steps) {
   w.requires_grad_();
   std::unique_ptr<optim::Optimizer> opt;
   if (eight_bit) {
-    opt = std::make_unique<Adam8bit>(std::vector<Tensor>{w},
-                                     Adam8bitOptions{.lr = 1e-2, .block_size = 256, .min_8bit_size = 0});
+    opt = std::make_unique<Adam8bit>(std::vector<Tensor>{w}, Adam8bitOptions(1e-2).block_size(256).min_8bit_size(0));
   } else {
-    opt = std::make_unique<optim::Adam>(std::vector<Tensor>{w}, optim::AdamOptions{.lr = 1e-2});
+    opt = std::make_unique<optim::Adam>(std::vector<Tensor>{w}, optim::AdamOptions(1e-2));
   }
   double loss_value = 0.0;
   for (int s = 0; s < steps; ++s) {
@@ -460,9 +467,9 @@ std::vector<Tensor> lenet_step_grads(nn::LeNet& model) {
 TEST(Adam8bit, LeNetStateIsAtMost30PercentOfAdams) {
   manual_seed(0);
   nn::LeNet model;
-  optim::Adam adam(model.parameters(), optim::AdamOptions{});
-  Adam8bit adam8(model.parameters(), Adam8bitOptions{});
-  Adam8bit adam8_all(model.parameters(), Adam8bitOptions{.min_8bit_size = 0});
+  optim::Adam adam(model.parameters(), optim::AdamOptions());
+  Adam8bit adam8(model.parameters(), Adam8bitOptions());
+  Adam8bit adam8_all(model.parameters(), Adam8bitOptions().min_8bit_size(0));
   lenet_step_grads(model);
   adam.step();
   adam8.step();
@@ -492,7 +499,7 @@ TEST(Adam8bit, StateDictRoundTripContinuesBitForBit) {
     }
   };
   nn::LeNet a;
-  AdamW8bit opt_a(a.parameters(), AdamW8bitOptions{.lr = 3e-3, .block_size = 512});
+  AdamW8bit opt_a(a.parameters(), AdamW8bitOptions(3e-3).block_size(512));
   run(a, opt_a, 3, 100);
   // Through a file, as a checkpoint would go.
   const std::string path = ::testing::TempDir() + "adam8bit_state.safetensors";
@@ -500,7 +507,7 @@ TEST(Adam8bit, StateDictRoundTripContinuesBitForBit) {
   const TensorDict model_state = a.state_dict();
   nn::LeNet b;
   b.load_state_dict(model_state);
-  AdamW8bit opt_b(b.parameters(), AdamW8bitOptions{.lr = 1.0, .block_size = 512});
+  AdamW8bit opt_b(b.parameters(), AdamW8bitOptions(1.0).block_size(512));
   opt_b.load_state_dict(load_safetensors(path));
   EXPECT_EQ(opt_b.lr(0), 3e-3);
   EXPECT_EQ(opt_b.state(b.fc1->weight).at("exp_avg").dtype(), DType::UInt8);
@@ -516,19 +523,19 @@ TEST(Adam8bit, StateDictRoundTripContinuesBitForBit) {
 
 TEST(Adam8bit, LoadingStateOfAnotherBlockSizeOrMin8bitSizeFails) {
   Tensor p = make_param(pseudo_random(5000, -1, 1, 11), {5000});
-  Adam8bit saved({p}, Adam8bitOptions{.block_size = 1024});
+  Adam8bit saved({p}, Adam8bitOptions().block_size(1024));
   p.set_grad(ones({5000}));
   saved.step();
   const TensorDict dict = saved.state_dict();
-  Adam8bit other_blocks({p}, Adam8bitOptions{.block_size = 2048});
+  Adam8bit other_blocks({p}, Adam8bitOptions().block_size(2048));
   expect_error([&] { other_blocks.load_state_dict(dict); },
                "Adam8bit::load_state_dict: 'state.0.exp_avg_absmax' is float32 of shape [5] but Adam8bit keeps "
                "float32 of shape [3] for parameter 0");
-  Adam8bit float_state({p}, Adam8bitOptions{.min_8bit_size = 10000});
+  Adam8bit float_state({p}, Adam8bitOptions().min_8bit_size(10000));
   expect_error([&] { float_state.load_state_dict(dict); },
                "'state.0.exp_avg' is uint8 of shape [5000] but Adam8bit keeps float32 of shape [5000]");
   // Changing the block size after the first step is refused at the next.
-  saved.options(0).block_size = 512;
+  saved.options(0).block_size(512);
   expect_error([&] { saved.step(); }, "Adam8bit::step: parameter 0 (group 0)'s 'exp_avg_absmax' is float32 of shape [5]");
 }
 
@@ -538,7 +545,7 @@ TEST(Adam8bit, SchedulersAndParamGroupsDriveIt) {
   Tensor a = make_param(pseudo_random(5000, -1, 1, 12), {5000});
   Tensor b = make_param(pseudo_random(10, -1, 1, 13), {10});
   const std::vector<optim::ParamGroup> groups = {{{a}, {}}, {{b}, {{"lr", 0.5}, {"beta1", 0.5}}}};
-  Adam8bit opt(groups, Adam8bitOptions{.lr = 0.1});
+  Adam8bit opt(groups, Adam8bitOptions(0.1));
   EXPECT_EQ(opt.lr(1), 0.5);
   EXPECT_EQ(opt.hyperparameter(1, "beta1"), 0.5);
   optim::StepLR schedule(opt, 1, 0.5);
@@ -559,15 +566,16 @@ TEST(Adam8bit, SchedulersAndParamGroupsDriveIt) {
 
 TEST(Adam8bit, RefusesBadHyperparameters) {
   Tensor p = make_param({1.0, 2.0}, {2});
-  expect_error([&] { Adam8bit({p}, Adam8bitOptions{.lr = -1.0}); }, "Adam8bit: invalid learning rate -1 (must be >= 0)");
-  expect_error([&] { Adam8bit({p}, Adam8bitOptions{.beta1 = 1.0}); }, "Adam8bit: invalid beta1 1 (must be in [0, 1))");
-  expect_error([&] { Adam8bit({p}, Adam8bitOptions{.beta2 = -0.1}); }, "Adam8bit: invalid beta2 -0.1");
-  expect_error([&] { Adam8bit({p}, Adam8bitOptions{.eps = -1.0}); }, "Adam8bit: invalid eps -1");
-  expect_error([&] { Adam8bit({p}, Adam8bitOptions{.weight_decay = -1.0}); }, "Adam8bit: invalid weight_decay -1");
-  expect_error([&] { Adam8bit({p}, Adam8bitOptions{.block_size = 0}); }, "Adam8bit: invalid block_size 0 (must be >= 1)");
-  expect_error([&] { Adam8bit({p}, Adam8bitOptions{.min_8bit_size = -1}); }, "Adam8bit: invalid min_8bit_size -1");
-  expect_error([&] { AdamW8bit({p}, AdamW8bitOptions{.block_size = -4}); }, "AdamW8bit: invalid block_size -4");
-  Adam8bit opt({p}, Adam8bitOptions{});
+  expect_error([&] { Adam8bit({p}, Adam8bitOptions(-1.0)); }, "Adam8bit: invalid learning rate -1 (must be >= 0)");
+  expect_error([&] { Adam8bit({p}, Adam8bitOptions().beta1(1.0)); }, "Adam8bit: invalid beta1 1 (must be in [0, 1))");
+  expect_error([&] { Adam8bit({p}, Adam8bitOptions().beta2(-0.1)); }, "Adam8bit: invalid beta2 -0.1");
+  expect_error([&] { Adam8bit({p}, Adam8bitOptions().eps(-1.0)); }, "Adam8bit: invalid eps -1");
+  expect_error([&] { Adam8bit({p}, Adam8bitOptions().weight_decay(-1.0)); }, "Adam8bit: invalid weight_decay -1");
+  expect_error([&] { Adam8bit({p}, Adam8bitOptions().block_size(0)); },
+               "Adam8bit: invalid block_size 0 (must be >= 1)");
+  expect_error([&] { Adam8bit({p}, Adam8bitOptions().min_8bit_size(-1)); }, "Adam8bit: invalid min_8bit_size -1");
+  expect_error([&] { AdamW8bit({p}, AdamW8bitOptions().block_size(-4)); }, "AdamW8bit: invalid block_size -4");
+  Adam8bit opt({p}, Adam8bitOptions());
   expect_error([&] { opt.set_hyperparameter(0, "beta2", 1.5); },
                "Adam8bit::set_hyperparameters: invalid beta2 1.5 (must be in [0, 1))");
   expect_error([&] { opt.set_hyperparameter(0, "amsgrad", 1); }, "unknown hyperparameter 'amsgrad'");
@@ -579,7 +587,7 @@ TEST(Adam8bit, RefusesCudaParametersNamingTheDevice) {
   Tensor p = tensor_claiming_device(cuda_device(0), 8);
   p.requires_grad_();
   p.set_grad(tensor_claiming_device(cuda_device(0), 8));
-  AdamW8bit opt({p}, AdamW8bitOptions{});
+  AdamW8bit opt({p}, AdamW8bitOptions());
   expect_error([&] { opt.step(); },
                "AdamW8bit::step: parameter 0 (group 0) is on cuda:0 (its grad on cuda:0); AdamW8bit has no CUDA "
                "implementation");
@@ -591,7 +599,7 @@ TEST(Adam8bit, RefusesRealCudaParameters) {
   Tensor p = ones({4096}).cuda();
   p.requires_grad_();
   p.set_grad(ones({4096}).cuda());
-  Adam8bit opt({p}, Adam8bitOptions{});
+  Adam8bit opt({p}, Adam8bitOptions());
   expect_error([&] { opt.step(); }, "Adam8bit::step: parameter 0 (group 0) is on cuda:0");
 }
 #endif

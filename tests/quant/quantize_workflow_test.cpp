@@ -177,7 +177,7 @@ TEST(QuantQAT, TrainsThenConvertsBitExact) {
   model->train();
   fuse_modules_qat(*model, resnet_groups("module."));
   prepare_qat(*model);
-  optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  optim::SGD opt(model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
   Tensor x = images(16, 21);
   manual_seed(5);
   Tensor y = randint(0, 10, {16});

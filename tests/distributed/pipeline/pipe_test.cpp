@@ -59,8 +59,8 @@ void expect_pipe_equals_single_process(const PipeOptions& options, int chunks, i
                                     << (options.balance.empty() ? 2 : options.balance.size()));
   auto reference = make_mlp(5), model = make_mlp(5);
   Pipe pipe(model, chunks, cross_entropy_of, options);
-  optim::SGD ref_opt(reference->parameters(), {.lr = 0.1, .momentum = 0.9});
-  optim::SGD opt(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
+  optim::SGD ref_opt(reference->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+  optim::SGD opt(pipe.parameters(), optim::SGDOptions(0.1).momentum(0.9));
   const int64_t batch = 2 * chunks - 1;  // the last micro-batch smaller
   for (int step = 0; step < steps; ++step) {
     auto [x, y] = batch_for(step, batch);

@@ -108,11 +108,12 @@ void run_lenet(int rank, int p, const std::shared_ptr<ProcessGroup>& group, cons
   PipelineOptions options;
   options.checkpoint_activations = checkpoint;
   Pipeline pipe(schedule, mine, loss_fn, group, options);
-  optim::SGD ref_opt(reference->parameters(), {.lr = 0.05, .momentum = 0.9});
+  optim::SGD ref_opt(reference->parameters(), optim::SGDOptions(0.05).momentum(0.9));
   // With 8 stages of 12 modules some stages hold only activations and
   // pooling: a rank may have nothing to optimize.
   std::unique_ptr<optim::SGD> opt;
-  if (!pipe.parameters().empty()) opt = std::make_unique<optim::SGD>(pipe.parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+  if (!pipe.parameters().empty())
+    opt = std::make_unique<optim::SGD>(pipe.parameters(), optim::SGDOptions(0.05).momentum(0.9));
   const int64_t batch = batch_for_micro_batches(setup.micro_batches);
   for (int step = 0; step < 50; ++step) {
     auto [x, y] = images_for(step, batch);
@@ -184,8 +185,8 @@ void run_gpt(int rank, int p, const std::shared_ptr<ProcessGroup>& group, const 
   PipelineOptions options;
   options.tied = split.tied;
   Pipeline pipe(schedule, mine, loss_fn, group, options);
-  optim::AdamW ref_opt(reference->parameters(), {.lr = 1e-2, .weight_decay = 0.1});
-  optim::AdamW opt(pipe.parameters(), {.lr = 1e-2, .weight_decay = 0.1});
+  optim::AdamW ref_opt(reference->parameters(), optim::AdamWOptions(1e-2).weight_decay(0.1));
+  optim::AdamW opt(pipe.parameters(), optim::AdamWOptions(1e-2).weight_decay(0.1));
   const int64_t batch = batch_for_micro_batches(setup.micro_batches);
   for (int step = 0; step < 50; ++step) {
     auto [x, y] = tokens_for(step, batch, config);
@@ -300,8 +301,8 @@ struct TwoByTwo {
 // process on the whole batch of 10: this replica trains on its half, and both
 // sides clip the gradients to norm 1, the norms compared.
 void train_beside_one_process(const TwoByTwo& grid, Pipeline& pipe, nn::Module& reference) {
-  optim::SGD ref_opt(reference.parameters(), {.lr = 0.05, .momentum = 0.9});
-  optim::SGD opt(pipe.parameters(), {.lr = 0.05, .momentum = 0.9});
+  optim::SGD ref_opt(reference.parameters(), optim::SGDOptions(0.05).momentum(0.9));
+  optim::SGD opt(pipe.parameters(), optim::SGDOptions(0.05).momentum(0.9));
   for (int step = 0; step < 20; ++step) {
     auto [x, y] = images_for(step, 10);
     ref_opt.zero_grad();

@@ -47,7 +47,7 @@ int main() {
     distributed::init_process_group("gloo");
     const int rank = distributed::get_rank(), world = distributed::get_world_size();
     auto ddp = std::make_shared<distributed::DistributedDataParallel>(make_model());
-    optim::SGD optimizer(ddp->parameters(), optim::SGDOptions{.lr = kLr});
+    optim::SGD optimizer(ddp->parameters(), optim::SGDOptions(kLr));
     for (int step = 0; step < kSteps; ++step) {
       auto [x, y] = batch(rank, step);
       Tensor loss = nn::functional::cross_entropy((*ddp)(x), y);
@@ -58,7 +58,7 @@ int main() {
 
     // One process on every rank's data: the mean of the per-rank losses.
     auto single = make_model();
-    optim::SGD single_optimizer(single->parameters(), optim::SGDOptions{.lr = kLr});
+    optim::SGD single_optimizer(single->parameters(), optim::SGDOptions(kLr));
     for (int step = 0; step < kSteps; ++step) {
       Tensor total;
       for (int r = 0; r < world; ++r) {

@@ -64,9 +64,7 @@ Batch collate(std::vector<Example> examples) {
 class GatedSequenceClassifier : public nn::Module {
  public:
   GatedSequenceClassifier() {
-    nn::RNNOptions options;
-    options.batch_first = true;
-    lstm = register_module("lstm", std::make_shared<nn::LSTM>(1, 16, options));
+    lstm = register_module("lstm", std::make_shared<nn::LSTM>(nn::LSTMOptions(1, 16).batch_first(true)));
     gate_proj = register_module("gate_proj", std::make_shared<nn::Linear>(4, 16));
     head = register_module("head", std::make_shared<nn::Linear>(16, 2));
   }
@@ -92,7 +90,7 @@ int check_sequence_model() {
   manual_seed(0);
   auto model = std::make_shared<GatedSequenceClassifier>();
   expect(model->named_parameters().contains("lstm.weight_ih_l0"), "the LSTM's parameters are the model's");
-  optim::Adam optimizer(model->parameters(), optim::AdamOptions{.lr = 0.02});
+  optim::Adam optimizer(model->parameters(), optim::AdamOptions(0.02));
   auto dataset = std::make_shared<SignDataset>(512, 1);
   data::DataLoaderOptions shuffled;
   shuffled.batch_size = 32;
