@@ -36,6 +36,8 @@
 // implementation file that nothing names, and its group with it.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <string_view>
 #include <typeindex>
 
@@ -64,11 +66,31 @@ KernelGroup* find_kernel_group(std::type_index group, DeviceType type);
 
 }  // namespace detail
 
+namespace detail {
+
+// find_kernel_group for G, without the registry's lock once found: every op
+// call asks, and a registration is never undone, so what was found is kept
+// per group and device type. A missing group is asked again each time, as a
+// backend's library may register it later.
+template <class G>
+KernelGroup* cached_kernel_group(DeviceType type) {
+  static std::array<std::atomic<KernelGroup*>, kNumDeviceTypes> found{};
+  std::atomic<KernelGroup*>& slot = found[static_cast<size_t>(type)];
+  KernelGroup* impl = slot.load(std::memory_order_acquire);
+  if (impl == nullptr) {
+    impl = find_kernel_group(typeid(G), type);
+    if (impl != nullptr) slot.store(impl, std::memory_order_release);
+  }
+  return impl;
+}
+
+}  // namespace detail
+
 // The implementation of group G for `device`; throws kiln::Error naming `op`
 // and the device when its backend has none.
 template <class G>
 G& kernels_for(Device device, std::string_view op) {
-  KernelGroup* impl = detail::find_kernel_group(typeid(G), device.type);
+  KernelGroup* impl = detail::cached_kernel_group<G>(device.type);
   if (impl == nullptr) detail::throw_kernel_group_missing(op, G::kName, device);
   return static_cast<G&>(*impl);
 }
@@ -76,7 +98,7 @@ G& kernels_for(Device device, std::string_view op) {
 // Whether `device`'s backend implements group G.
 template <class G>
 bool has_kernels(Device device) {
-  return detail::find_kernel_group(typeid(G), device.type) != nullptr;
+  return detail::cached_kernel_group<G>(device.type) != nullptr;
 }
 
 // Registers Impl (default-constructed once) as group Group's implementation
