@@ -7,14 +7,16 @@
 #include "tensor/safetensors.h"
 #include "tensor/tensor_dict.h"
 
-// LibTorch's short names (kFloat32, kCUDA, ...), and whether a CUDA GPU can
-// be used, in every build (kiln::cuda::is_available).
+// LibTorch's short names (kFloat32, kCUDA, ...), and what every build can ask
+// of CUDA (kiln::cuda::is_available, memory_stats, synchronize): CUDA
+// tensors need nothing more than kiln::kiln, which loads the CUDA backend's
+// library when a tensor first goes to a GPU.
 #include "tensor/constants.h"
 #include "tensor/cuda_status.h"
 
-// tensor/cuda/: devices, streams and events, the caching allocator's
-// statistics, CUDA graphs and GPU monitoring (kiln::cuda::), in builds with CUDA. None of
-// these headers needs the CUDA toolkit's.
+// tensor/cuda/: devices, streams and events, CUDA graphs, settings and GPU
+// monitoring (kiln::cuda::), for programs that link kiln::kiln_cuda (which
+// defines KILN_WITH_CUDA and brings the CUDA toolkit's headers).
 #ifdef KILN_WITH_CUDA
 #include "tensor/cuda/allocator.h"
 #include "tensor/cuda/device.h"

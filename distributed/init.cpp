@@ -11,15 +11,7 @@
 #include "distributed/tcp_store.h"
 #include "tensor/error.h"
 
-#ifdef KILN_WITH_GLOO
-#include "distributed/backends/gloo/process_group_gloo.h"
-#endif
-#ifdef KILN_WITH_MPI
-#include "distributed/backends/mpi/process_group_mpi.h"
-#endif
-#ifdef KILN_WITH_NCCL
-#include "distributed/backends/nccl/process_group_nccl.h"
-#endif
+#include "distributed/backend_registry.h"
 
 namespace kiln::distributed {
 
@@ -139,42 +131,11 @@ std::shared_ptr<Store> make_store(const std::string& init_method, int& world_siz
   KILN_FAIL(what, ": unknown init method; use env://, tcp://HOST:PORT or file:///PATH");
 }
 
-std::vector<std::string> available_backends() {
-  std::vector<std::string> names;
-#ifdef KILN_WITH_GLOO
-  names.push_back("gloo");
-#endif
-#ifdef KILN_WITH_NCCL
-  names.push_back("nccl");
-#endif
-#ifdef KILN_WITH_MPI
-  names.push_back("mpi");
-#endif
-  return names;
-}
+std::vector<std::string> available_backends() { return registered_or_installed_backends(); }
 
 std::shared_ptr<ProcessGroup> make_process_group(const std::string& backend, std::shared_ptr<Store> store,
                                                  int world_size, int rank, ProcessGroupOptions options) {
-#ifdef KILN_WITH_GLOO
-  if (backend == "gloo") return std::make_shared<ProcessGroupGloo>(std::move(store), rank, world_size, options);
-#endif
-#ifdef KILN_WITH_NCCL
-  if (backend == "nccl") return std::make_shared<ProcessGroupNCCL>(std::move(store), rank, world_size, options);
-#endif
-#ifdef KILN_WITH_MPI
-  if (backend == "mpi") {
-    auto group = ProcessGroupMPI::create_world(options, std::move(store), world_size);
-    KILN_CHECK(rank < 0 || rank == group->rank(), "init_process_group('mpi'): rank ", rank,
-               " was given but MPI says this process is rank ", group->rank());
-    return group;
-  }
-#endif
-  (void)store;
-  (void)world_size;
-  (void)rank;
-  (void)options;
-  KILN_FAIL("init_process_group: backend '", backend, "' is not available in this build; it has ",
-            available_backends());
+  return process_group_backend(backend, "init_process_group").create(std::move(store), rank, world_size, options);
 }
 
 namespace {
@@ -214,9 +175,8 @@ void init_process_group(const std::string& backend, const std::string& init_meth
     KILN_CHECK(!default_pg, "init_process_group: the default process group is already initialized (rank ",
                default_pg->rank(), " of ", default_pg->size(), "); call destroy_process_group first");
   }
-  const auto available = available_backends();
-  KILN_CHECK(std::find(available.begin(), available.end(), backend) != available.end(),
-             "init_process_group: backend '", backend, "' is not available in this build; it has ", available);
+  // Loads the backend's library if it has one, or says why it cannot.
+  const ProcessGroupBackend& chosen = process_group_backend(backend, "init_process_group");
   ProcessGroupOptions options;
   options.timeout = timeout;
   options.heartbeat_timeout = heartbeat_timeout;
@@ -228,16 +188,14 @@ void init_process_group(const std::string& backend, const std::string& init_meth
   // ProcessGroupMPI then makes its own for progress reports).
   const bool mpi_without_store =
       backend == "mpi" && init_method == "env://" && env_or_empty("MASTER_ADDR").empty();
-  if (backend == "mpi" && !mpi_without_store) {
-#ifdef KILN_WITH_MPI
-    int mpi_size = ProcessGroupMPI::world_size();
-    KILN_CHECK(world_size < 0 || world_size == mpi_size, "init_process_group('mpi'): world_size ", world_size,
-               " was given but MPI started ", mpi_size, " processes");
-    world_size = mpi_size;
-#endif
+  if (chosen.launcher_world_size && !mpi_without_store) {
+    const int launched = chosen.launcher_world_size();
+    KILN_CHECK(world_size < 0 || world_size == launched, "init_process_group('", backend, "'): world_size ",
+               world_size, " was given but ", backend, " started ", launched, " processes");
+    world_size = launched;
   }
   if (!mpi_without_store) store = make_store(init_method, world_size, rank, timeout);
-  auto group = make_process_group(backend, std::move(store), world_size, rank, options);
+  auto group = chosen.create(std::move(store), rank, world_size, options);
   std::lock_guard<std::mutex> lock(default_mutex);
   default_pg = std::move(group);
 }

@@ -10,9 +10,7 @@
 #include "tensor/error.h"
 #include "tensor/storage.h"
 
-#ifdef KILN_WITH_CUDA
-#include "tensor/cuda/allocator.h"
-#endif
+#include "tensor/cuda_status.h"
 
 namespace kiln::distributed {
 
@@ -81,13 +79,9 @@ MemoryReport memory_report(const nn::Module& module, const optim::Optimizer* opt
     report.allocated_bytes = cpu_allocated_bytes();
     report.peak_allocated_bytes = cpu_peak_allocated_bytes();
   } else {
-#ifdef KILN_WITH_CUDA
     const cuda::MemoryStats stats = cuda::memory_stats(device);
     report.allocated_bytes = stats.allocated_bytes;
     report.peak_allocated_bytes = stats.peak_allocated_bytes;
-#else
-    KILN_FAIL("memory_report: ", device, " is not available: this build of Kiln has no CUDA");
-#endif
   }
   return report;
 }

@@ -31,9 +31,12 @@ cmake --build "$build" -j"$(nproc)"
 
 rm -rf "$kit"
 mkdir -p "$kit/lib" "$kit/tests" "$kit/bench" "$kit/apps/lenet" "$kit/apps/gpt" "$kit/apps/tools"
-# The name the programs ask for (libkiln's SONAME), as a file: the device
-# tool carries links as links.
-cp -L "$build/libkiln.so.0" "$kit/lib/libkiln.so.0"
+# The names the programs ask for (the SONAMEs), as files: the device tool
+# carries links as links. libkiln loads the CUDA and NCCL libraries from its
+# own folder (Note [Backends as plugins] in tensor/plugin.h).
+for library in libkiln libkiln_cuda libkiln_nccl; do
+  cp -L "$build/$library.so.0" "$kit/lib/$library.so.0"
+done
 cp "$build"/tests/kiln_*_tests "$kit/tests/"
 for program in lenet op_overhead cuda_ops cuda_conv_host conv gemm gpt attention; do
   if [[ -x "$build/bench/$program" ]]; then cp "$build/bench/$program" "$kit/bench/"; fi
@@ -49,7 +52,7 @@ cp "$build/apps/gpt/kiln-gpt" "$kit/apps/gpt/"
 mkdir -p "$kit/apps/kiln-run"
 cp "$build/apps/kiln-run/kiln-run" "$kit/apps/kiln-run/"
 cp "$build/apps/tools/kiln-image-folder-to-cifar" "$kit/apps/tools/"
-strip --strip-unneeded "$kit"/lib/libkiln.so.0 "$kit"/tests/* "$kit"/bench/* "$kit"/apps/*/*
+strip --strip-unneeded "$kit"/lib/libkiln*.so.0 "$kit"/tests/* "$kit"/bench/* "$kit"/apps/*/*
 # libkiln's system libraries, for a GPU machine whose image lacks them
 # (gpu-run.sh adds them only then; they are small).
 mkdir -p "$kit/fallback"

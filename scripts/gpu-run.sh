@@ -71,7 +71,7 @@ except Exception as error:
 EOF
 
 # 1. Libraries: every directory under the Python nvidia packages that holds
-# one of the libraries libkiln links, then the toolkit's.
+# one of the libraries libkiln_cuda and libkiln_nccl link, then the toolkit's.
 libdirs="$(python3 - <<'EOF'
 import os
 try:
@@ -90,12 +90,12 @@ EOF
 )"
 export LD_LIBRARY_PATH="$kit/lib${libdirs:+:$libdirs}:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-missing="$(ldd "$kit"/lib/libkiln.so.* | grep 'not found' | sort -u)"
+missing="$(ldd "$kit"/lib/libkiln*.so.* | grep 'not found' | sort -u)"
 if [[ -n "$missing" ]]; then
   # The system libraries the kit brought (OpenMP's runtime, zlib), as a last resort.
   say "gpu-run: missing here: $missing; adding the kit's fallback libraries"
   export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$kit/fallback"
-  missing="$(ldd "$kit"/lib/libkiln.so.* | grep 'not found' | sort -u)"
+  missing="$(ldd "$kit"/lib/libkiln*.so.* | grep 'not found' | sort -u)"
 fi
 if [[ -n "$missing" ]]; then
   say "gpu-run: libkiln cannot load; missing: $missing"

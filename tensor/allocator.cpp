@@ -10,9 +10,7 @@
 #include <sys/mman.h>
 
 #include "tensor/error.h"
-#ifdef KILN_WITH_CUDA
-#include "tensor/cuda/pinned_allocator.h"
-#endif
+#include "tensor/cuda_hooks.h"
 
 namespace kiln {
 
@@ -220,11 +218,8 @@ std::array<Allocator*, kNumDeviceTypes>& allocators() {
 // CUDA driver to learn whether a device is there.
 std::atomic<Allocator*>& pinned_slot() {
   static std::atomic<Allocator*> slot{[]() -> Allocator* {
-#ifdef KILN_WITH_CUDA
-    return cuda::pinned_host_allocator_if_available();
-#else
-    return nullptr;
-#endif
+    const cuda::CudaHooks* hooks = cuda::cuda_hooks();
+    return hooks ? hooks->pinned_host_allocator() : nullptr;
   }()};
   return slot;
 }
@@ -249,8 +244,14 @@ size_t cpu_memory_limit() { return the_cpu_allocator().limit(); }
 
 Allocator& allocator_for(DeviceType type) {
   Allocator* allocator = allocators()[static_cast<int>(type)];
-  KILN_CHECK(allocator != nullptr, "allocator_for: no allocator for ", Device(type),
-             "; Kiln was built without support for this device (KILN_CUDA=OFF?)");
+  if (allocator == nullptr && type == DeviceType::CUDA) {
+    // libkiln_cuda installs the CUDA allocator when it is loaded (Note
+    // [Backends as plugins]); a tensor made on CUDA may be the first use.
+    KILN_CHECK(cuda::cuda_hooks() != nullptr, "allocator_for: no allocator for ", Device(type), ": ",
+               cuda::cuda_library_error());
+    allocator = allocators()[static_cast<int>(type)];
+  }
+  KILN_CHECK(allocator != nullptr, "allocator_for: no allocator for ", Device(type));
   return *allocator;
 }
 
@@ -260,12 +261,8 @@ bool pinned_allocator_available() { return pinned_slot().load() != nullptr; }
 
 Allocator& pinned_allocator(const char* op) {
   Allocator* allocator = pinned_slot().load();
-#ifdef KILN_WITH_CUDA
-  constexpr const char* kWhy = "Kiln was built with CUDA but this machine has no usable GPU or NVIDIA driver";
-#else
-  constexpr const char* kWhy = "Kiln was built without CUDA (KILN_CUDA=OFF)";
-#endif
-  KILN_CHECK(allocator != nullptr, op, ": no CUDA device is available to page-lock host memory (", kWhy, ")");
+  KILN_CHECK(allocator != nullptr, op, ": no CUDA device is available to page-lock host memory (",
+             cuda::unavailable_reason(), ")");
   return *allocator;
 }
 

@@ -1,21 +1,19 @@
 #include "tensor/backend.h"
 
 #include "tensor/cpu/cpu_backend.h"
-#ifdef KILN_WITH_CUDA
-#include "tensor/cuda/cuda_backend.h"
-#endif
+#include "tensor/cuda_hooks.h"
 
 namespace kiln {
 
 Backend& backend_for(Device device) {
   switch (device.type) {
     case DeviceType::CPU: return cpu::backend();
-    case DeviceType::CUDA:
-#ifdef KILN_WITH_CUDA
-      return cuda::backend();
-#else
-      KILN_FAIL("Kiln was built without CUDA (KILN_CUDA=OFF): cannot run on ", device);
-#endif
+    case DeviceType::CUDA: {
+      // In libkiln_cuda, loaded on first use (Note [Backends as plugins]).
+      const cuda::CudaHooks* hooks = cuda::cuda_hooks();
+      KILN_CHECK(hooks != nullptr, "cannot run on ", device, ": ", cuda::cuda_library_error());
+      return hooks->backend();
+    }
   }
   KILN_FAIL("backend_for: invalid device type ", static_cast<int>(device.type));
 }

@@ -91,10 +91,8 @@ void ProgressLine::update(int64_t step, const std::function<double()>& running_l
   const int64_t done = step - first_step_;
   const double eta = done > 0 ? seconds / static_cast<double>(done) * static_cast<double>(total_steps_ - step) : NAN;
   std::optional<cuda::GpuStatus> gpu;
-#ifdef KILN_WITH_CUDA
-  // NVML lives in the CUDA part of libkiln; without it there is no GPU to show.
+  // Without libkiln_cuda or NVML there is no status to show.
   if (gpu_) gpu = cuda::gpu_status(*gpu_);
-#endif
   std::string text = format(step, running_loss(), items_per_second, eta, gpu);
   if (interactive_) {
     // Spaces over the tail of a longer previous line.

@@ -22,7 +22,7 @@
 #include <string>
 #include <utility>
 
-#include "tensor/cuda/nvml.h"
+#include "tensor/cuda_status.h"
 
 namespace kiln::apps {
 

@@ -8,9 +8,7 @@
 #include "optim/training_checkpoint.h"
 #include "tensor/allocator.h"
 #include "tensor/error.h"
-#ifdef KILN_WITH_CUDA
-#include "tensor/cuda/allocator.h"
-#endif
+#include "tensor/cuda_status.h"
 
 namespace kiln::apps {
 
@@ -96,12 +94,10 @@ void print_memory_line(std::ostream& out, int rank, const std::string& when, con
 }
 
 void reset_peak_memory(Device device) {
-#ifdef KILN_WITH_CUDA
   if (device.is_cuda()) {
     cuda::reset_peak_memory_stats(device);
     return;
   }
-#endif
   if (device.is_cpu()) cpu_reset_peak_allocated_bytes();
 }
 

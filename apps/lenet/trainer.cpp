@@ -27,9 +27,7 @@
 #include "nn/models/lenet.h"
 #include "optim/grad_scaler.h"
 #include "quant/adam8bit.h"
-#ifdef KILN_WITH_CUDA
-#include "tensor/cuda/device.h"
-#endif
+#include "tensor/cuda_status.h"
 
 namespace kiln::apps::lenet {
 
@@ -395,11 +393,7 @@ void set_up_model(Run& run) {
   for (const Tensor& p : run.model().parameters()) run.parameters += p.numel();
   if (o.dp) {
     std::vector<Device> devices;
-#ifdef KILN_WITH_CUDA
     const int64_t count = run.device.is_cuda() ? cuda::device_count() : o.replicas;
-#else
-    const int64_t count = o.replicas;  // a CUDA device failed at model().to(device) above
-#endif
     for (int64_t i = 0; i < count; ++i) {
       devices.push_back(run.device.is_cuda() ? cuda_device(static_cast<int>(i)) : kCPU);
     }

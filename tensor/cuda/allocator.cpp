@@ -260,7 +260,7 @@ class CudaAllocator final : public Allocator {
   }
 };
 
-// Installs the allocator as libkiln is loaded (Note [CUDA allocator]).
+// Installs the allocator as libkiln_cuda is loaded (Note [CUDA allocator]).
 const bool registered_at_load = [] {
   register_cuda_allocator();
   return true;
@@ -296,12 +296,12 @@ MemoryStats to_memory_stats(const CachingAllocatorStats& s) {
 
 }  // namespace
 
-MemoryStats memory_stats(Device device) {
+MemoryStats allocator_memory_stats(Device device) {
   check_device(device, "memory_stats");
   return to_memory_stats(cache_for(device.index).stats());
 }
 
-void reset_peak_memory_stats(Device device) {
+void reset_allocator_peaks(Device device) {
   check_device(device, "reset_peak_memory_stats");
   cache_for(device.index).reset_peak_stats();
 }

@@ -1,5 +1,6 @@
 // The CUDA device allocator behind every Storage on a CUDA device, and its
-// statistics (Note [CUDA allocator] in allocator.cpp).
+// statistics (Note [CUDA allocator] in allocator.cpp; the statistics' type
+// is in tensor/cuda_status.h).
 //
 //   cuda::MemoryStats s = cuda::memory_stats(cuda_device(0));
 //   std::cout << s.allocated_bytes << " of " << s.reserved_bytes << " bytes in use\n";
@@ -12,6 +13,7 @@
 #include <memory>
 
 #include "tensor/allocator.h"
+#include "tensor/cuda_status.h"
 #include "tensor/cuda/stream.h"
 
 namespace kiln {
@@ -26,31 +28,15 @@ namespace kiln::cuda {
 Allocator& cuda_allocator();
 
 // Installs cuda_allocator() for DeviceType::CUDA (set_allocator). Idempotent;
-// runs when libkiln is loaded and again when the CUDA backend is first used.
+// runs when libkiln_cuda is loaded and again when the CUDA backend is first used.
 void register_cuda_allocator();
 
-// What the allocator of one device holds. Block sizes are rounded up to 512
-// bytes; "reserved" is what came from cudaMalloc, in use or cached.
-struct MemoryStats {
-  size_t allocated_bytes = 0;       // tensor memory in use now (rounded)
-  size_t requested_bytes = 0;       // the same, as requested
-  size_t reserved_bytes = 0;        // held from cudaMalloc: in use plus cached
-  size_t peak_allocated_bytes = 0;  // since the start or reset_peak_memory_stats
-  size_t peak_reserved_bytes = 0;
-  int64_t active_blocks = 0;         // allocations not yet freed
-  int64_t segments = 0;              // cudaMalloc blocks held
-  int64_t pending_event_blocks = 0;  // freed, waiting for other streams (record_stream)
-  int64_t cuda_malloc_calls = 0;     // failed ones included
-  int64_t cuda_free_calls = 0;
-  int64_t alloc_retries = 0;  // allocations that emptied the cache and tried again
-  int64_t ooms = 0;           // allocations that failed even then
-};
+// MemoryStats, memory_stats(device) and reset_peak_memory_stats(device) are
+// in tensor/cuda_status.h, which every build has; these answer them when
+// libkiln_cuda is loaded. Throw kiln::Error when `device` is not usable.
+MemoryStats allocator_memory_stats(Device device);
+void reset_allocator_peaks(Device device);
 
-// Statistics of `device`'s allocator (all zero before its first allocation).
-// Throws kiln::Error when `device` is not a usable CUDA device.
-MemoryStats memory_stats(Device device);
-// Sets the peaks of `device` to the current values.
-void reset_peak_memory_stats(Device device);
 // Gives every cached, unused segment of every device back to the driver
 // (cudaFree), waiting first for blocks that other streams may still use.
 // Tensor memory in use is untouched.

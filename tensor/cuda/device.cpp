@@ -37,11 +37,11 @@ const DeviceCount& query_device_count() {
 
 }  // namespace
 
-int device_count() { return query_device_count().count; }
+int driver_device_count() { return query_device_count().count; }
 
-bool cuda_available() { return device_count() > 0; }
+bool cuda_available() { return driver_device_count() > 0; }
 
-std::string unavailable_reason() {
+std::string driver_unavailable_reason() {
   const DeviceCount& devices = query_device_count();
   if (devices.count > 0) return "";
   return devices.status == cudaSuccess
@@ -53,7 +53,7 @@ void check_device(Device device, const char* op) {
   KILN_CHECK(device.is_cuda(), op, ": expected a CUDA device, got ", device);
   const DeviceCount& devices = query_device_count();
   if (devices.count == 0)
-    KILN_FAIL(op, ": cannot use ", device, ": no CUDA device is available (", unavailable_reason(),
+    KILN_FAIL(op, ": cannot use ", device, ": no CUDA device is available (", driver_unavailable_reason(),
               "); Kiln was built with CUDA but this machine has no usable GPU or NVIDIA driver");
   KILN_CHECK(device.index >= 0 && device.index < devices.count, op, ": cannot use ", device, ": this process sees ",
              devices.count, " CUDA device(s), cuda:0 to cuda:", devices.count - 1);

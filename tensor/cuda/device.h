@@ -10,13 +10,18 @@
 // layers) can ask whether a GPU is there.
 #pragma once
 
+#include "tensor/cuda_status.h"
 #include "tensor/device.h"
 
 namespace kiln::cuda {
 
-// Number of usable CUDA devices; 0 (never an error) when there is no GPU, no
-// driver, or the driver is too old for this build's runtime.
-int device_count();
+// What the CUDA runtime says, asked once: the number of usable devices (0,
+// never an error, when there is no GPU, no driver, or the driver is too old
+// for this build's runtime) and why there are none. cuda_status.h's
+// device_count() and unavailable_reason(), which every build has, end here
+// when libkiln_cuda is loaded.
+int driver_device_count();
+std::string driver_unavailable_reason();
 
 // True when at least one CUDA device can run Kiln's kernels.
 bool cuda_available();

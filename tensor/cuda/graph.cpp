@@ -41,7 +41,7 @@ void Graph::capture_begin(const Stream& stream) {
   // As torch.cuda.graph: the work queued so far finishes first (its errors
   // are reported here, not blamed on the capture), and the shared cache
   // goes back to the driver, as the capture cannot free memory for its pool.
-  synchronize(stream.device());
+  synchronize_device(stream.device());
   empty_cache();
   if (pool_ == nullptr) pool_ = make_graph_memory_pool(stream.device());
   auto capture = std::make_unique<Capture>(pool_, stream);

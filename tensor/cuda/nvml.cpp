@@ -89,10 +89,10 @@ nvmlDevice_t handle_for(int device) {
 
 bool nvml_available() { return nvml().loaded; }
 
-std::optional<GpuStatus> gpu_status(int device) {
+std::optional<GpuStatus> nvml_gpu_status(int device) {
   // NVML first: without a driver it is absent, and the CUDA runtime is not
   // asked anything.
-  if (!nvml_available() || device < 0 || device >= kMaxDevices || device >= device_count()) return std::nullopt;
+  if (!nvml_available() || device < 0 || device >= kMaxDevices || device >= driver_device_count()) return std::nullopt;
   nvmlDevice_t handle = handle_for(device);
   if (handle == nullptr) return std::nullopt;
   nvmlUtilization_t utilization{};

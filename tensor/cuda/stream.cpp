@@ -178,7 +178,7 @@ float Event::elapsed_time(const Event& end) const {
   return ms;
 }
 
-void synchronize(Device device) {
+void synchronize_device(Device device) {
   DeviceGuard guard(device, "cuda::synchronize");
   KILN_CUDA_CHECK(cudaDeviceSynchronize());
   check_kernel_errors(device);  // Note [CUDA kernel errors]

@@ -30,6 +30,7 @@
 // C++ can hold them.
 #pragma once
 
+#include "tensor/cuda_status.h"
 #include "tensor/device.h"
 
 struct CUstream_st;
@@ -140,9 +141,10 @@ class Event {
   bool timing_;
 };
 
-// Blocks the host until all work on `device`, on every stream, has finished,
+// cuda::synchronize(device) (tensor/cuda_status.h, in every build), when
+// libkiln_cuda is loaded: waits for all work on `device`, on every stream,
 // then throws the first error a kernel recorded since the last wait (Note
 // [CUDA kernel errors] in kernel_errors.h).
-void synchronize(Device device);
+void synchronize_device(Device device);
 
 }  // namespace kiln::cuda

@@ -169,6 +169,18 @@ TEST(InitProcessGroup, WrongArgumentsNameWhatIsWrong) {
              "tcp://HOST:PORT or file:///PATH");
   fails_with([&] { init_process_group("smoke-signals", "env://", 2, 0, quick); },
              "init_process_group: backend 'smoke-signals' is not available in this build; it has [gloo");
+  // A backend with a library of its own (Note [Backends as plugins]) that
+  // this build lacks is named with the file that is missing.
+#ifndef KILN_WITH_NCCL
+  fails_with([&] { init_process_group("nccl", "env://", 2, 0, quick); },
+             "init_process_group: backend 'nccl' is not available: this Kiln was built without its nccl backend "
+             "(KILN_CUDA=OFF): ");
+#endif
+#ifndef KILN_WITH_MPI
+  fails_with([&] { init_process_group("mpi", "env://", 2, 0, quick); },
+             "init_process_group: backend 'mpi' is not available: this Kiln was built without its mpi backend "
+             "(KILN_MPI=OFF): ");
+#endif
   fails_with([&] { init_process_group("gloo", "tcp://127.0.0.1:29500", -1, -1, quick); },
              "tcp:// needs world_size and rank to be given");
   fails_with([&] { init_process_group("gloo", "tcp://127.0.0.1:99999", 2, 0, quick); },

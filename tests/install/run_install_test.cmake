@@ -2,12 +2,12 @@
 # project against it (see tests/install/CMakeLists.txt). Run by ctest as
 #   cmake -DKILN_BUILD_DIR=<build> -DCONSUMER_SOURCE_DIR=<src> -DWORK_DIR=<scratch>
 #         -DGENERATOR=<gen> -DCXX_COMPILER=<c++> -DBUILD_TYPE=<config> -DKILN_CUDA=<ON|OFF>
-#         -DKILN_GLOO=<ON|OFF>
+#         -DKILN_GLOO=<ON|OFF> -DKILN_MPI=<ON|OFF>
 #         -P run_install_test.cmake
 # Each step stops the test with the failing command's output.
 cmake_minimum_required(VERSION 3.25)
 
-foreach(var KILN_BUILD_DIR CONSUMER_SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER KILN_CUDA KILN_GLOO)
+foreach(var KILN_BUILD_DIR CONSUMER_SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER KILN_CUDA KILN_GLOO KILN_MPI)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "run_install_test.cmake: -D${var}=... is required")
   endif()
@@ -36,7 +36,7 @@ run_step("install Kiln into ${prefix}"
 run_step("configure the consumer"
   ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${consumer_build} -G ${GENERATOR}
   -DCMAKE_BUILD_TYPE=${BUILD_TYPE} -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix}
-  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DEXPECT_KILN_CUDA=${KILN_CUDA})
+  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DKILN_CONSUMER_CUDA=${KILN_CUDA})
 
 file(STRINGS ${consumer_build}/CMakeCache.txt kiln_dir REGEX "^Kiln_DIR:")
 string(REGEX REPLACE "^Kiln_DIR:[A-Z]+=" "" kiln_dir "${kiln_dir}")
@@ -62,7 +62,21 @@ run_step("run it twice under the installed kiln-run"
 run_step("build the consumer" ${CMAKE_COMMAND} --build ${consumer_build} --config ${BUILD_TYPE})
 # The consumer finds libkiln through the build RPATH CMake gives it for the
 # imported kiln::kiln; no LD_LIBRARY_PATH, as a user's program would.
-run_step("run the consumer" ${consumer_build}/consumer)
+# What each optional backend's library should do here (the consumer's
+# backends.cpp); install.consumer_without_gpu_libraries runs it again with
+# those libraries hidden.
+set(cuda absent)
+if(KILN_CUDA)
+  set(cuda loads)
+endif()
+set(mpi absent)
+if(KILN_MPI)
+  set(mpi loads)
+endif()
+run_step("run the consumer" ${consumer_build}/consumer --cuda=${cuda} --nccl=${cuda} --mpi=${mpi})
+if(KILN_CUDA)
+  run_step("run the consumer of the cuda component" ${consumer_build}/consumer_cuda)
+endif()
 # DDP as an embedder runs it: the consumer's own program, twice, under the
 # installed launcher. A Kiln without Gloo has no CPU process group to run it on.
 if(KILN_GLOO)

@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "tensor/cuda_status.h"
 #include "tensor/ops.h"
 #include "tests/tensor/test_util.h"
 
@@ -28,7 +29,11 @@ namespace {
 #ifndef KILN_WITH_CUDA
 
 TEST(CudaWithoutCuda, CudaTensorsThrowNamingTheBuild) {
-  expect_error([] { backend_for(cuda_device(0)); }, "Kiln was built without CUDA");
+  expect_error([] { backend_for(cuda_device(0)); },
+               "cannot run on cuda:0: this Kiln was built without its cuda backend (KILN_CUDA=OFF): ");
+  EXPECT_FALSE(cuda::is_available());
+  EXPECT_NE(cuda::unavailable_reason().find("libkiln_cuda.so.0 does not exist"), std::string::npos)
+      << cuda::unavailable_reason();
   // Allocation is the first thing a CUDA tensor needs, and it fails first.
   expect_error([] { zeros({2, 3}, cuda_device(0)); }, "KILN_CUDA=OFF");
   Tensor host = iota_tensor({4});

@@ -15,6 +15,7 @@
 #include <exception>
 #include <limits>
 
+#include "distributed/backend_registry.h"
 #include "distributed/backends/gloo/call_exchange.h"
 #include "distributed/backends/gloo/gloo_rendezvous.h"
 #include "distributed/backends/gloo/gloo_reduce.h"
@@ -24,11 +25,8 @@
 #include "distributed/backends/gloo/shared_memory_all_reduce.h"
 #include "tensor/error.h"
 #include "tensor/factory.h"
+#include "tensor/cuda_status.h"
 #include "tensor/shape.h"
-
-#ifdef KILN_WITH_CUDA
-#include "tensor/cuda/stream.h"
-#endif
 
 namespace kiln::distributed {
 
@@ -52,10 +50,8 @@ Tensor host_buffer(const Tensor& t, bool with_values) {
 void copy_to_device(Tensor target, const Tensor& host) {
   if (!target.defined() || target.is_same(host)) return;
   target.copy_(host);
-#ifdef KILN_WITH_CUDA
   // A copy from pinned memory is only queued (Note [CUDA copies]).
-  cuda::current_stream(target.device()).synchronize();
-#endif
+  if (target.device().is_cuda()) cuda::synchronize(target.device());
 }
 
 // ---- calling gloo --------------------------------------------------------------------
@@ -215,12 +211,10 @@ std::optional<CollectiveCall> ProcessGroupGloo::last_call_of(int rank) const {
 }
 
 void ProcessGroupGloo::check_device(const Device& device, const char* op) const {
-  if (device.is_cpu()) return;
-#ifdef KILN_WITH_CUDA
-  if (device.is_cuda()) return;
-#endif
-  KILN_FAIL(op, ": the gloo backend got a tensor on ", device,
-            ", but this build of Kiln has no CUDA support; gloo works on CPU tensors");
+  // A CUDA tensor exists only where libkiln_cuda is loaded; gloo stages it
+  // through host memory.
+  if (device.is_cpu() || device.is_cuda()) return;
+  KILN_FAIL(op, ": the gloo backend got a tensor on ", device, "; gloo works on CPU and CUDA tensors");
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroupGloo::run_new_subgroup(const std::vector<int>& ranks,
@@ -651,5 +645,17 @@ WorkPtr ProcessGroupGloo::run_recv(const Tensor& tensor, int src, int tag) {
     copy_to_device(tensor, host);
   });
 }
+
+// Gloo is part of libkiln: registered when libkiln loads (distributed/backend_registry.h).
+namespace {
+[[maybe_unused]] const bool gloo_registered = [] {
+  register_process_group_backend(
+      "gloo", {[](std::shared_ptr<Store> store, int rank, int world_size, ProcessGroupOptions options) {
+                 return std::make_shared<ProcessGroupGloo>(std::move(store), rank, world_size, options);
+               },
+               {}});
+  return true;
+}();
+}  // namespace
 
 }  // namespace kiln::distributed

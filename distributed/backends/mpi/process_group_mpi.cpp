@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "distributed/backend_registry.h"
 #include "distributed/backends/mpi/mpi_runtime.h"
 #include "distributed/backends/mpi/mpi_types.h"
 #include "distributed/backends/mpi/operation_queue.h"
@@ -384,5 +385,22 @@ WorkPtr ProcessGroupMPI::run_recv(const Tensor& tensor, int src, int tag) {
   };
   return queue_->enqueue(std::move(op));
 }
+
+// Registered when libkiln_mpi loads (distributed/backend_registry.h): mpirun
+// has already fixed rank and size, which create_world asks MPI for.
+namespace {
+[[maybe_unused]] const bool mpi_registered = [] {
+  ProcessGroupBackend backend;
+  backend.create = [](std::shared_ptr<Store> store, int rank, int world_size, ProcessGroupOptions options) {
+    auto group = ProcessGroupMPI::create_world(options, std::move(store), world_size);
+    KILN_CHECK(rank < 0 || rank == group->rank(), "init_process_group('mpi'): rank ", rank,
+               " was given but MPI says this process is rank ", group->rank());
+    return std::shared_ptr<ProcessGroup>(std::move(group));
+  };
+  backend.launcher_world_size = [] { return ProcessGroupMPI::world_size(); };
+  register_process_group_backend("mpi", std::move(backend));
+  return true;
+}();
+}  // namespace
 
 }  // namespace kiln::distributed

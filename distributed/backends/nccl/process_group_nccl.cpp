@@ -10,6 +10,7 @@
 #include <cstring>
 #include <thread>
 
+#include "distributed/backend_registry.h"
 #include "distributed/backends/nccl/communicator.h"
 #include "distributed/backends/nccl/event_work.h"
 #include "distributed/backends/nccl/nccl_check.h"
@@ -391,5 +392,17 @@ WorkPtr ProcessGroupNCCL::run_recv(const Tensor& tensor, int src, int) {
     KILN_NCCL_CHECK_ISSUED(ncclRecv(tensor.data_ptr(), count(tensor), type, src, comm, stream));
   });
 }
+
+// Registered when libkiln_nccl loads (distributed/backend_registry.h).
+namespace {
+[[maybe_unused]] const bool nccl_registered = [] {
+  register_process_group_backend(
+      "nccl", {[](std::shared_ptr<Store> store, int rank, int world_size, ProcessGroupOptions options) {
+                 return std::make_shared<ProcessGroupNCCL>(std::move(store), rank, world_size, options);
+               },
+               {}});
+  return true;
+}();
+}  // namespace
 
 }  // namespace kiln::distributed
