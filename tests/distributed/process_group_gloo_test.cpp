@@ -327,8 +327,8 @@ TEST(ProcessGroupGloo, ARankListensWhereItReachesTheStoreAndOnLoopbackOnlyWhenAl
 TEST(ProcessGroupGloo, AcceptsCpuAndCudaTensors) {
   run_on_ranks(2, [](int) {
     auto group = make_gloo_group(milliseconds(5000));
-    EXPECT_EQ(error_of([&] { group->check_device(kCPU, "all_reduce"); }), "");
-    EXPECT_EQ(error_of([&] { group->check_device(cuda_device(0), "all_reduce"); }), "");
+    EXPECT_EQ(error_of([&] { group->check_device(kCPU, "all_reduce"); }), "<no error>");
+    EXPECT_EQ(error_of([&] { group->check_device(cuda_device(0), "all_reduce"); }), "<no error>");
   });
 }
 
