@@ -2,12 +2,13 @@
 # project against it (see tests/install/CMakeLists.txt). Run by ctest as
 #   cmake -DKILN_BUILD_DIR=<build> -DCONSUMER_SOURCE_DIR=<src> -DWORK_DIR=<scratch>
 #         -DGENERATOR=<gen> -DCXX_COMPILER=<c++> -DBUILD_TYPE=<config> -DKILN_CUDA=<ON|OFF>
-#         -DKILN_GLOO=<ON|OFF> -DKILN_MPI=<ON|OFF>
+#         -DKILN_GLOO=<ON|OFF> -DEXPECT_CUDA=<loads|absent> -DEXPECT_MPI=<loads|absent>
 #         -P run_install_test.cmake
 # Each step stops the test with the failing command's output.
 cmake_minimum_required(VERSION 3.25)
 
-foreach(var KILN_BUILD_DIR CONSUMER_SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER KILN_CUDA KILN_GLOO KILN_MPI)
+foreach(var KILN_BUILD_DIR CONSUMER_SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER KILN_CUDA KILN_GLOO EXPECT_CUDA
+        EXPECT_MPI)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "run_install_test.cmake: -D${var}=... is required")
   endif()
@@ -65,15 +66,8 @@ run_step("build the consumer" ${CMAKE_COMMAND} --build ${consumer_build} --confi
 # What each optional backend's library should do here (the consumer's
 # backends.cpp); install.consumer_without_gpu_libraries runs it again with
 # those libraries hidden.
-set(cuda absent)
-if(KILN_CUDA)
-  set(cuda loads)
-endif()
-set(mpi absent)
-if(KILN_MPI)
-  set(mpi loads)
-endif()
-run_step("run the consumer" ${consumer_build}/consumer --cuda=${cuda} --nccl=${cuda} --mpi=${mpi})
+run_step("run the consumer" ${consumer_build}/consumer --cuda=${EXPECT_CUDA} --nccl=${EXPECT_CUDA}
+  --mpi=${EXPECT_MPI})
 if(KILN_CUDA)
   run_step("run the consumer of the cuda component" ${consumer_build}/consumer_cuda)
 endif()
