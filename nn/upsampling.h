@@ -23,7 +23,8 @@ using UpsampleOptions = functional::InterpolateOptions;
 class Upsample : public Module {
  public:
   // Checks what can be checked without an input: exactly one of size and
-  // scale_factor, positive sizes, align_corners only with a linear mode.
+  // scale_factor, positive sizes, align_corners only with an interpolating
+  // mode (linear, bilinear, bicubic, trilinear).
   explicit Upsample(UpsampleOptions options);
   Tensor forward(const Tensor& input) override;
   // As torch: "scale_factor=2.0, mode='nearest'", "size=(32, 48), mode='bilinear'";
