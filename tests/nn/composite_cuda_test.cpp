@@ -78,6 +78,8 @@ TEST(CompositeLayersCuda, NormsMatchCpu) {
   expect_cuda_matches_cpu("InstanceNorm1d eval",
                           [] { return std::make_shared<InstanceNorm1d>(3, 1e-5, 0.1, true, true); }, {{2, 3, 6}},
                           /*training=*/false);
+  expect_cuda_matches_cpu("InstanceNorm3d with running stats",
+                          [] { return std::make_shared<InstanceNorm3d>(3, 1e-5, 0.2, true, true); }, {{2, 3, 2, 3, 4}});
 }
 
 TEST(CompositeLayersCuda, ConvAndPixelShuffleMatchCpu) {

@@ -109,6 +109,30 @@ TEST(LayerOptions, Conv1d) {
                "Conv1d: out_channels (6) must be divisible by groups (4)");
 }
 
+TEST(LayerOptions, InstanceNorm) {
+  const InstanceNorm2dOptions o =
+      InstanceNorm2dOptions(3).eps(1e-3).momentum(0.2).affine(true).track_running_stats(true);
+  EXPECT_EQ(o.num_features(), 3);
+  EXPECT_EQ(o.eps(), 1e-3);
+  EXPECT_EQ(o.momentum(), 0.2);
+  EXPECT_TRUE(o.affine());
+  EXPECT_TRUE(o.track_running_stats());
+  const InstanceNormOptions d(3);
+  EXPECT_EQ(d.eps(), 1e-5);
+  EXPECT_EQ(d.momentum(), 0.1);
+  EXPECT_FALSE(d.affine());
+  EXPECT_FALSE(d.track_running_stats());
+  check_same<InstanceNorm2d>([&] { return std::make_shared<InstanceNorm2d>(o); },
+                             [] { return std::make_shared<InstanceNorm2d>(3, 1e-3, 0.2, true, true); },
+                             {randn({2, 3, 4, 5})});
+  check_same<InstanceNorm1d>([] { return std::make_shared<InstanceNorm1d>(InstanceNorm1dOptions(3)); },
+                             [] { return std::make_shared<InstanceNorm1d>(3); }, {randn({2, 3, 6})});
+  check_same<InstanceNorm3d>([] { return std::make_shared<InstanceNorm3d>(InstanceNorm3dOptions(3).affine(true)); },
+                             [] { return std::make_shared<InstanceNorm3d>(3, 1e-5, 0.1, true); },
+                             {randn({2, 3, 2, 3, 4})});
+  expect_error([] { InstanceNorm3d(InstanceNorm3dOptions(0)); }, "InstanceNorm: num_features must be positive, got 0");
+}
+
 TEST(LayerOptions, BatchNorm) {
   const BatchNorm1dOptions o = BatchNorm1dOptions(5).eps(1e-3).momentum(0.3).affine(false).track_running_stats(true);
   EXPECT_EQ(o.num_features(), 5);
