@@ -88,6 +88,16 @@ TEST(CompositeLayersCuda, ConvAndPixelShuffleMatchCpu) {
   expect_cuda_matches_cpu("ConvTranspose2d",
                           [] { return std::make_shared<ConvTranspose2d>(4, 6, 3, 2, 1, 1, /*groups=*/2); },
                           {{2, 4, 5, 4}});
+  expect_cuda_matches_cpu(
+      "Conv2d padding_mode reflect",
+      [] {
+        return std::make_shared<Conv2d>(Conv2dOptions(3, 4, 3).padding({1, 2}).padding_mode(PaddingMode::Reflect));
+      },
+      {{2, 3, 5, 6}});
+  expect_cuda_matches_cpu(
+      "Conv1d padding_mode circular",
+      [] { return std::make_shared<Conv1d>(Conv1dOptions(3, 4, 3).padding(2).padding_mode(PaddingMode::Circular)); },
+      {{2, 3, 7}});
   expect_cuda_matches_cpu("PixelShuffle", [] { return std::make_shared<PixelShuffle>(2); }, {{2, 8, 3, 3}});
   expect_cuda_matches_cpu("PixelUnshuffle", [] { return std::make_shared<PixelUnshuffle>(3); }, {{2, 2, 6, 3}});
 }
