@@ -107,6 +107,9 @@ TEST(CompositeLayersCuda, RecurrentMatchCpu) {
   expect_cuda_matches_cpu("LSTM",
                           [] { return std::make_shared<LSTM>(RNNOptions(3, 4).num_layers(2).bidirectional(true)); },
                           {{5, 2, 3}, {4, 2, 4}, {4, 2, 4}});
+  expect_cuda_matches_cpu("LSTM proj_size",
+                          [] { return std::make_shared<LSTM>(LSTMOptions(3, 4).num_layers(2).proj_size(2)); },
+                          {{5, 2, 3}, {2, 2, 2}, {2, 2, 4}});
   expect_cuda_matches_cpu("GRU", [] { return std::make_shared<GRU>(RNNOptions(3, 4).num_layers(2).batch_first(true)); },
                           {{2, 5, 3}});
   expect_cuda_matches_cpu("RNN relu",
