@@ -48,6 +48,7 @@
 #include "nn/flatten.h"
 #include "nn/functional.h"
 #include "nn/functional_composite.h"
+#include "nn/functional_options.h"
 #include "nn/group_norm.h"
 #include "nn/init.h"
 #include "nn/instance_norm.h"

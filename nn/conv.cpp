@@ -10,14 +10,15 @@
 namespace kiln::nn {
 
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2d kernel_size, Size2d stride, Size2d padding,
-               Size2d dilation, int64_t groups, bool bias)
+               Size2d dilation, int64_t groups, bool bias, PaddingMode padding_mode)
     : in_channels(in_channels),
       out_channels(out_channels),
       kernel_size(kernel_size),
       stride(stride),
       padding(padding),
       dilation(dilation),
-      groups(groups) {
+      groups(groups),
+      padding_mode(padding_mode) {
   check_conv_channels("Conv2d", in_channels, out_channels, groups);
   check_conv_sizes("Conv2d", kernel_size, stride, padding, dilation);
   weight = register_parameter("weight", empty({out_channels, in_channels / groups, kernel_size.h, kernel_size.w}));
@@ -30,7 +31,13 @@ void Conv2d::reset_parameters() {
 }
 
 Tensor Conv2d::forward(const Tensor& input) {
-  return functional::conv2d(input, weight, bias, stride, padding, dilation, groups);
+  if (padding_mode == PaddingMode::Zeros)
+    return functional::conv2d(input, weight, bias, stride, padding, dilation, groups);
+  KILN_CHECK(input.dim() == 3 || input.dim() == 4, "Conv2d: expected input of shape (N, C, H, W) or (C, H, W), got ",
+             input.dim(), "D input of shape ", input.shape());
+  // F::pad's order: the last dim (W) first.
+  Tensor padded = pad_for_conv(input, {padding.w, padding.w, padding.h, padding.h}, padding_mode);
+  return functional::conv2d(padded, weight, bias, stride, 0, dilation, groups);
 }
 
 std::string Conv2d::extra_repr() const {
@@ -40,6 +47,7 @@ std::string Conv2d::extra_repr() const {
   if (dilation.h != 1 || dilation.w != 1) s += ", dilation=" + repr::pair(dilation);
   if (groups != 1) s += ", groups=" + std::to_string(groups);
   if (!bias.defined()) s += ", bias=False";
+  if (padding_mode != PaddingMode::Zeros) s += std::string(", padding_mode=") + padding_mode_name(padding_mode);
   return s;
 }
 

@@ -1,8 +1,9 @@
-// Conv2d, as torch.nn.Conv2d (zero padding).
+// Conv2d, as torch.nn.Conv2d, with its padding modes.
 //
 //   auto conv = std::make_shared<nn::Conv2d>(3, 6, 5);                  // LeNet's first layer
 //   auto dw = std::make_shared<nn::Conv2d>(32, 32, 3, 1, 1, 1, /*groups=*/32);  // depthwise
 //   nn::Conv2d down(nn::Conv2dOptions(16, 32, 3).stride(2).padding(1).bias(false));   // as LibTorch
+//   nn::Conv2d edge(nn::Conv2dOptions(3, 8, 3).padding(1).padding_mode(nn::PaddingMode::Reflect));
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,12 @@
 #include "tensor/pool.h"
 
 namespace kiln::nn {
+
+// torch's padding_mode of Conv1d and Conv2d. Zeros is the convolution's own
+// zero padding; the others pad the input first with F::pad's reflect,
+// replicate or circular mode by `padding` on each side, and the convolution
+// then pads nothing, as torch's _conv_forward.
+enum class PaddingMode { Zeros, Reflect, Replicate, Circular };
 
 // torch.nn.Conv2d's arguments (Note [Option builders] in tensor/arg.h); a
 // Size2d is one int for both sides or {h, w}: .stride(2), .padding({1, 0}).
@@ -28,25 +35,27 @@ class Conv2dOptions {
   KILN_ARG(Size2d, dilation) = 1;
   KILN_ARG(int64_t, groups) = 1;
   KILN_ARG(bool, bias) = true;
+  KILN_ARG(PaddingMode, padding_mode) = PaddingMode::Zeros;
 };
 
 // Parameters "weight" (out_channels, in_channels / groups, kh, kw) and
 // "bias" (out_channels), absent when bias is false, initialised as torch's
 // reset_parameters: both ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with
 // fan_in = in_channels / groups * kh * kw. Both channel counts must be
-// divisible by groups.
+// divisible by groups. The constructor's argument order is torch's.
 class Conv2d : public Module {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, Size2d kernel_size, Size2d stride = 1, Size2d padding = 0,
-         Size2d dilation = 1, int64_t groups = 1, bool bias = true);
+         Size2d dilation = 1, int64_t groups = 1, bool bias = true, PaddingMode padding_mode = PaddingMode::Zeros);
   explicit Conv2d(const Conv2dOptions& o)
       : Conv2d(o.in_channels(), o.out_channels(), o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.groups(),
-               o.bias()) {}
+               o.bias(), o.padding_mode()) {}
 
   // input (N, in_channels, H, W) or (in_channels, H, W).
   Tensor forward(const Tensor& input) override;
   // "3, 6, kernel_size=(5, 5), stride=(1, 1)", then padding, dilation and
-  // groups when not their defaults and "bias=False" without bias, as torch.
+  // groups when not their defaults, "bias=False" without bias and
+  // "padding_mode=reflect" when not zeros, as torch.
   std::string extra_repr() const override;
   void reset_parameters();
 
@@ -57,6 +66,7 @@ class Conv2d : public Module {
   const Size2d padding;
   const Size2d dilation;
   const int64_t groups;
+  const PaddingMode padding_mode;
   Tensor weight;
   Tensor bias;
 };

@@ -10,14 +10,15 @@
 namespace kiln::nn {
 
 Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride, int64_t padding,
-               int64_t dilation, int64_t groups, bool bias)
+               int64_t dilation, int64_t groups, bool bias, PaddingMode padding_mode)
     : in_channels(in_channels),
       out_channels(out_channels),
       kernel_size(kernel_size),
       stride(stride),
       padding(padding),
       dilation(dilation),
-      groups(groups) {
+      groups(groups),
+      padding_mode(padding_mode) {
   check_conv_channels("Conv1d", in_channels, out_channels, groups);
   KILN_CHECK(kernel_size > 0 && stride > 0 && dilation > 0,
              "Conv1d: kernel_size, stride and dilation must be positive, got ", kernel_size, ", ", stride, " and ",
@@ -37,7 +38,10 @@ Tensor Conv1d::forward(const Tensor& input) {
              input.dim(), "D input of shape ", input.shape());
   KILN_CHECK(input.size(-2) == in_channels, "Conv1d: expected ", in_channels, " input channels, got input of shape ",
              input.shape());
-  return functional::conv1d(input, weight, bias, stride, padding, dilation, groups);
+  if (padding_mode == PaddingMode::Zeros)
+    return functional::conv1d(input, weight, bias, stride, padding, dilation, groups);
+  return functional::conv1d(pad_for_conv(input, {padding, padding}, padding_mode), weight, bias, stride, 0, dilation,
+                            groups);
 }
 
 std::string Conv1d::extra_repr() const {
@@ -48,6 +52,7 @@ std::string Conv1d::extra_repr() const {
   if (dilation != 1) s += ", dilation=" + one(dilation);
   if (groups != 1) s += ", groups=" + std::to_string(groups);
   if (!bias.defined()) s += ", bias=False";
+  if (padding_mode != PaddingMode::Zeros) s += std::string(", padding_mode=") + padding_mode_name(padding_mode);
   return s;
 }
 

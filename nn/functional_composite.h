@@ -129,10 +129,13 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, PadMode mode = PadM
 // padded by (before, after) reads input position k = j - before mirrored
 // (reflect: -k below 0, 2(n-1) - k above n-1), clamped to [0, n-1]
 // (replicate), or wrapped around the part a negative pad keeps (circular).
-// A linear mode's dim is x[i0] * (1 - w) + x[i1] * w, the two gathers and
-// the weights (broadcast along the dim) in x's dtype, with i0, i1 and w as
-// torch's CPU kernel computes them; bilinear resizes W, then H, the order
-// in which that kernel nests its sums. The gradient is index_select's, a
+// An interpolating mode's dim is a sum of taps, x[i_k] * w_k: two for the
+// linear modes (x[i0] * (1 - w) + x[i1] * w), four for bicubic, each tap a
+// gather and its weights (broadcast along the dim) in x's dtype, with the
+// indices and weights as torch's CPU kernel computes them; the modes of
+// several dims resize W, then H, then D, the order in which that kernel
+// nests its sums. Area mode is the one exception: it is adaptive average
+// pooling, the pooling kernel itself, as in torch. The gradient is index_select's, a
 // scatter-add into zeros, so an element read several times gets the sum
 // of the gradients of its copies (as torch's backward kernels accumulate
 // them), and it differentiates again. The cost against a fused kernel is
@@ -143,9 +146,15 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, PadMode mode = PadM
 // ---- interpolation (nn/functional/interpolate.cpp) ----
 // torch.nn.functional.interpolate's modes: nearest (torch's legacy
 // nearest, source index floor(dst * scale)), nearest-exact (floor((dst +
-// 0.5) * scale), as Pillow and scikit-image), linear (3-d input) and
-// bilinear (4-d input).
-enum class InterpolateMode { Nearest, NearestExact, Linear, Bilinear };
+// 0.5) * scale), as Pillow and scikit-image), linear (3-d input), bilinear
+// and bicubic (4-d input), trilinear (5-d input), and area (adaptive
+// average pooling, 3-d to 5-d input).
+enum class InterpolateMode { Nearest, NearestExact, Linear, Bilinear, Bicubic, Trilinear, Area };
+
+// "bilinear": the mode as torch's mode string, for messages and printing.
+const char* interpolate_mode_name(InterpolateMode mode);
+// Whether align_corners may be given: linear, bilinear, bicubic, trilinear.
+bool interpolate_mode_takes_align_corners(InterpolateMode mode);
 
 // torch.nn.functional.interpolate's keyword arguments. Exactly one of size
 // and scale_factor is given (non-empty): one entry per spatial dim, or one
@@ -154,8 +163,9 @@ struct InterpolateOptions {
   std::vector<int64_t> size{};         // the output's spatial sizes
   std::vector<double> scale_factor{};  // output size = floor(input size * scale_factor)
   InterpolateMode mode = InterpolateMode::Nearest;
-  // Linear modes only (false when not given): true maps the centres of the
-  // corner pixels onto each other, false the outer edges of the pixels.
+  // The linear modes and bicubic only (false when not given): true maps the
+  // centres of the corner pixels onto each other, false the outer edges of
+  // the pixels.
   std::optional<bool> align_corners{};
   // With scale_factor: true interpolates with scale input / output size,
   // as if the computed size had been given; false or not given (torch's
@@ -164,20 +174,32 @@ struct InterpolateOptions {
 };
 
 // torch.nn.functional.interpolate on x (N, C, d1, ...) with 1, 2 or 3
-// spatial dims for the nearest modes, (N, C, W) for linear and (N, C, H, W)
-// for bilinear -> (N, C, o1, ...), floating dtypes. Output position o of a
-// spatial dim of input size n and output size m reads source position
+// spatial dims for nearest, nearest-exact and area, (N, C, W) for linear,
+// (N, C, H, W) for bilinear and bicubic and (N, C, D, H, W) for trilinear
+// -> (N, C, o1, ...), floating dtypes (the nearest modes take any).
+// Output position o of a spatial dim of input size n and output size m
+// reads source position
 //   nearest        floor(o * scale), at most n - 1
 //   nearest-exact  floor((o + 0.5) * scale), at most n - 1
-//   linear         align_corners:  o * (n - 1) / (m - 1)   (0 when m = 1)
+//   linear modes   align_corners:  o * (n - 1) / (m - 1)   (0 when m = 1)
 //                  otherwise:      max((o + 0.5) * scale - 0.5, 0)
+//   bicubic        as linear, without the max
 // with scale = n / m, or 1 / scale_factor when one is given and not
 // recomputed, in x's precision (float32 for 16-bit floats) as torch's CPU
-// kernels; linear modes mix the two neighbours of a fractional position
-// with weights 1 - frac and frac. A dim whose size does not change is
-// copied. Differentiable in x (Note [Padding and interpolation as gathers]).
+// kernels. The linear modes mix the two neighbours of a fractional position
+// p with weights 1 - frac(p) and frac(p); a dim whose size does not change
+// is copied. Bicubic mixes the four at floor(p) - 1 ... floor(p) + 2, each
+// clamped into [0, n - 1] (the border repeats), with the Keys kernel of
+// A = -0.75 (torch's get_cubic_upsample_coefficients); its values may
+// overshoot the input's range, and an unchanged size with a scale factor
+// other than 1 is resampled (torch's CPU backward copies the gradient
+// there instead; Kiln's is the gradient of the forward). Area averages the window [floor(o * n / m),
+// ceil((o + 1) * n / m)), as adaptive_avg_pool; align_corners and
+// scale_factor's scale play no part in it. Differentiable in x (Note
+// [Padding and interpolation as gathers]).
 //   Tensor y = F::interpolate(x, {.size = {8, 12}, .mode = F::InterpolateMode::Bilinear, .align_corners = true});
 //   Tensor z = F::interpolate(x, {.scale_factor = {1.5}});   // nearest, each spatial dim * 1.5
+//   Tensor a = F::interpolate(x, {.size = {7, 7}, .mode = F::InterpolateMode::Area});   // as adaptive_avg_pool2d
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
 
 // ---- recurrent cells (nn/functional/recurrent.cpp) ----

@@ -5,13 +5,17 @@
 //   nn::CrossEntropyLoss criterion({.label_smoothing = 0.1});
 //   Tensor loss = criterion(logits, labels);
 //   loss.backward();
+//   nn::CrossEntropyLoss same(nn::CrossEntropyLossOptions().label_smoothing(0.1));   // as LibTorch
+//   nn::MSELoss total(nn::MSELossOptions().reduction(F::Reduction::Sum));
 //
+// The builders (nn/functional_options.h) convert to the functions' structs.
 // Class weights (and BCEWithLogitsLoss's pos_weight) are registered as
 // buffers named "weight" and "pos_weight", as torch, so they follow to() and
 // appear in the state dict.
 #pragma once
 
 #include "nn/functional.h"
+#include "nn/functional_options.h"
 #include "nn/module.h"
 
 namespace kiln::nn {
@@ -42,6 +46,7 @@ class NLLLoss : public Loss {
 class MSELoss : public Loss {
  public:
   explicit MSELoss(functional::Reduction reduction = functional::Reduction::Mean) : reduction(reduction) {}
+  explicit MSELoss(const MSELossOptions& options) : MSELoss(options.reduction()) {}
   Tensor forward(const Tensor& input, const Tensor& target) override;
   functional::Reduction reduction;
 };
@@ -49,6 +54,7 @@ class MSELoss : public Loss {
 class L1Loss : public Loss {
  public:
   explicit L1Loss(functional::Reduction reduction = functional::Reduction::Mean) : reduction(reduction) {}
+  explicit L1Loss(const L1LossOptions& options) : L1Loss(options.reduction()) {}
   Tensor forward(const Tensor& input, const Tensor& target) override;
   functional::Reduction reduction;
 };

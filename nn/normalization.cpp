@@ -10,14 +10,14 @@
 
 namespace kiln::nn {
 
-BatchNorm::BatchNorm(int64_t num_features, double eps, std::optional<double> momentum, bool affine,
-                     bool track_running_stats)
+NormBase::NormBase(const char* family, int64_t num_features, double eps, std::optional<double> momentum, bool affine,
+                   bool track_running_stats)
     : num_features(num_features),
       eps(eps),
       momentum(momentum),
       affine(affine),
       track_running_stats(track_running_stats) {
-  KILN_CHECK(num_features > 0, "BatchNorm: num_features must be positive, got ", num_features);
+  KILN_CHECK(num_features > 0, family, ": num_features must be positive, got ", num_features);
   weight = register_parameter("weight", affine ? empty({num_features}) : Tensor());
   bias = register_parameter("bias", affine ? empty({num_features}) : Tensor());
   running_mean = register_buffer("running_mean", track_running_stats ? empty({num_features}) : Tensor());
@@ -27,13 +27,13 @@ BatchNorm::BatchNorm(int64_t num_features, double eps, std::optional<double> mom
   reset_parameters();
 }
 
-BatchNorm::BatchNorm(TakeOver take_over)
+NormBase::NormBase(TakeOver take_over)
     : num_features(take_over.source.num_features),
       eps(take_over.source.eps),
       momentum(take_over.source.momentum),
       affine(take_over.source.affine),
       track_running_stats(take_over.source.track_running_stats) {
-  const BatchNorm& source = take_over.source;
+  const NormBase& source = take_over.source;
   const bool trained = !source.weight.defined() || source.weight.requires_grad();
   weight = register_parameter("weight", source.weight, trained);
   bias = register_parameter("bias", source.bias, trained);
@@ -43,19 +43,25 @@ BatchNorm::BatchNorm(TakeOver take_over)
   train(source.is_training());
 }
 
-void BatchNorm::reset_running_stats() {
+void NormBase::reset_running_stats() {
   if (!track_running_stats) return;
   init::zeros_(running_mean);
   init::ones_(running_var);
   init::zeros_(num_batches_tracked);
 }
 
-void BatchNorm::reset_parameters() {
+void NormBase::reset_parameters() {
   reset_running_stats();
   if (affine) {
     init::ones_(weight);
     init::zeros_(bias);
   }
+}
+
+std::string NormBase::extra_repr() const {
+  return std::to_string(num_features) + ", eps=" + repr::floating(eps) +
+         ", momentum=" + (momentum ? repr::floating(*momentum) : std::string("None")) +
+         ", affine=" + repr::boolean(affine) + ", track_running_stats=" + repr::boolean(track_running_stats);
 }
 
 double BatchNorm::begin_forward(const Tensor& input) {
@@ -78,12 +84,6 @@ Tensor BatchNorm::normalize(const Tensor& input, double factor) {
   // Eval uses the running statistics when there are any.
   const bool use_batch_stats = is_training() || !running_mean.defined();
   return functional::batch_norm(input, running_mean, running_var, weight, bias, use_batch_stats, factor, eps);
-}
-
-std::string BatchNorm::extra_repr() const {
-  return std::to_string(num_features) + ", eps=" + repr::floating(eps) +
-         ", momentum=" + (momentum ? repr::floating(*momentum) : std::string("None")) +
-         ", affine=" + repr::boolean(affine) + ", track_running_stats=" + repr::boolean(track_running_stats);
 }
 
 void BatchNorm1d::check_input_dim(const Tensor& input) const {

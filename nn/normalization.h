@@ -30,23 +30,14 @@ class BatchNormOptions {
 using BatchNorm1dOptions = BatchNormOptions;  // LibTorch's names
 using BatchNorm2dOptions = BatchNormOptions;
 
-// The shared implementation of BatchNorm1d and BatchNorm2d (torch's
-// _BatchNorm), which differ only in the input ranks they accept.
+// What batch and instance norm share (torch's _NormBase): the settings,
+// the affine parameters and the running statistics.
 //
 // Parameters "weight" (ones) and "bias" (zeros), (num_features), when affine.
 // Buffers "running_mean" (zeros), "running_var" (ones) and
 // "num_batches_tracked" (0-dim int64), when track_running_stats.
-// In training, each forward normalises with the batch statistics and updates
-//   running = (1 - momentum) * running + momentum * batch_statistic
-// (the unbiased variance for running_var); momentum = nullopt uses the
-// cumulative average, momentum 1 / num_batches_tracked. In eval, it
-// normalises with the running statistics, or, without them
-// (track_running_stats false), with the batch statistics as in training.
-class BatchNorm : public Module {
+class NormBase : public Module {
  public:
-  BatchNorm(int64_t num_features, double eps, std::optional<double> momentum, bool affine, bool track_running_stats);
-
-  Tensor forward(const Tensor& input) override;
   // "16, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True"
   std::string extra_repr() const override;
   // running_mean = 0, running_var = 1, num_batches_tracked = 0.
@@ -66,15 +57,39 @@ class BatchNorm : public Module {
   Tensor num_batches_tracked;
 
  protected:
+  // `family` ("BatchNorm") names the layer in the message for num_features < 1.
+  NormBase(const char* family, int64_t num_features, double eps, std::optional<double> momentum, bool affine,
+           bool track_running_stats);
+
   // The settings and the very tensors of `source`'s parameters and buffers,
   // registered under the same names (a frozen weight stays frozen): for a
-  // layer that takes a BatchNorm's place, such as distributed::SyncBatchNorm
+  // layer that takes another's place, such as distributed::SyncBatchNorm
   // in convert_sync_batchnorm, so that an optimizer built on the old
   // layer's parameters keeps working.
   struct TakeOver {
-    const BatchNorm& source;
+    const NormBase& source;
   };
-  explicit BatchNorm(TakeOver take_over);
+  explicit NormBase(TakeOver take_over);
+};
+
+// The shared implementation of BatchNorm1d and BatchNorm2d (torch's
+// _BatchNorm), which differ only in the input ranks they accept.
+//
+// In training, each forward normalises with the batch statistics and updates
+//   running = (1 - momentum) * running + momentum * batch_statistic
+// (the unbiased variance for running_var); momentum = nullopt uses the
+// cumulative average, momentum 1 / num_batches_tracked. In eval, it
+// normalises with the running statistics, or, without them
+// (track_running_stats false), with the batch statistics as in training.
+class BatchNorm : public NormBase {
+ public:
+  BatchNorm(int64_t num_features, double eps, std::optional<double> momentum, bool affine, bool track_running_stats)
+      : NormBase("BatchNorm", num_features, eps, momentum, affine, track_running_stats) {}
+
+  Tensor forward(const Tensor& input) override;
+
+ protected:
+  explicit BatchNorm(TakeOver take_over) : NormBase(take_over) {}
 
   // Throws naming the layer when the input's rank is not one it accepts.
   virtual void check_input_dim(const Tensor& input) const = 0;

@@ -23,19 +23,26 @@ RNNBase::RNNBase(Kind kind, const char* name, const RNNOptions& options)
              ": dropout must be a probability in [0, 1], got ", options.dropout());
   KILN_CHECK(kind == Kind::RNN || options.nonlinearity() == RNNNonlinearity::Tanh, name,
              ": nonlinearity applies to RNN only (", name, "'s gates have their fixed activations)");
+  KILN_CHECK(options.proj_size() >= 0, name, ": proj_size must be positive, or 0 for no projection, got ",
+             options.proj_size());
+  KILN_CHECK(options.proj_size() == 0 || kind == Kind::LSTM, name, ": proj_size applies to LSTM only, got ",
+             options.proj_size());
+  KILN_CHECK(options.proj_size() < hidden_size, name, ": proj_size (", options.proj_size(),
+             ") must be smaller than hidden_size (", hidden_size, ")");
   const int64_t gates = kind == Kind::LSTM ? 4 : kind == Kind::GRU ? 3 : 1;
   // Registered layer by layer, forward direction first, as torch's
   // _flat_weights_names, so that state-dict keys come in torch's order.
   for (int64_t layer = 0; layer < options.num_layers(); ++layer) {
-    const int64_t layer_input = layer == 0 ? input_size : directions() * hidden_size;
+    const int64_t layer_input = layer == 0 ? input_size : directions() * state_size();
     for (int64_t d = 0; d < directions(); ++d) {
       const std::string suffix = "_l" + std::to_string(layer) + (d == 1 ? "_reverse" : "");
       register_parameter("weight_ih" + suffix, empty({gates * hidden_size, layer_input}));
-      register_parameter("weight_hh" + suffix, empty({gates * hidden_size, hidden_size}));
+      register_parameter("weight_hh" + suffix, empty({gates * hidden_size, state_size()}));
       if (options.bias()) {
         register_parameter("bias_ih" + suffix, empty({gates * hidden_size}));
         register_parameter("bias_hh" + suffix, empty({gates * hidden_size}));
       }
+      if (options.proj_size() > 0) register_parameter("weight_hr" + suffix, empty({options.proj_size(), hidden_size}));
     }
   }
   reset_parameters();
@@ -49,6 +56,7 @@ void RNNBase::reset_parameters() {
 Tensor RNNBase::layer_parameter(const char* kind, int64_t layer, bool reverse) const {
   const std::string name = std::string(kind) + "_l" + std::to_string(layer) + (reverse ? "_reverse" : "");
   if (!options.bias() && name[0] == 'b') return Tensor();
+  if (options.proj_size() == 0 && name.rfind("weight_hr", 0) == 0) return Tensor();
   return get_parameter(name);
 }
 
@@ -56,6 +64,7 @@ RNNBase::Sequence RNNBase::run_direction(const Tensor& x, const Tensor& h0, cons
                                          bool reverse) const {
   const Tensor w_hh = layer_parameter("weight_hh", layer, reverse);
   const Tensor b_hh = layer_parameter("bias_hh", layer, reverse);
+  const Tensor w_hr = layer_parameter("weight_hr", layer, reverse);  // (proj_size, hidden_size) or undefined
   // The input's part of every step's gates at once: (L, N, G*hidden_size).
   const Tensor gi = kiln::linear(x, layer_parameter("weight_ih", layer, reverse), layer_parameter("bias_ih", layer, reverse));
   const int64_t steps = x.size(0);
@@ -70,6 +79,7 @@ RNNBase::Sequence RNNBase::run_direction(const Tensor& x, const Tensor& h0, cons
         break;
       case Kind::LSTM:
         state = F::lstm_step(g, state, w_hh, b_hh);
+        if (w_hr.defined()) state.h = kiln::linear(state.h, w_hr);
         break;
       case Kind::GRU:
         state.h = F::gru_step(g, state.h, w_hh, b_hh);
@@ -98,17 +108,19 @@ TensorList RNNBase::forward_many(const TensorList& inputs) {
   KILN_CHECK(x.size(0) > 0, name(), ": expected a sequence of at least one step, got input of shape ", input.shape());
   const int64_t batch = x.size(1), layers = options.num_layers() * directions();
 
-  // h0, c0: (layers * directions, N, hidden_size).
-  const Shape state_shape = batched ? Shape{layers, batch, hidden_size} : Shape{layers, hidden_size};
+  // h0: (layers * directions, N, H); c0: (layers * directions, N, hidden_size).
   TensorList initial;
   for (size_t k = 1; k <= states; ++k) {
+    const int64_t features = k == 1 ? state_size() : hidden_size;
     if (inputs.size() == 1) {
-      initial.push_back(zeros({layers, batch, hidden_size}, TensorOptions(x.dtype(), x.device())));
+      initial.push_back(zeros({layers, batch, features}, TensorOptions(x.dtype(), x.device())));
       continue;
     }
+    const Shape state_shape = batched ? Shape{layers, batch, features} : Shape{layers, features};
+    const char* size_name = k == 1 && options.proj_size() > 0 ? "proj_size" : "hidden_size";
     const Tensor& s = inputs[k];
     KILN_CHECK(s.defined() && s.shape() == state_shape, name(), ": expected ", k == 1 ? "h0" : "c0", " of shape ",
-               state_shape, " (num_layers * directions, ", batched ? "N, " : "", "hidden_size) for input of shape ",
+               state_shape, " (num_layers * directions, ", batched ? "N, " : "", size_name, ") for input of shape ",
                input.shape(), ", got ", s.defined() ? s.shape() : Shape{});
     initial.push_back(batched ? s : s.unsqueeze(1));
   }
@@ -142,6 +154,7 @@ TensorList RNNBase::forward_many(const TensorList& inputs) {
 
 std::string RNNBase::extra_repr() const {
   std::string s = std::to_string(input_size) + ", " + std::to_string(hidden_size);
+  if (options.proj_size() != 0) s += ", proj_size=" + std::to_string(options.proj_size());
   if (options.num_layers() != 1) s += ", num_layers=" + std::to_string(options.num_layers());
   if (!options.bias()) s += ", bias=False";
   if (options.batch_first()) s += ", batch_first=True";

@@ -42,6 +42,9 @@ class RNNOptions {
   KILN_ARG(bool, bidirectional) = false;
   // The dropout masks' generator; the default generator when null.
   KILN_ARG(Generator*, generator) = nullptr;
+  // LSTM only: when > 0, each step's hidden state is projected from
+  // hidden_size down to proj_size features (Sak et al.'s LSTMP, as torch).
+  KILN_ARG(int64_t, proj_size) = 0;
 };
 using LSTMOptions = RNNOptions;
 using GRUOptions = RNNOptions;
@@ -50,27 +53,29 @@ using GRUOptions = RNNOptions;
 //
 // Parameters, for each layer k and direction (suffix "" or "_reverse"),
 // in this order: "weight_ih_l{k}{suffix}" (G*hidden_size, in_k),
-// "weight_hh_l{k}{suffix}" (G*hidden_size, hidden_size), "bias_ih_l{k}{suffix}"
-// and "bias_hh_l{k}{suffix}" (G*hidden_size, absent without bias), where
-// in_0 = input_size and in_k = directions * hidden_size above, and G = 1, 4
-// (LSTM gates i, f, g, o) or 3 (GRU gates r, z, n). All are drawn from
-// U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)), as torch.
+// "weight_hh_l{k}{suffix}" (G*hidden_size, H), "bias_ih_l{k}{suffix}" and
+// "bias_hh_l{k}{suffix}" (G*hidden_size, absent without bias), and, for an
+// LSTM with proj_size > 0, "weight_hr_l{k}{suffix}" (proj_size,
+// hidden_size). H, the size of the state h, is proj_size when it is given
+// and hidden_size otherwise; in_0 = input_size and in_k = directions * H
+// above; G = 1, 4 (LSTM gates i, f, g, o) or 3 (GRU gates r, z, n). All are
+// drawn from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)), as torch.
 //
 // Inputs {input} or {input, h0} ({input, h0, c0} for the LSTM):
 //   input (L, N, input_size), (N, L, input_size) when batch_first, or
-//   unbatched (L, input_size); h0 and c0 (layers * directions, N,
-//   hidden_size), or (layers * directions, hidden_size) for an unbatched
+//   unbatched (L, input_size); h0 (layers * directions, N, H) and c0
+//   (layers * directions, N, hidden_size), without the N for an unbatched
 //   input, zeros when not given. Entry k * directions + d is layer k,
 //   direction d (0 forward, 1 reverse), as torch.
 // Outputs {output, h_n} ({output, h_n, c_n} for the LSTM):
-//   output (L, N, directions * hidden_size) (batch first or unbatched as
-//   the input): the last layer's state at every step, the forward
-//   direction's features first; h_n and c_n the final states, shaped as h0.
-//   The reverse direction's final state is its state after step 0.
+//   output (L, N, directions * H) (batch first or unbatched as the input):
+//   the last layer's state at every step, the forward direction's features
+//   first; h_n and c_n the final states, shaped as h0 and c0. The reverse
+//   direction's final state is its state after step 0.
 class RNNBase : public Module {
  public:
   TensorList forward_many(const TensorList& inputs) override;
-  // "10, 20", then num_layers, bias, batch_first, dropout and
+  // "10, 20", then proj_size, num_layers, bias, batch_first, dropout and
   // bidirectional when not their defaults, as torch.
   std::string extra_repr() const override;
   // Draws every parameter afresh from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)).
@@ -86,15 +91,18 @@ class RNNBase : public Module {
 
  private:
   struct Sequence {
-    Tensor output;  // (L, N, hidden_size)
-    Tensor h;       // (N, hidden_size), the final state
-    Tensor c;       // the LSTM's final cell state, else undefined
+    Tensor output;  // (L, N, H)
+    Tensor h;       // (N, H), the final state
+    Tensor c;       // (N, hidden_size), the LSTM's final cell state, else undefined
   };
-  // One direction of one layer over x (L, N, in_k) from the states h0, c0 (N, hidden_size).
+  // One direction of one layer over x (L, N, in_k) from the states h0 (N, H)
+  // and c0 (N, hidden_size).
   Sequence run_direction(const Tensor& x, const Tensor& h0, const Tensor& c0, int64_t layer, bool reverse) const;
   // The parameter "{kind}_l{layer}{_reverse}", e.g. ("weight_ih", 1, true) -> weight_ih_l1_reverse.
   Tensor layer_parameter(const char* kind, int64_t layer, bool reverse) const;
   int64_t directions() const { return options.bidirectional() ? 2 : 1; }
+  // H: the size of h, proj_size when projecting, else hidden_size.
+  int64_t state_size() const { return options.proj_size() > 0 ? options.proj_size() : hidden_size; }
 
   const Kind kind_;
 };
@@ -107,7 +115,9 @@ class RNN : public RNNBase {
   explicit RNN(const RNNOptions& options) : RNNBase(Kind::RNN, "RNN", options) {}
 };
 
-// The LSTM of F::lstm_cell at every step.
+// The LSTM of F::lstm_cell at every step; with proj_size, each step's h is
+// then h weight_hr^T, and that projected h is what the next step, the next
+// layer and the outputs see.
 class LSTM : public RNNBase {
  public:
   LSTM(int64_t input_size, int64_t hidden_size) : LSTM(RNNOptions(input_size, hidden_size)) {}

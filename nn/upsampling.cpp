@@ -8,43 +8,27 @@ namespace kiln::nn {
 
 namespace {
 
-// torch's error messages name the mode as F.interpolate's string.
-const char* mode_string(functional::InterpolateMode mode) {
-  switch (mode) {
-    case functional::InterpolateMode::Nearest:
-      return "nearest";
-    case functional::InterpolateMode::NearestExact:
-      return "nearest-exact";
-    case functional::InterpolateMode::Linear:
-      return "linear";
-    case functional::InterpolateMode::Bilinear:
-      return "bilinear";
-  }
-  return "?";
-}
-
-UpsampleOptions checked(const char* name, UpsampleOptions options) {
+functional::InterpolateOptions checked(const char* name, functional::InterpolateOptions options) {
   const bool has_size = !options.size.empty(), has_scale = !options.scale_factor.empty();
   KILN_CHECK(has_size != has_scale, name, ": give exactly one of size and scale_factor, got size ", options.size,
              " and scale_factor ", options.scale_factor);
   for (int64_t s : options.size) KILN_CHECK(s > 0, name, ": size must be positive, got ", options.size);
-  const bool linear =
-      options.mode == functional::InterpolateMode::Linear || options.mode == functional::InterpolateMode::Bilinear;
-  KILN_CHECK(linear || !options.align_corners.has_value(), name,
-             ": align_corners can only be set with the linear modes (linear, bilinear), not ",
-             mode_string(options.mode));
+  KILN_CHECK(functional::interpolate_mode_takes_align_corners(options.mode) || !options.align_corners.has_value(), name,
+             ": align_corners can only be set with the interpolating modes (linear, bilinear, bicubic, ",
+             "trilinear), not ", functional::interpolate_mode_name(options.mode));
   return options;
 }
 
-UpsampleOptions with_mode(const UpsamplingSize& size, functional::InterpolateMode mode, std::optional<bool> align) {
+functional::InterpolateOptions with_mode(const UpsamplingSize& size, functional::InterpolateMode mode,
+                                         std::optional<bool> align) {
   return {.size = size.size, .scale_factor = size.scale_factor, .mode = mode, .align_corners = align};
 }
 
 }  // namespace
 
-Upsample::Upsample(UpsampleOptions options) : Upsample("Upsample", std::move(options)) {}
+Upsample::Upsample(functional::InterpolateOptions options) : Upsample("Upsample", std::move(options)) {}
 
-Upsample::Upsample(const char* name, UpsampleOptions options)
+Upsample::Upsample(const char* name, functional::InterpolateOptions options)
     : Module(name), options(checked(name, std::move(options))) {}
 
 Tensor Upsample::forward(const Tensor& input) { return functional::interpolate(input, options); }
@@ -64,7 +48,7 @@ std::string Upsample::extra_repr() const {
   } else {
     info = "size=" + (options.size.size() == 1 ? std::to_string(options.size[0]) : repr::tuple(options.size));
   }
-  return info + ", mode='" + mode_string(options.mode) + "'";
+  return info + ", mode='" + functional::interpolate_mode_name(options.mode) + "'";
 }
 
 UpsamplingNearest2d::UpsamplingNearest2d(UpsamplingSize size)

@@ -1,12 +1,14 @@
 // What Linear and the convolutions share: torch's default initialisation of a
-// weight and its bias, and a convolution's checks of its channels, groups and
-// sizes.
+// weight and its bias, a convolution's checks of its channels, groups and
+// sizes, and its padding modes.
 // Each layer's .cpp uses them; a layer's header does not need them.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
+#include "nn/conv.h"
+#include "nn/functional_composite.h"
 #include "nn/init.h"
 #include "nn/repr.h"
 #include "tensor/error.h"
@@ -45,6 +47,31 @@ inline void check_conv_sizes(const char* layer, Size2d kernel_size, Size2d strid
              layer, ": kernel_size, stride and dilation must be positive, got ", repr::pair(kernel_size), ", ",
              repr::pair(stride), " and ", repr::pair(dilation));
   KILN_CHECK(padding.h >= 0 && padding.w >= 0, layer, ": padding must be >= 0, got ", repr::pair(padding));
+}
+
+// "reflect": a padding mode as torch's string.
+inline const char* padding_mode_name(PaddingMode mode) {
+  switch (mode) {
+    case PaddingMode::Zeros:
+      return "zeros";
+    case PaddingMode::Reflect:
+      return "reflect";
+    case PaddingMode::Replicate:
+      return "replicate";
+    case PaddingMode::Circular:
+      return "circular";
+  }
+  return "?";
+}
+
+// The input of a convolution whose padding_mode is not zeros: `input`
+// padded by F::pad with `pad` ({left, right} or {left, right, top,
+// bottom}) in that mode, F::pad's checks included.
+inline Tensor pad_for_conv(const Tensor& input, const std::vector<int64_t>& pad, PaddingMode mode) {
+  const functional::PadMode pad_mode = mode == PaddingMode::Reflect     ? functional::PadMode::Reflect
+                                       : mode == PaddingMode::Replicate ? functional::PadMode::Replicate
+                                                                        : functional::PadMode::Circular;
+  return functional::pad(input, pad, pad_mode);
 }
 
 }  // namespace kiln::nn

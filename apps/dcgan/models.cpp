@@ -23,14 +23,17 @@ void check_size(const ModelSize& size) {
 DCGANGeneratorImpl::DCGANGeneratorImpl(const ModelSize& size) : nz(size.nz) {
   check_size(size);
   const int64_t ngf = size.ngf;
-  // ConvTranspose2d(in, out, kernel, stride, padding, output_padding, groups, bias)
-  conv1 = register_module("conv1", nn::make<nn::ConvTranspose2d>(nz, 4 * ngf, 4, 1, 0, 0, 1, /*bias=*/false));
+  using nn::ConvTranspose2dOptions;
+  conv1 = register_module("conv1", nn::make<nn::ConvTranspose2d>(ConvTranspose2dOptions(nz, 4 * ngf, 4).bias(false)));
   batch_norm1 = register_module("batch_norm1", nn::make<nn::BatchNorm2d>(4 * ngf));
-  conv2 = register_module("conv2", nn::make<nn::ConvTranspose2d>(4 * ngf, 2 * ngf, 4, 2, 1, 0, 1, /*bias=*/false));
+  conv2 = register_module("conv2", nn::make<nn::ConvTranspose2d>(
+                                       ConvTranspose2dOptions(4 * ngf, 2 * ngf, 4).stride(2).padding(1).bias(false)));
   batch_norm2 = register_module("batch_norm2", nn::make<nn::BatchNorm2d>(2 * ngf));
-  conv3 = register_module("conv3", nn::make<nn::ConvTranspose2d>(2 * ngf, ngf, 4, 2, 1, 0, 1, /*bias=*/false));
+  conv3 = register_module(
+      "conv3", nn::make<nn::ConvTranspose2d>(ConvTranspose2dOptions(2 * ngf, ngf, 4).stride(2).padding(1).bias(false)));
   batch_norm3 = register_module("batch_norm3", nn::make<nn::BatchNorm2d>(ngf));
-  conv4 = register_module("conv4", nn::make<nn::ConvTranspose2d>(ngf, kImageChannels, 4, 2, 1));
+  conv4 = register_module(
+      "conv4", nn::make<nn::ConvTranspose2d>(ConvTranspose2dOptions(ngf, kImageChannels, 4).stride(2).padding(1)));
 }
 
 Tensor DCGANGeneratorImpl::forward(const Tensor& z) {
@@ -45,17 +48,17 @@ Tensor DCGANGeneratorImpl::forward(const Tensor& z) {
 std::shared_ptr<nn::Sequential> make_discriminator(const ModelSize& size) {
   check_size(size);
   const int64_t ndf = size.ndf;
-  // Conv2d(in, out, kernel, stride, padding, dilation, groups, bias)
+  using nn::Conv2dOptions;
   return std::make_shared<nn::Sequential>(
-      nn::make<nn::Conv2d>(kImageChannels, ndf, 4, 2, 1),  // (N, ndf, 16, 16)
+      nn::make<nn::Conv2d>(Conv2dOptions(kImageChannels, ndf, 4).stride(2).padding(1)),  // (N, ndf, 16, 16)
       nn::make<nn::LeakyReLU>(0.2),
-      nn::make<nn::Conv2d>(ndf, 2 * ndf, 4, 2, 1, 1, 1, /*bias=*/false),  // (N, 2 ndf, 8, 8)
+      nn::make<nn::Conv2d>(Conv2dOptions(ndf, 2 * ndf, 4).stride(2).padding(1).bias(false)),  // (N, 2 ndf, 8, 8)
       nn::make<nn::BatchNorm2d>(2 * ndf),
       nn::make<nn::LeakyReLU>(0.2),
-      nn::make<nn::Conv2d>(2 * ndf, 4 * ndf, 4, 2, 1, 1, 1, /*bias=*/false),  // (N, 4 ndf, 4, 4)
+      nn::make<nn::Conv2d>(Conv2dOptions(2 * ndf, 4 * ndf, 4).stride(2).padding(1).bias(false)),  // (N, 4 ndf, 4, 4)
       nn::make<nn::BatchNorm2d>(4 * ndf),
       nn::make<nn::LeakyReLU>(0.2),
-      nn::make<nn::Conv2d>(4 * ndf, 1, 4, 1, 0));  // (N, 1, 1, 1) logits
+      nn::make<nn::Conv2d>(Conv2dOptions(4 * ndf, 1, 4)));  // (N, 1, 1, 1) logits
 }
 
 void dcgan_init_(nn::Module& model, kiln::Generator* gen) {

@@ -1,20 +1,20 @@
 // F::interpolate: per resized dim, source indices and weights computed on
 // the host exactly as torch's CPU kernels compute them (UpSample.h,
-// cpu/UpSampleKernel.cpp), then index_select gathers and, for the linear
-// modes, a weighted sum of the two neighbours (Note [Padding and
-// interpolation as gathers] in nn/functional_composite.h). The argument
-// checks are torch.nn.functional.interpolate's, then the kernels' own.
+// cpu/UpSampleKernel.cpp), then index_select gathers and, for the linear and
+// cubic modes, a weighted sum of the neighbours; area mode is adaptive
+// average pooling, as in torch (Note [Padding and interpolation as gathers]
+// in nn/functional_composite.h). The argument checks are
+// torch.nn.functional.interpolate's, then the kernels' own.
 #include <algorithm>
 #include <cmath>
 #include <string>
 
+#include "nn/functional.h"
 #include "nn/functional_composite.h"
 
 namespace kiln::nn::functional {
 
-namespace {
-
-const char* mode_name(InterpolateMode mode) {
+const char* interpolate_mode_name(InterpolateMode mode) {
   switch (mode) {
     case InterpolateMode::Nearest:
       return "nearest";
@@ -24,17 +24,34 @@ const char* mode_name(InterpolateMode mode) {
       return "linear";
     case InterpolateMode::Bilinear:
       return "bilinear";
+    case InterpolateMode::Bicubic:
+      return "bicubic";
+    case InterpolateMode::Trilinear:
+      return "trilinear";
+    case InterpolateMode::Area:
+      return "area";
   }
   return "?";
 }
 
-bool is_linear(InterpolateMode mode) { return mode == InterpolateMode::Linear || mode == InterpolateMode::Bilinear; }
+bool interpolate_mode_takes_align_corners(InterpolateMode mode) {
+  return mode == InterpolateMode::Linear || mode == InterpolateMode::Bilinear || mode == InterpolateMode::Bicubic ||
+         mode == InterpolateMode::Trilinear;
+}
+
+namespace {
+
+bool is_linear(InterpolateMode mode) {
+  return mode == InterpolateMode::Linear || mode == InterpolateMode::Bilinear || mode == InterpolateMode::Trilinear;
+}
 
 // Where the outputs of one resized dim read: output o is
-// x[i0[o]] * (1 - w1[o]) + x[i1[o]] * w1[o]; the nearest modes fill only i0.
-struct SourcePositions {
-  std::vector<int64_t> i0, i1;
-  std::vector<double> w1;
+//   sum over taps k of x[index[k][o]] * weight[k][o],
+// one tap without weights for the nearest modes (a plain gather), two for
+// the linear modes and four for bicubic.
+struct SourceTaps {
+  std::vector<std::vector<int64_t>> index;
+  std::vector<std::vector<double>> weight;
 };
 
 // torch's compute_scales_value and area_pixel_compute_scale, in T, the
@@ -46,46 +63,90 @@ T scale_of(int64_t in, int64_t out, bool align_corners, std::optional<double> sc
   return static_cast<T>(in) / static_cast<T>(out);
 }
 
-// torch's area_pixel_compute_source_index for the non-cubic modes: the
-// half-pixel formula clamps negative positions to 0.
+// torch's area_pixel_compute_source_index: the half-pixel formula clamps
+// negative positions to 0, except for cubic, whose taps are clamped instead.
 template <class T>
-T source_position(T scale, int64_t o, bool align_corners) {
+T source_position(T scale, int64_t o, bool align_corners, bool cubic = false) {
   if (align_corners) return scale * static_cast<T>(o);
   const T position = scale * (static_cast<T>(o) + static_cast<T>(0.5)) - static_cast<T>(0.5);
-  return position < T(0) ? T(0) : position;
+  return !cubic && position < T(0) ? T(0) : position;
 }
 
 template <class T>
-SourcePositions source_positions(InterpolateMode mode, int64_t in, int64_t out, bool align_corners,
-                                 std::optional<double> scale_factor) {
-  SourcePositions p;
-  p.i0.resize(static_cast<size_t>(out));
-  const T scale = scale_of<T>(in, out, align_corners, scale_factor);
+SourceTaps nearest_taps(InterpolateMode mode, int64_t in, int64_t out, std::optional<double> scale_factor) {
+  const T scale = scale_of<T>(in, out, /*align_corners=*/false, scale_factor);
+  std::vector<int64_t> index(static_cast<size_t>(out));
   for (int64_t o = 0; o < out; ++o) {
-    const size_t k = static_cast<size_t>(o);
     // torch rounds with floorf, which takes a float even when T is double.
-    if (mode == InterpolateMode::Nearest) {
-      const T position = source_position<T>(scale, o, /*align_corners=*/true);
-      p.i0[k] = std::min(static_cast<int64_t>(std::floor(static_cast<float>(position))), in - 1);
-    } else if (mode == InterpolateMode::NearestExact) {
-      const T position = source_position<T>(scale, o, /*align_corners=*/false);
-      p.i0[k] =
-          std::min(static_cast<int64_t>(std::floor(static_cast<float>(static_cast<double>(position) + 0.5))), in - 1);
-    }
+    const T position = mode == InterpolateMode::Nearest
+                           ? source_position<T>(scale, o, /*align_corners=*/true)
+                           : static_cast<T>(static_cast<double>(source_position<T>(scale, o, false)) + 0.5);
+    index[static_cast<size_t>(o)] = std::min(static_cast<int64_t>(std::floor(static_cast<float>(position))), in - 1);
   }
-  if (!is_linear(mode)) return p;
-  p.i1.resize(static_cast<size_t>(out));
-  p.w1.resize(static_cast<size_t>(out));
+  return {{std::move(index)}, {}};
+}
+
+template <class T>
+SourceTaps linear_taps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale_factor) {
+  const T scale = scale_of<T>(in, out, align_corners, scale_factor);
+  SourceTaps t{std::vector<std::vector<int64_t>>(2, std::vector<int64_t>(static_cast<size_t>(out))),
+               std::vector<std::vector<double>>(2, std::vector<double>(static_cast<size_t>(out)))};
   for (int64_t o = 0; o < out; ++o) {
     const size_t k = static_cast<size_t>(o);
     const T position = source_position<T>(scale, o, align_corners);
     // The min guards positions too large for the float to hold exactly.
     const int64_t i0 = std::min(static_cast<int64_t>(position), in - 1);
-    p.i0[k] = i0;
-    p.i1[k] = i0 < in - 1 ? i0 + 1 : i0;
-    p.w1[k] = static_cast<double>(std::clamp(position - static_cast<T>(i0), T(0), T(1)));
+    const T w1 = std::clamp(position - static_cast<T>(i0), T(0), T(1));
+    t.index[0][k] = i0;
+    t.index[1][k] = i0 < in - 1 ? i0 + 1 : i0;
+    t.weight[0][k] = static_cast<double>(T(1) - w1);
+    t.weight[1][k] = static_cast<double>(w1);
   }
-  return p;
+  return t;
+}
+
+// torch's cubic_convolution1 (|x| <= 1) and cubic_convolution2 (1 < |x| < 2)
+// with A = -0.75, the Keys kernel torch and OpenCV use.
+template <class T>
+T cubic_inner(T x) {
+  const T a = T(-0.75);
+  return ((a + T(2)) * x - (a + T(3))) * x * x + T(1);
+}
+template <class T>
+T cubic_outer(T x) {
+  const T a = T(-0.75);
+  return ((a * x - T(5) * a) * x + T(8) * a) * x - T(4) * a;
+}
+
+// torch's compute_indices_weights_cubic: taps at floor(position) - 1 ... + 2,
+// each clamped into the input (the border repeats), with the weights of
+// get_cubic_upsample_coefficients for the fraction t.
+template <class T>
+SourceTaps cubic_taps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale_factor) {
+  const T scale = scale_of<T>(in, out, align_corners, scale_factor);
+  SourceTaps taps{std::vector<std::vector<int64_t>>(4, std::vector<int64_t>(static_cast<size_t>(out))),
+                  std::vector<std::vector<double>>(4, std::vector<double>(static_cast<size_t>(out)))};
+  for (int64_t o = 0; o < out; ++o) {
+    const size_t k = static_cast<size_t>(o);
+    const T position = source_position<T>(scale, o, align_corners, /*cubic=*/true);
+    const int64_t floor = static_cast<int64_t>(std::floor(static_cast<float>(position)));
+    const T t = position - static_cast<T>(floor);
+    const T weights[4] = {cubic_outer<T>(t + T(1)), cubic_inner<T>(t), cubic_inner<T>(T(1) - t),
+                          cubic_outer<T>(T(1) - t + T(1))};
+    for (size_t j = 0; j < 4; ++j) {
+      taps.index[j][k] = std::clamp<int64_t>(floor - 1 + static_cast<int64_t>(j), 0, in - 1);
+      taps.weight[j][k] = static_cast<double>(weights[j]);
+    }
+  }
+  return taps;
+}
+
+template <class T>
+SourceTaps source_taps(InterpolateMode mode, int64_t in, int64_t out, bool align_corners,
+                       std::optional<double> scale_factor) {
+  if (mode == InterpolateMode::Bicubic) return cubic_taps<T>(in, out, align_corners, scale_factor);
+  if (is_linear(mode)) return linear_taps<T>(in, out, align_corners, scale_factor);
+  return nearest_taps<T>(mode, in, out, scale_factor);
 }
 
 // "(H: 4, W: 5)": the spatial sizes as torch's messages name them.
@@ -110,34 +171,81 @@ Tensor along(const std::vector<double>& values, int64_t trailing, Device device)
   return from_vector<double>(values, shape, device);
 }
 
-// x resized along dim d to p.i0.size() positions.
-Tensor resize_dim(const Tensor& x, int64_t d, const SourcePositions& p, bool linear) {
-  const int64_t out = static_cast<int64_t>(p.i0.size());
-  Tensor lower = index_select(x, d, from_vector<int64_t>(p.i0, {out}, x.device()));
-  if (!linear) return lower;
-  Tensor upper = index_select(x, d, from_vector<int64_t>(p.i1, {out}, x.device()));
-  // The weights in x's dtype, as torch's kernels store them; the lower one
-  // is 1 minus the upper one after rounding.
+// x resized along dim d to the taps' output size. The weights are in x's
+// dtype, as torch's kernels store them, and the products are summed tap by
+// tap in torch's order.
+Tensor resize_dim(const Tensor& x, int64_t d, const SourceTaps& taps) {
+  const int64_t out = static_cast<int64_t>(taps.index[0].size());
   const int64_t trailing = x.dim() - 1 - d;
-  Tensor w1 = along(p.w1, trailing, x.device()).to(x.dtype());
-  Tensor w0 = 1.0 - w1;
-  return add(mul(lower, w0), mul(upper, w1));
+  Tensor sum;
+  for (size_t k = 0; k < taps.index.size(); ++k) {
+    Tensor gathered = index_select(x, d, from_vector<int64_t>(taps.index[k], {out}, x.device()));
+    if (taps.weight.empty()) return gathered;
+    Tensor term = mul(gathered, along(taps.weight[k], trailing, x.device()).to(x.dtype()));
+    sum = sum.defined() ? add(sum, term) : term;
+  }
+  return sum;
+}
+
+// Area mode is adaptive average pooling to the output size, as in torch;
+// each output averages the input window [floor(o * n / m), ceil((o + 1) *
+// n / m)). One spatial dim pools a height-1 image. Three pool (H, W) of
+// every depth slice first and then the depth, a window of size 1 leaving
+// the flattened (H, W) as it is: the average over a box is the average of
+// the averages of its slices, since every slice holds the same count.
+Tensor area_resize(const Tensor& x, const Shape& out_sizes) {
+  switch (out_sizes.size()) {
+    case 1:
+      return adaptive_avg_pool2d(x.unsqueeze(2), {1, out_sizes[0]}).squeeze(2);
+    case 2:
+      return adaptive_avg_pool2d(x, {out_sizes[0], out_sizes[1]});
+    default: {
+      const int64_t n = x.size(0), c = x.size(1), depth = x.size(2);
+      Tensor planes =
+          adaptive_avg_pool2d(x.reshape({n, c * depth, x.size(3), x.size(4)}), {out_sizes[1], out_sizes[2]});
+      Tensor pooled = adaptive_avg_pool2d(planes.reshape({n, c, depth, out_sizes[1] * out_sizes[2]}),
+                                          {out_sizes[0], out_sizes[1] * out_sizes[2]});
+      return pooled.reshape({n, c, out_sizes[0], out_sizes[1], out_sizes[2]});
+    }
+  }
+}
+
+// torch's rule of which modes take which ranks: the linear family and
+// bicubic name theirs; nearest, nearest-exact and area take any of 3-d to 5-d.
+void check_mode_rank(const Tensor& x, InterpolateMode mode) {
+  const char* name = interpolate_mode_name(mode);
+  KILN_CHECK(x.dim() >= 3 && x.dim() <= 5, "interpolate: expected a 3-d, 4-d or 5-d input (N, C, d1, ...), got ",
+             x.dim(), "-d input of shape ", x.shape(), " for mode ", name);
+  int64_t needs = 0;
+  const char* layout = "";
+  switch (mode) {
+    case InterpolateMode::Linear:
+      needs = 3, layout = "(N, C, W)";
+      break;
+    case InterpolateMode::Bilinear:
+    case InterpolateMode::Bicubic:
+      needs = 4, layout = "(N, C, H, W)";
+      break;
+    case InterpolateMode::Trilinear:
+      needs = 5, layout = "(N, C, D, H, W)";
+      break;
+    default:
+      return;
+  }
+  KILN_CHECK(x.dim() == needs, "interpolate: ", name, " mode needs a ", needs, "-d input ", layout, ", got ", x.dim(),
+             "-d input of shape ", x.shape());
 }
 
 }  // namespace
 
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options) {
   const InterpolateMode mode = options.mode;
-  const char* name = mode_name(mode);
+  const char* name = interpolate_mode_name(mode);
   KILN_CHECK(x.defined(), "interpolate: input is undefined");
-  KILN_CHECK(is_linear(mode) || !options.align_corners.has_value(), "interpolate: align_corners can only be set ",
-             "with the linear modes (linear, bilinear), not ", name);
-  KILN_CHECK(x.dim() >= 3 && x.dim() <= 5, "interpolate: expected a 3-d, 4-d or 5-d input (N, C, d1, ...), got ",
-             x.dim(), "-d input of shape ", x.shape(), " for mode ", name);
-  KILN_CHECK(mode != InterpolateMode::Linear || x.dim() == 3, "interpolate: linear mode needs a 3-d input (N, C, W), ",
-             "got ", x.dim(), "-d input of shape ", x.shape());
-  KILN_CHECK(mode != InterpolateMode::Bilinear || x.dim() == 4, "interpolate: bilinear mode needs a 4-d input ",
-             "(N, C, H, W), got ", x.dim(), "-d input of shape ", x.shape());
+  KILN_CHECK(interpolate_mode_takes_align_corners(mode) || !options.align_corners.has_value(),
+             "interpolate: align_corners can only be set with the interpolating modes (linear, bilinear, bicubic, ",
+             "trilinear), not ", name);
+  check_mode_rank(x, mode);
   const bool has_size = !options.size.empty(), has_scale = !options.scale_factor.empty();
   KILN_CHECK(!(has_size && has_scale), "interpolate: only one of size and scale_factor may be given, got size ",
              options.size, " and scale_factor ", options.scale_factor);
@@ -173,24 +281,24 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& options) {
              " and output ", spatial_sizes(out_sizes), " for input of shape ", x.shape());
   KILN_CHECK(x.size(1) > 0, "interpolate: expected input (N, C, d1, ...) with C > 0 (N may be 0), got shape ",
              x.shape());
-  KILN_CHECK(!is_linear(mode) || x.is_floating_point(), "interpolate: ", name, " mode needs a floating input, got ",
-             x.dtype());
+  const bool nearest = mode == InterpolateMode::Nearest || mode == InterpolateMode::NearestExact;
+  KILN_CHECK(nearest || x.is_floating_point(), "interpolate: ", name, " mode needs a floating input, got ", x.dtype());
 
+  if (mode == InterpolateMode::Area) return area_resize(x, out_sizes);
   const bool align_corners = options.align_corners.value_or(false);
-  const bool linear = is_linear(mode);
   // Last dim first: the order in which torch's kernel nests its weighted
   // sums (Note [Padding and interpolation as gathers]).
   Tensor out = x;
   for (size_t k = dims; k-- > 0;) {
-    // torch copies a linear dim whose size does not change.
-    if (linear && out_sizes[k] == spatial[k]) continue;
-    const SourcePositions p = x.dtype() == DType::Float64
-                                  ? source_positions<double>(mode, spatial[k], out_sizes[k], align_corners, scales[k])
-                                  : source_positions<float>(mode, spatial[k], out_sizes[k], align_corners, scales[k]);
-    bool identity = !linear && out_sizes[k] == spatial[k];
-    for (int64_t o = 0; identity && o < out_sizes[k]; ++o) identity = p.i0[static_cast<size_t>(o)] == o;
+    // torch copies a linear dim whose size does not change (not a cubic one).
+    if (is_linear(mode) && out_sizes[k] == spatial[k]) continue;
+    const SourceTaps taps = x.dtype() == DType::Float64
+                                ? source_taps<double>(mode, spatial[k], out_sizes[k], align_corners, scales[k])
+                                : source_taps<float>(mode, spatial[k], out_sizes[k], align_corners, scales[k]);
+    bool identity = nearest && out_sizes[k] == spatial[k];
+    for (int64_t o = 0; identity && o < out_sizes[k]; ++o) identity = taps.index[0][static_cast<size_t>(o)] == o;
     if (identity) continue;
-    out = resize_dim(out, static_cast<int64_t>(k) + 2, p, linear);
+    out = resize_dim(out, static_cast<int64_t>(k) + 2, taps);
   }
   // The result is never x itself, as in torch.
   if (out.is_same(x)) out = x.clone();

@@ -78,6 +78,8 @@ TEST(CompositeLayersCuda, NormsMatchCpu) {
   expect_cuda_matches_cpu("InstanceNorm1d eval",
                           [] { return std::make_shared<InstanceNorm1d>(3, 1e-5, 0.1, true, true); }, {{2, 3, 6}},
                           /*training=*/false);
+  expect_cuda_matches_cpu("InstanceNorm3d with running stats",
+                          [] { return std::make_shared<InstanceNorm3d>(3, 1e-5, 0.2, true, true); }, {{2, 3, 2, 3, 4}});
 }
 
 TEST(CompositeLayersCuda, ConvAndPixelShuffleMatchCpu) {
@@ -86,6 +88,16 @@ TEST(CompositeLayersCuda, ConvAndPixelShuffleMatchCpu) {
   expect_cuda_matches_cpu("ConvTranspose2d",
                           [] { return std::make_shared<ConvTranspose2d>(4, 6, 3, 2, 1, 1, /*groups=*/2); },
                           {{2, 4, 5, 4}});
+  expect_cuda_matches_cpu(
+      "Conv2d padding_mode reflect",
+      [] {
+        return std::make_shared<Conv2d>(Conv2dOptions(3, 4, 3).padding({1, 2}).padding_mode(PaddingMode::Reflect));
+      },
+      {{2, 3, 5, 6}});
+  expect_cuda_matches_cpu(
+      "Conv1d padding_mode circular",
+      [] { return std::make_shared<Conv1d>(Conv1dOptions(3, 4, 3).padding(2).padding_mode(PaddingMode::Circular)); },
+      {{2, 3, 7}});
   expect_cuda_matches_cpu("PixelShuffle", [] { return std::make_shared<PixelShuffle>(2); }, {{2, 8, 3, 3}});
   expect_cuda_matches_cpu("PixelUnshuffle", [] { return std::make_shared<PixelUnshuffle>(3); }, {{2, 2, 6, 3}});
 }
@@ -95,6 +107,9 @@ TEST(CompositeLayersCuda, RecurrentMatchCpu) {
   expect_cuda_matches_cpu("LSTM",
                           [] { return std::make_shared<LSTM>(RNNOptions(3, 4).num_layers(2).bidirectional(true)); },
                           {{5, 2, 3}, {4, 2, 4}, {4, 2, 4}});
+  expect_cuda_matches_cpu("LSTM proj_size",
+                          [] { return std::make_shared<LSTM>(LSTMOptions(3, 4).num_layers(2).proj_size(2)); },
+                          {{5, 2, 3}, {2, 2, 2}, {2, 2, 4}});
   expect_cuda_matches_cpu("GRU", [] { return std::make_shared<GRU>(RNNOptions(3, 4).num_layers(2).batch_first(true)); },
                           {{2, 5, 3}});
   expect_cuda_matches_cpu("RNN relu",

@@ -1,8 +1,11 @@
-// GroupNorm, InstanceNorm1d/2d and their functional forms: against PyTorch
+// GroupNorm, InstanceNorm1d/2d/3d and their functional forms: against PyTorch
 // on the same weights and inputs (outputs, gradients, running statistics,
 // state-dict keys), gradcheck, and the errors.
-#include "nn/functional_composite.h"
 #include "nn/group_norm.h"
+
+#include <sstream>
+
+#include "nn/functional_composite.h"
 #include "nn/instance_norm.h"
 #include "nn/nn_test_util.h"
 #include "nn/torch_oracle.h"
@@ -16,6 +19,7 @@ using gradtest::leaf;
 using gradtest::uniform64;
 using testing::expect_error;
 using testing::expect_matches_torch;
+using testing::keys_and_shapes;
 using testing::OracleCase;
 
 // Gives every parameter of `m` values uniform in [-1.5, 1.5), and every
@@ -116,6 +120,16 @@ TEST(InstanceNormLayer, DefaultsAndPrinting) {
   EXPECT_EQ(testing::values_of(full.running_var), std::vector<double>(4, 1.0));
   EXPECT_EQ(full.num_batches_tracked.dtype(), DType::Int64);
   EXPECT_EQ(full.extra_repr(), "4, eps=0.001, momentum=0.2, affine=True, track_running_stats=True");
+  InstanceNorm3d three(InstanceNorm3dOptions(5).eps(1e-3).momentum(std::nullopt).track_running_stats(true));
+  EXPECT_EQ(three.extra_repr(), "5, eps=0.001, momentum=None, affine=False, track_running_stats=True");
+  EXPECT_EQ(keys_and_shapes(three.state_dict()), "running_mean:[5] running_var:[5] num_batches_tracked:[]");
+  std::ostringstream os;
+  os << InstanceNorm3d(2);
+  EXPECT_EQ(os.str(), "InstanceNorm3d(2, eps=1e-05, momentum=0.1, affine=False, track_running_stats=False)");
+  // momentum None leaves the running statistics as they were.
+  three(uniform64({2, 5, 2, 2, 3}, 3).to(DType::Float32));
+  EXPECT_EQ(testing::values_of(three.running_mean), std::vector<double>(5, 0.0));
+  EXPECT_EQ(testing::values_of(three.running_var), std::vector<double>(5, 1.0));
 }
 
 TEST(InstanceNormLayer, MatchesTorch) {
@@ -153,6 +167,24 @@ TEST(InstanceNormLayer, MatchesTorch) {
                    .torch_module = "nn.InstanceNorm1d(4, affine=True)",
                    .inputs = {leaf({3, 4, 7}, 12)},
                    .python = "outs = [m(in0)]"});
+  cases.push_back({.name = "InstanceNorm3d(2) on (2, 2, 3, 4, 2)",
+                   .module = make64<InstanceNorm3d>(15, 2),
+                   .torch_module = "nn.InstanceNorm3d(2)",
+                   .inputs = {leaf({2, 2, 3, 4, 2}, 16, -1, 3)},
+                   .python = "outs = [m(in0)]"});
+  cases.push_back(
+      {.name = "InstanceNorm3d affine, running stats, training",
+       .module = make64<InstanceNorm3d>(17, 3, 1e-4, 0.25, true, true),
+       .torch_module = "nn.InstanceNorm3d(3, eps=1e-4, momentum=0.25, affine=True, track_running_stats=True)",
+       .inputs = {leaf({2, 3, 2, 3, 2}, 18)},
+       .python = "outs = [m(in0)]"});
+  cases.push_back({.name = "InstanceNorm3d from options, eval with running stats, unbatched",
+                   .module = make64<InstanceNorm3d>(
+                       19, InstanceNorm3dOptions(2).affine(true).track_running_stats(true).momentum(0.5)),
+                   .torch_module = "nn.InstanceNorm3d(2, affine=True, track_running_stats=True, momentum=0.5)",
+                   .training = false,
+                   .inputs = {leaf({2, 3, 2, 4}, 20)},
+                   .python = "outs = [m(in0)]"});
   cases.push_back({.name = "InstanceNorm1d unbatched (4, 7)",
                    .module = make64<InstanceNorm1d>(13, 4, 1e-5, 0.1, true),
                    .torch_module = "nn.InstanceNorm1d(4, affine=True)",
@@ -186,6 +218,8 @@ TEST(InstanceNormLayer, Errors) {
   expect_error([&] { in2(uniform64({3, 4}, 1)); }, "InstanceNorm2d: expected 3D or 4D input, got 2D input");
   expect_error([&] { in2(uniform64({2, 5, 4, 4}, 1)); },
                "InstanceNorm2d: expected 3 channels (dim 1), got input of shape [2, 5, 4, 4]");
+  InstanceNorm3d in3(3);
+  expect_error([&] { in3(uniform64({3, 4, 4}, 1)); }, "InstanceNorm3d: expected 4D or 5D input, got 3D input");
   InstanceNorm1d in1(3);
   expect_error([&] { in1(uniform64({2, 3, 4, 4}, 1)); }, "InstanceNorm1d: expected 2D or 3D input, got 4D input");
   expect_error([] { F::instance_norm(uniform64({2, 3, 1, 1}, 1)); },

@@ -257,7 +257,8 @@ TEST(Interpolate, Errors) {
       [&] {
         F::interpolate(x, {.size = {3, 3}, .align_corners = true});
       },
-      "interpolate: align_corners can only be set with the linear modes (linear, bilinear), not nearest");
+      "interpolate: align_corners can only be set with the interpolating modes (linear, bilinear, bicubic, "
+      "trilinear), not nearest");
   expect_error(
       [&] {
         F::interpolate(x, {.size = {3, 3}, .mode = M::NearestExact, .align_corners = false});
@@ -343,14 +344,16 @@ TEST(UpsamplingLayers, MatchTorch) {
     Shape shape;
   };
   const std::vector<Case> layers = {
-      {std::make_shared<Upsample>(UpsampleOptions{.scale_factor = {2}}), "nn.Upsample(scale_factor=2)", {2, 3, 3, 4}},
-      {std::make_shared<Upsample>(UpsampleOptions{.size = {5, 7}, .mode = M::Bilinear}),
+      {std::make_shared<Upsample>(InterpolateOptions{.scale_factor = {2}}),
+       "nn.Upsample(scale_factor=2)",
+       {2, 3, 3, 4}},
+      {std::make_shared<Upsample>(InterpolateOptions{.size = {5, 7}, .mode = M::Bilinear}),
        "nn.Upsample(size=(5, 7), mode='bilinear')",
        {2, 2, 3, 4}},
-      {std::make_shared<Upsample>(UpsampleOptions{.scale_factor = {1.5}, .mode = M::Linear, .align_corners = true}),
+      {std::make_shared<Upsample>(InterpolateOptions{.scale_factor = {1.5}, .mode = M::Linear, .align_corners = true}),
        "nn.Upsample(scale_factor=1.5, mode='linear', align_corners=True)",
        {2, 3, 5}},
-      {std::make_shared<Upsample>(UpsampleOptions{.size = {4}, .mode = M::NearestExact}),
+      {std::make_shared<Upsample>(InterpolateOptions{.size = {4}, .mode = M::NearestExact}),
        "nn.Upsample(size=4, mode='nearest-exact')",
        {1, 2, 3, 3, 2}},
       {std::make_shared<UpsamplingNearest2d>(UpsamplingSize{.size = {3, 5}}),
@@ -398,7 +401,8 @@ TEST(UpsamplingLayers, Errors) {
                "Upsample: give exactly one of size and scale_factor");
   expect_error([] { Upsample({.size = {4, 0}}); }, "Upsample: size must be positive, got [4, 0]");
   expect_error([] { Upsample({.scale_factor = {2}, .align_corners = true}); },
-               "Upsample: align_corners can only be set with the linear modes (linear, bilinear), not nearest");
+               "Upsample: align_corners can only be set with the interpolating modes (linear, bilinear, bicubic, "
+               "trilinear), not nearest");
   expect_error([] { UpsamplingBilinear2d({}); }, "UpsamplingBilinear2d: give exactly one of size and scale_factor");
   // Input errors are F::interpolate's.
   Upsample up({.scale_factor = {2}, .mode = M::Bilinear});

@@ -109,6 +109,84 @@ TEST(LayerOptions, Conv1d) {
                "Conv1d: out_channels (6) must be divisible by groups (4)");
 }
 
+TEST(LayerOptions, PaddingMode) {
+  EXPECT_EQ(Conv2dOptions(3, 6, 5).padding_mode(), PaddingMode::Zeros);
+  EXPECT_EQ(Conv1dOptions(3, 6, 5).padding_mode(), PaddingMode::Zeros);
+  const Conv2dOptions o = Conv2dOptions(2, 4, 3).padding({1, 2}).padding_mode(PaddingMode::Circular);
+  EXPECT_EQ(o.padding_mode(), PaddingMode::Circular);
+  const Tensor x = randn({2, 2, 5, 6});
+  check_same<Conv2d>(
+      [&] { return std::make_shared<Conv2d>(o); },
+      [] { return std::make_shared<Conv2d>(2, 4, 3, 1, Size2d(1, 2), 1, 1, true, PaddingMode::Circular); }, {x});
+  const Tensor seq = randn({2, 2, 7});
+  check_same<Conv1d>(
+      [] { return std::make_shared<Conv1d>(Conv1dOptions(2, 4, 3).padding(2).padding_mode(PaddingMode::Reflect)); },
+      [] { return std::make_shared<Conv1d>(2, 4, 3, 1, 2, 1, 1, true, PaddingMode::Reflect); }, {seq});
+}
+
+TEST(LayerOptions, ConvTranspose2d) {
+  const ConvTranspose2dOptions o = ConvTranspose2dOptions(4, 6, {3, 2})
+                                       .stride(2)
+                                       .padding({1, 0})
+                                       .output_padding({1, 0})
+                                       .groups(2)
+                                       .bias(false)
+                                       .dilation({1, 2});
+  EXPECT_EQ(o.in_channels(), 4);
+  EXPECT_EQ(o.out_channels(), 6);
+  EXPECT_EQ(o.kernel_size().h, 3);
+  EXPECT_EQ(o.kernel_size().w, 2);
+  EXPECT_EQ(o.stride().w, 2);
+  EXPECT_EQ(o.padding().h, 1);
+  EXPECT_EQ(o.output_padding().h, 1);
+  EXPECT_EQ(o.output_padding().w, 0);
+  EXPECT_EQ(o.groups(), 2);
+  EXPECT_FALSE(o.bias());
+  EXPECT_EQ(o.dilation().w, 2);
+  const ConvTranspose2dOptions d(3, 6, 4);
+  EXPECT_EQ(d.stride().h, 1);
+  EXPECT_EQ(d.padding().w, 0);
+  EXPECT_EQ(d.output_padding().h, 0);
+  EXPECT_EQ(d.groups(), 1);
+  EXPECT_TRUE(d.bias());
+  EXPECT_EQ(d.dilation().h, 1);
+  const Tensor x = randn({2, 4, 5, 4});
+  check_same<ConvTranspose2d>([&] { return std::make_shared<ConvTranspose2d>(o); },
+                              [] {
+                                return std::make_shared<ConvTranspose2d>(4, 6, Size2d(3, 2), 2, Size2d(1, 0),
+                                                                         Size2d(1, 0), 2, false, Size2d(1, 2));
+                              },
+                              {x});
+  check_same<ConvTranspose2d>([] { return std::make_shared<ConvTranspose2d>(ConvTranspose2dOptions(4, 6, 3)); },
+                              [] { return std::make_shared<ConvTranspose2d>(4, 6, 3); }, {x});
+  expect_error([] { ConvTranspose2d(ConvTranspose2dOptions(4, 6, 3).stride(2).output_padding(2)); },
+               "ConvTranspose2d: output_padding (2, 2) must be smaller than either stride (2, 2) or dilation (1, 1)");
+}
+
+TEST(LayerOptions, InstanceNorm) {
+  const InstanceNorm2dOptions o =
+      InstanceNorm2dOptions(3).eps(1e-3).momentum(0.2).affine(true).track_running_stats(true);
+  EXPECT_EQ(o.num_features(), 3);
+  EXPECT_EQ(o.eps(), 1e-3);
+  EXPECT_EQ(o.momentum(), 0.2);
+  EXPECT_TRUE(o.affine());
+  EXPECT_TRUE(o.track_running_stats());
+  const InstanceNormOptions d(3);
+  EXPECT_EQ(d.eps(), 1e-5);
+  EXPECT_EQ(d.momentum(), 0.1);
+  EXPECT_FALSE(d.affine());
+  EXPECT_FALSE(d.track_running_stats());
+  check_same<InstanceNorm2d>([&] { return std::make_shared<InstanceNorm2d>(o); },
+                             [] { return std::make_shared<InstanceNorm2d>(3, 1e-3, 0.2, true, true); },
+                             {randn({2, 3, 4, 5})});
+  check_same<InstanceNorm1d>([] { return std::make_shared<InstanceNorm1d>(InstanceNorm1dOptions(3)); },
+                             [] { return std::make_shared<InstanceNorm1d>(3); }, {randn({2, 3, 6})});
+  check_same<InstanceNorm3d>([] { return std::make_shared<InstanceNorm3d>(InstanceNorm3dOptions(3).affine(true)); },
+                             [] { return std::make_shared<InstanceNorm3d>(3, 1e-5, 0.1, true); },
+                             {randn({2, 3, 2, 3, 4})});
+  expect_error([] { InstanceNorm3d(InstanceNorm3dOptions(0)); }, "InstanceNorm: num_features must be positive, got 0");
+}
+
 TEST(LayerOptions, BatchNorm) {
   const BatchNorm1dOptions o = BatchNorm1dOptions(5).eps(1e-3).momentum(0.3).affine(false).track_running_stats(true);
   EXPECT_EQ(o.num_features(), 5);

@@ -123,5 +123,34 @@ TEST(InterpolateCuda, MatchesCpu) {
                           {2, 2, 3, 5});
 }
 
+TEST(InterpolateCuda, BicubicTrilinearAreaMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  using F::InterpolateMode;
+  expect_cuda_matches_cpu("bicubic",
+                          [](const Tensor& x) {
+                            return F::interpolate(x, {.size = {9, 4}, .mode = InterpolateMode::Bicubic});
+                          },
+                          {2, 3, 5, 7});
+  expect_cuda_matches_cpu("bicubic align_corners",
+                          [](const Tensor& x) {
+                            return F::interpolate(
+                                x, {.scale_factor = {1.5}, .mode = InterpolateMode::Bicubic, .align_corners = true});
+                          },
+                          {1, 2, 4, 3});
+  expect_cuda_matches_cpu("trilinear",
+                          [](const Tensor& x) {
+                            return F::interpolate(x, {.size = {3, 5, 2}, .mode = InterpolateMode::Trilinear});
+                          },
+                          {1, 2, 2, 3, 4});
+  expect_cuda_matches_cpu(
+      "area 1-d", [](const Tensor& x) { return F::interpolate(x, {.size = {4}, .mode = InterpolateMode::Area}); },
+      {2, 3, 9});
+  expect_cuda_matches_cpu("area 3-d",
+                          [](const Tensor& x) {
+                            return F::interpolate(x, {.size = {2, 3, 2}, .mode = InterpolateMode::Area});
+                          },
+                          {1, 2, 5, 7, 4});
+}
+
 }  // namespace
 }  // namespace kiln::nn
