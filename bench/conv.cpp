@@ -37,7 +37,8 @@
 
 namespace {
 
-using kiln::ConvGeometry;
+using kiln::Conv2dParams;
+using kiln::Conv2dShape;
 using kiln::Tensor;
 namespace ops = kiln::ops;
 
@@ -108,52 +109,56 @@ void direct_backward(const Dims& d, const float* x, const float* w, const float*
 
 // ---- the two other GEMM layouts ----------------------------------------------
 
+// LeNet's layers' settings: stride 1, no padding.
+const Conv2dParams kParams;
+
 // cols (CKK, N, P) filled by im2col through a permuted view (N, CKK, P).
-Tensor wide_cols(const Tensor& x, const ConvGeometry& g, int64_t ckk, int64_t p) {
+Tensor wide_cols(const Tensor& x, const Conv2dShape& s, int64_t ckk, int64_t p) {
   Tensor cols = Tensor::empty({ckk, x.size(0), p});
-  kiln::backend_for(kiln::kCPU).im2col(cols.permute({1, 0, 2}), x, g);
+  kiln::backend_for(kiln::kCPU).im2col(cols.permute({1, 0, 2}), x, kParams, s);
   return cols;
 }
 
-ops::Conv2dGrads wide_backward(const Tensor& go, const Tensor& x, const Tensor& w2, const ConvGeometry& g) {
+ops::Conv2dGrads wide_backward(const Tensor& go, const Tensor& x, const Tensor& w2, const Conv2dShape& s) {
   kiln::Backend& cpu = kiln::backend_for(kiln::kCPU);
-  const int64_t n = x.size(0), oc = w2.size(0), ckk = w2.size(1), p = g.out_h() * g.out_w();
+  const int64_t n = x.size(0), oc = w2.size(0), ckk = w2.size(1), p = s.output.h * s.output.w;
   Tensor go_t = go.view({n, oc, p}).permute({1, 0, 2}).contiguous().view({1, oc, n * p});  // (1, OC, N*P)
-  Tensor cols = wide_cols(x, g, ckk, p).view({1, ckk, n * p});                              // (1, CKK, N*P)
+  Tensor cols = wide_cols(x, s, ckk, p).view({1, ckk, n * p});                             // (1, CKK, N*P)
   Tensor gw = Tensor::empty({1, oc, ckk});
   cpu.gemm(gw, go_t, cols.transpose(1, 2), 1.0, 0.0);
   Tensor gcols = Tensor::empty({ckk, n, p});  // (CKK, N, P)
   cpu.gemm(gcols.view({1, ckk, n * p}), w2.t().unsqueeze(0), go_t, 1.0, 0.0);
   Tensor gx = Tensor::empty(x.shape());
-  cpu.col2im(gx, gcols.permute({1, 0, 2}), g);
+  cpu.col2im(gx, gcols.permute({1, 0, 2}), kParams, s);
   return {gx, gw, ops::sum(go, {0, 2, 3})};
 }
 
-Tensor wide_forward(const Tensor& x, const Tensor& w2, const Tensor& b, const ConvGeometry& g) {
-  const int64_t n = x.size(0), oc = w2.size(0), ckk = w2.size(1), p = g.out_h() * g.out_w();
+Tensor wide_forward(const Tensor& x, const Tensor& w2, const Tensor& b, const Conv2dShape& s) {
+  const int64_t n = x.size(0), oc = w2.size(0), ckk = w2.size(1), p = s.output.h * s.output.w;
   Tensor out = Tensor::empty({oc, n, p});  // (OC, N, P), bias first, the GEMM adds to it
   out.copy_(b.view({oc, 1, 1}).expand({oc, n, p}));
   kiln::backend_for(kiln::kCPU).gemm(out.view({1, oc, n * p}), w2.unsqueeze(0),
-                                     wide_cols(x, g, ckk, p).view({1, ckk, n * p}), 1.0, 1.0);
-  return out.permute({1, 0, 2}).contiguous().view({n, oc, g.out_h(), g.out_w()});
+                                     wide_cols(x, s, ckk, p).view({1, ckk, n * p}), 1.0, 1.0);
+  return out.permute({1, 0, 2}).contiguous().view({n, oc, s.output.h, s.output.w});
 }
 
-Tensor batched_forward(const Tensor& x, const Tensor& w2, const Tensor& b, const ConvGeometry& g) {
-  const int64_t n = x.size(0), oc = w2.size(0), p = g.out_h() * g.out_w();
+Tensor batched_forward(const Tensor& x, const Tensor& w2, const Tensor& b, const Conv2dShape& s) {
+  const int64_t n = x.size(0), oc = w2.size(0), p = s.output.h * s.output.w;
   Tensor out = Tensor::empty({n, oc, p});
   out.copy_(b.view({1, oc, 1}).expand({n, oc, p}));
-  kiln::backend_for(kiln::kCPU).gemm(out, w2.unsqueeze(0).expand({n, oc, w2.size(1)}), ops::im2col(x, g), 1.0, 1.0);
-  return out.view({n, oc, g.out_h(), g.out_w()});
+  kiln::backend_for(kiln::kCPU).gemm(out, w2.unsqueeze(0).expand({n, oc, w2.size(1)}), ops::im2col(x, s.kernel), 1.0,
+                                     1.0);
+  return out.view({n, oc, s.output.h, s.output.w});
 }
 
-ops::Conv2dGrads batched_backward(const Tensor& go, const Tensor& x, const Tensor& w2, const ConvGeometry& g) {
+ops::Conv2dGrads batched_backward(const Tensor& go, const Tensor& x, const Tensor& w2, const Conv2dShape& s) {
   kiln::Backend& cpu = kiln::backend_for(kiln::kCPU);
-  const int64_t n = x.size(0), oc = w2.size(0), ckk = w2.size(1), p = g.out_h() * g.out_w();
+  const int64_t n = x.size(0), oc = w2.size(0), ckk = w2.size(1), p = s.output.h * s.output.w;
   Tensor go3 = go.view({n, oc, p});
-  Tensor gw = ops::sum(ops::bmm(go3, ops::im2col(x, g).transpose(1, 2)), {0});  // sum_n (OC, CKK)
+  Tensor gw = ops::sum(ops::bmm(go3, ops::im2col(x, s.kernel).transpose(1, 2)), {0});  // sum_n (OC, CKK)
   Tensor gcols = Tensor::empty({n, ckk, p});
   cpu.gemm(gcols, w2.t().unsqueeze(0).expand({n, ckk, oc}), go3, 1.0, 0.0);
-  return {ops::col2im(gcols, g), gw, ops::sum(go, {0, 2, 3})};
+  return {ops::col2im(gcols, s.input, s.kernel), gw, ops::sum(go, {0, 2, 3})};
 }
 
 // ---- timing -------------------------------------------------------------------
@@ -220,7 +225,7 @@ int main(int argc, char** argv) {
     Tensor x = random({l.n, l.c, l.h, l.w}, 1), w = random({l.oc, l.c, l.k, l.k}, 2), b = random({l.oc}, 3);
     const Dims d{l.n, l.c, l.h, l.w, l.oc, l.k, l.h - l.k + 1, l.w - l.k + 1};
     Tensor go = random({l.n, l.oc, d.oh, d.ow}, 4);
-    const ConvGeometry g{l.c, l.h, l.w, l.k, l.k};
+    const Conv2dShape shape = kiln::conv2d_shape(l.c, {l.h, l.w}, l.k, kParams);
     Tensor w2 = w.view({l.oc, l.c * l.k * l.k});
     Tensor out_direct = Tensor::empty({l.n, l.oc, d.oh, d.ow});
     Tensor gx = Tensor::empty(x.shape()), gw = Tensor::empty(w.shape()), gb = Tensor::empty({l.oc});
@@ -238,9 +243,9 @@ int main(int argc, char** argv) {
     run_direct_forward(1);
     run_direct_backward(1);
     require_close(out_direct, out, "direct forward");
-    require_close(wide_forward(x, w2, b, g), out, "wide forward");
-    require_close(batched_forward(x, w2, b, g), out, "batched forward");
-    ops::Conv2dGrads wide = wide_backward(go, x, w2, g), batched = batched_backward(go, x, w2, g);
+    require_close(wide_forward(x, w2, b, shape), out, "wide forward");
+    require_close(batched_forward(x, w2, b, shape), out, "batched forward");
+    ops::Conv2dGrads wide = wide_backward(go, x, w2, shape), batched = batched_backward(go, x, w2, shape);
     for (const auto& [got, want, what] : {std::tuple{gx, grads.grad_input, "direct grad_input"},
                                           {gw, grads.grad_weight, "direct grad_weight"},
                                           {gb, grads.grad_bias, "direct grad_bias"},
@@ -258,13 +263,13 @@ int main(int argc, char** argv) {
       Tensor sink;
       ops::Conv2dGrads sink_grads;
       std::vector<double> fwd = best_ms({[&] { sink = ops::conv2d(x, w, b); }, [&] { run_direct_forward(threads); },
-                                         [&] { sink = wide_forward(x, w2, b, g); },
-                                         [&] { sink = batched_forward(x, w2, b, g); }},
+                                         [&] { sink = wide_forward(x, w2, b, shape); },
+                                         [&] { sink = batched_forward(x, w2, b, shape); }},
                                         reps);
       std::vector<double> bwd =
           best_ms({[&] { sink_grads = ops::conv2d_backward(go, x, w, {}, {true, true, true}); },
-                   [&] { run_direct_backward(threads); }, [&] { sink_grads = wide_backward(go, x, w2, g); },
-                   [&] { sink_grads = batched_backward(go, x, w2, g); }},
+                   [&] { run_direct_backward(threads); }, [&] { sink_grads = wide_backward(go, x, w2, shape); },
+                   [&] { sink_grads = batched_backward(go, x, w2, shape); }},
                   reps);
       for (const auto& [pass, t] : {std::pair{"forward", fwd}, std::pair{"backward", bwd}}) {
         std::printf("conv layer=%s pass=%s threads=%d kiln_ms=%.3f direct_ms=%.3f ratio=%.2f wide_ms=%.3f "

@@ -10,7 +10,7 @@
 
 #include "nn/module.h"
 #include "tensor/arg.h"
-#include "tensor/pool.h"
+#include "tensor/conv.h"
 
 namespace kiln::nn {
 
@@ -62,10 +62,9 @@ class Conv2d : public Module {
   const int64_t in_channels;
   const int64_t out_channels;
   const Size2d kernel_size;
-  const Size2d stride;
-  const Size2d padding;
-  const Size2d dilation;
-  const int64_t groups;
+  // stride, padding, dilation and groups, passed to F::conv2d as they are
+  // (Note [One convolution parameter struct] in tensor/conv.h).
+  const Conv2dParams params;
   const PaddingMode padding_mode;
   Tensor weight;
   Tensor bias;

@@ -14,13 +14,10 @@ ConvTranspose2d::ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size
     : in_channels(in_channels),
       out_channels(out_channels),
       kernel_size(kernel_size),
-      stride(stride),
-      padding(padding),
-      output_padding(output_padding),
-      groups(groups),
-      dilation(dilation) {
+      params{.stride = stride, .padding = padding, .dilation = dilation, .groups = groups},
+      output_padding(output_padding) {
   check_conv_channels("ConvTranspose2d", in_channels, out_channels, groups);
-  check_conv_sizes("ConvTranspose2d", kernel_size, stride, padding, dilation);
+  check_conv_sizes("ConvTranspose2d", kernel_size, params);
   KILN_CHECK(output_padding.h >= 0 && output_padding.w >= 0 &&
                  (output_padding.h < stride.h || output_padding.h < dilation.h) &&
                  (output_padding.w < stride.w || output_padding.w < dilation.w),
@@ -36,16 +33,16 @@ ConvTranspose2d::ConvTranspose2d(int64_t in_channels, int64_t out_channels, Size
 void ConvTranspose2d::reset_parameters() { reset_weight_and_bias_(weight, bias); }
 
 Tensor ConvTranspose2d::forward(const Tensor& input) {
-  return functional::conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation);
+  return functional::conv_transpose2d(input, weight, bias, params, output_padding);
 }
 
 std::string ConvTranspose2d::extra_repr() const {
   std::string s = std::to_string(in_channels) + ", " + std::to_string(out_channels) +
-                  ", kernel_size=" + repr::pair(kernel_size) + ", stride=" + repr::pair(stride);
-  if (padding.h != 0 || padding.w != 0) s += ", padding=" + repr::pair(padding);
-  if (dilation.h != 1 || dilation.w != 1) s += ", dilation=" + repr::pair(dilation);
-  if (output_padding.h != 0 || output_padding.w != 0) s += ", output_padding=" + repr::pair(output_padding);
-  if (groups != 1) s += ", groups=" + std::to_string(groups);
+                  ", kernel_size=" + repr::pair(kernel_size) + ", stride=" + repr::pair(params.stride);
+  if (params.padding != Size2d(0)) s += ", padding=" + repr::pair(params.padding);
+  if (params.dilation != Size2d(1)) s += ", dilation=" + repr::pair(params.dilation);
+  if (output_padding != Size2d(0)) s += ", output_padding=" + repr::pair(output_padding);
+  if (params.groups != 1) s += ", groups=" + std::to_string(params.groups);
   if (!bias.defined()) s += ", bias=False";
   return s;
 }

@@ -10,7 +10,7 @@
 
 #include "nn/module.h"
 #include "tensor/arg.h"
-#include "tensor/pool.h"
+#include "tensor/conv.h"
 
 namespace kiln::nn {
 
@@ -60,11 +60,11 @@ class ConvTranspose2d : public Module {
   const int64_t in_channels;
   const int64_t out_channels;
   const Size2d kernel_size;
-  const Size2d stride;
-  const Size2d padding;
+  // stride, padding, dilation and groups of the Conv2d this is the adjoint
+  // of, passed to F::conv_transpose2d as they are (Note [One convolution
+  // parameter struct] in tensor/conv.h).
+  const Conv2dParams params;
   const Size2d output_padding;
-  const int64_t groups;
-  const Size2d dilation;
   Tensor weight;
   Tensor bias;
 };

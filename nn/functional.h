@@ -34,6 +34,7 @@
 #include <optional>
 
 #include "autograd/ops.h"
+#include "tensor/conv.h"
 #include "tensor/pool.h"
 #include "tensor/random.h"
 
@@ -60,8 +61,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // torch.nn.functional.conv2d: x (N, C, H, W) or (C, H, W), weight
 // (OC, C/groups, kh, kw), bias (OC) or undefined -> (N, OC, oh, ow), with
 // oh = (H + 2*padding.h - dilation.h*(kh-1) - 1) / stride.h + 1.
-// Differentiable in x, weight and bias, to any order.
-//   Tensor y = F::conv2d(x, w, b, /*stride=*/2, /*padding=*/1);
+// Differentiable in x, weight and bias, to any order. The settings are one
+// Conv2dParams (Note [One convolution parameter struct] in tensor/conv.h),
+// which nn::Conv2d holds and passes as it is; the second form takes them
+// as torch's positional arguments. A braced pair alone after the bias could
+// be either (F::conv2d(x, w, b, {2, 1}) does not compile): write
+// Size2d(2, 1) or {.stride = {2, 1}}.
+//   Tensor y = F::conv2d(x, w, b, {.stride = 2, .padding = 1});
+//   Tensor z = F::conv2d(x, w, b, /*stride=*/2, /*padding=*/1);   // the same
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p);
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Size2d stride = 1,
               Size2d padding = 0, Size2d dilation = 1, int64_t groups = 1);
 // torch.nn.functional.conv_transpose2d, conv2d's adjoint (what a DCGAN's
@@ -69,9 +77,13 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // (C_in, C_out/groups, kh, kw), bias (C_out) or undefined ->
 // (N, C_out, oh, ow) with oh = (H - 1)*stride.h - 2*padding.h +
 // dilation.h*(kh - 1) + output_padding.h + 1, and output_padding below
-// stride or dilation. Note the argument order, torch's: output_padding and
-// groups before dilation. Differentiable in x, weight and bias, to any order.
+// stride or dilation. p is the Conv2dParams of the conv2d whose adjoint
+// this is. Note the positional form's argument order, torch's:
+// output_padding and groups before dilation. Differentiable in x, weight
+// and bias, to any order.
 //   Tensor up = F::conv_transpose2d(z, w, b, /*stride=*/2, /*padding=*/1);  // 4x4 kernel: H -> 2H
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
+                        Size2d output_padding = 0);
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Size2d stride = 1,
                         Size2d padding = 0, Size2d output_padding = 0, int64_t groups = 1, Size2d dilation = 1);
 

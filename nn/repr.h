@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "tensor/pool.h"
 #include "tensor/shape.h"
+#include "tensor/size2d.h"
 
 namespace kiln::nn::repr {
 

@@ -11,8 +11,8 @@
 #include "nn/functional_composite.h"
 #include "nn/init.h"
 #include "nn/repr.h"
+#include "tensor/conv.h"
 #include "tensor/error.h"
-#include "tensor/pool.h"
 
 namespace kiln::nn {
 
@@ -42,11 +42,12 @@ inline void check_conv_channels(const char* layer, int64_t in_channels, int64_t 
 
 // A 2-d convolution's kernel size, stride and dilation (positive) and
 // padding (not negative), as torch checks them; `layer` names it.
-inline void check_conv_sizes(const char* layer, Size2d kernel_size, Size2d stride, Size2d padding, Size2d dilation) {
-  KILN_CHECK(kernel_size.h > 0 && kernel_size.w > 0 && stride.h > 0 && stride.w > 0 && dilation.h > 0 && dilation.w > 0,
+inline void check_conv_sizes(const char* layer, Size2d kernel_size, const Conv2dParams& p) {
+  KILN_CHECK(kernel_size.h > 0 && kernel_size.w > 0 && p.stride.h > 0 && p.stride.w > 0 && p.dilation.h > 0 &&
+                 p.dilation.w > 0,
              layer, ": kernel_size, stride and dilation must be positive, got ", repr::pair(kernel_size), ", ",
-             repr::pair(stride), " and ", repr::pair(dilation));
-  KILN_CHECK(padding.h >= 0 && padding.w >= 0, layer, ": padding must be >= 0, got ", repr::pair(padding));
+             repr::pair(p.stride), " and ", repr::pair(p.dilation));
+  KILN_CHECK(p.padding.h >= 0 && p.padding.w >= 0, layer, ": padding must be >= 0, got ", repr::pair(p.padding));
 }
 
 // "reflect": a padding mode as torch's string.

@@ -98,9 +98,7 @@ FakeQuantConv2d::FakeQuantConv2d(std::string name, const nn::Module& source, con
     relu = fused->relu;
   }
   KILN_CHECK(conv != nullptr, "prepare: ", qualified_name, " (", source.name(), ") is not a Conv2d");
-  params = {.stride_h = conv->stride.h, .stride_w = conv->stride.w, .pad_h = conv->padding.h,
-            .pad_w = conv->padding.w, .dilation_h = conv->dilation.h, .dilation_w = conv->dilation.w,
-            .groups = conv->groups};
+  params = conv->params;
   weight = register_parameter("weight", conv->weight, conv->weight.requires_grad());
   bias = register_parameter("bias", conv->bias, conv->bias.defined() && conv->bias.requires_grad());
   if (bn) register_module("bn", bn);
@@ -118,10 +116,7 @@ QParams FakeQuantConv2d::weight_grid(const Tensor& folded_weight, bool observe) 
 }
 
 Tensor FakeQuantConv2d::forward(const Tensor& x) {
-  auto conv = [&](const Tensor& in, const Tensor& w, const Tensor& b) {
-    return F::conv2d(in, w, b, Size2d(params.stride_h, params.stride_w), Size2d(params.pad_h, params.pad_w),
-                     Size2d(params.dilation_h, params.dilation_w), params.groups);
-  };
+  auto conv = [&](const Tensor& in, const Tensor& w, const Tensor& b) { return F::conv2d(in, w, b, params); };
   if (!fake_quant_enabled) {  // observing: the float layer, recorded
     Tensor y = conv(x, weight, bias);
     if (bn) y = (*bn)(y);

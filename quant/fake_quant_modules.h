@@ -104,7 +104,7 @@ class FakeQuantConv2d : public FakeQuantModule {
   // first when `observe` or when the observer has seen nothing.
   QParams weight_grid(const Tensor& folded_weight, bool observe);
 
-  ops::Conv2dParams params;
+  Conv2dParams params;                  // the Conv2d's own
   Tensor weight, bias;                  // the float layer's own
   std::shared_ptr<nn::BatchNorm2d> bn;  // QAT fusion only
   bool relu = false;

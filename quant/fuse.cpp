@@ -93,8 +93,9 @@ void fuse(nn::Module& root, const std::vector<std::vector<std::string>>& groups,
         fused = std::make_shared<ConvBnReLU2d>(conv, bn, relu);
       } else {
         // A new Conv2d with the folded weight and bias (always with a bias).
-        auto folded = std::make_shared<nn::Conv2d>(conv->in_channels, conv->out_channels, conv->kernel_size,
-                                                   conv->stride, conv->padding, conv->dilation, conv->groups, true);
+        const Conv2dParams& p = conv->params;
+        auto folded = std::make_shared<nn::Conv2d>(conv->in_channels, conv->out_channels, conv->kernel_size, p.stride,
+                                                   p.padding, p.dilation, p.groups, true);
         NoGradGuard no_grad;
         auto [w, b] = fold_batch_norm(conv->weight, conv->bias, *bn);
         folded->weight.copy_(w);

@@ -176,9 +176,7 @@ void dynamic_children(nn::Module& parent, const std::string& prefix, const Dynam
       KILN_CHECK(!fused || !fused->bn, "quantize_dynamic: ", path,
                  " still has its BatchNorm2d; fuse it in eval mode (fuse_modules) first");
       const nn::Conv2d& c = fused ? *fused->conv : *std::dynamic_pointer_cast<nn::Conv2d>(child);
-      ops::Conv2dParams p{.stride_h = c.stride.h, .stride_w = c.stride.w, .pad_h = c.padding.h, .pad_w = c.padding.w,
-                     .dilation_h = c.dilation.h, .dilation_w = c.dilation.w, .groups = c.groups};
-      out = std::make_shared<DynamicQuantizedConv2d>(path, quantized_weight(c.weight), c.bias, p,
+      out = std::make_shared<DynamicQuantizedConv2d>(path, quantized_weight(c.weight), c.bias, c.params,
                                                      fused != nullptr && fused->relu, options.reduce_range);
     }
     if (out) {

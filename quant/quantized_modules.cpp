@@ -44,12 +44,12 @@ void keep_loaded_weight_params(M& module) {
   module.register_load_state_dict_post_hook([&module](nn::Module&, nn::IncompatibleKeys&) { module.repack(); });
 }
 
-std::string conv_repr(const Tensor& weight, const ops::Conv2dParams& p) {
+std::string conv_repr(const Tensor& weight, const Conv2dParams& p) {
   std::ostringstream os;
   os << weight.size(1) * p.groups << ", " << weight.size(0) << ", kernel_size=(" << weight.size(2) << ", "
-     << weight.size(3) << "), stride=(" << p.stride_h << ", " << p.stride_w << ")";
-  if (p.pad_h || p.pad_w) os << ", padding=(" << p.pad_h << ", " << p.pad_w << ")";
-  if (p.dilation_h != 1 || p.dilation_w != 1) os << ", dilation=(" << p.dilation_h << ", " << p.dilation_w << ")";
+     << weight.size(3) << "), stride=(" << p.stride.h << ", " << p.stride.w << ")";
+  if (p.padding != Size2d(0)) os << ", padding=(" << p.padding.h << ", " << p.padding.w << ")";
+  if (p.dilation != Size2d(1)) os << ", dilation=(" << p.dilation.h << ", " << p.dilation.w << ")";
   if (p.groups != 1) os << ", groups=" << p.groups;
   return os.str();
 }
@@ -99,7 +99,7 @@ Tensor DeQuantize::forward(const Tensor& x) {
 
 // ---- QuantizedConv2d ----
 
-QuantizedConv2d::QuantizedConv2d(std::string name, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p,
+QuantizedConv2d::QuantizedConv2d(std::string name, const Tensor& w, const Tensor& b, const Conv2dParams& p,
                                  bool with_relu, double scale, int64_t zero_point)
     : QuantizedModule(std::move(name), scale, zero_point), params(p), relu(with_relu) {
   check_weight(w, 4, where());
@@ -216,7 +216,7 @@ std::string DynamicQuantizedLinear::extra_repr() const {
 }
 
 DynamicQuantizedConv2d::DynamicQuantizedConv2d(std::string name, const Tensor& w, const Tensor& b,
-                                               const ops::Conv2dParams& p, bool with_relu, bool reduce)
+                                               const Conv2dParams& p, bool with_relu, bool reduce)
     : qualified_name(std::move(name)), params(p), relu(with_relu), reduce_range(reduce) {
   check_weight(w, 4, qualified_name + " (DynamicQuantizedConv2d)");
   weight = register_buffer("weight", w);

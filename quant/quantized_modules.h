@@ -58,12 +58,12 @@ class DeQuantize : public nn::Module {
 // weight: qint8 with its params; bias float32 or undefined.
 class QuantizedConv2d : public QuantizedModule {
  public:
-  QuantizedConv2d(std::string qualified_name, const Tensor& weight, const Tensor& bias, const ops::Conv2dParams& params,
+  QuantizedConv2d(std::string qualified_name, const Tensor& weight, const Tensor& bias, const Conv2dParams& params,
                   bool relu, double scale, int64_t zero_point);
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
 
-  const ops::Conv2dParams params;
+  const Conv2dParams params;
   const bool relu;
   Tensor weight, bias;
 
@@ -131,12 +131,12 @@ class DynamicQuantizedLinear : public nn::Module {
 class DynamicQuantizedConv2d : public nn::Module {
  public:
   DynamicQuantizedConv2d(std::string qualified_name, const Tensor& weight, const Tensor& bias,
-                         const ops::Conv2dParams& params, bool relu, bool reduce_range);
+                         const Conv2dParams& params, bool relu, bool reduce_range);
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
 
   std::string qualified_name;
-  const ops::Conv2dParams params;
+  const Conv2dParams params;
   const bool relu, reduce_range;
   Tensor weight, bias;
 

@@ -39,7 +39,9 @@
 //
 // Settings that only the tensor layer's kernels see stay aggregates with
 // designated initializers (MaxPool2dOptions of tensor/pool.h, what
-// F::max_pool2d takes); a layer's builder converts to them.
+// F::max_pool2d takes; Conv2dParams of tensor/conv.h, what nn::Conv2d holds
+// and F::conv2d takes); a layer's builder converts to them, once, when the
+// layer is built.
 #pragma once
 
 #define KILN_ARG(T, name)                                  \

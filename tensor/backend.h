@@ -33,6 +33,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tensor/conv.h"  // Conv2dParams, Conv2dShape
 #include "tensor/tensor.h"
 
 namespace kiln {
@@ -75,18 +76,6 @@ struct AdamStep {
   double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
   bool amsgrad = false, maximize = false;
   bool decoupled = false;  // AdamW: decay the parameter, not the gradient
-};
-
-// Geometry of a 2-d convolution's unfold (im2col) and fold (col2im).
-struct ConvGeometry {
-  int64_t channels, height, width;    // input C, H, W
-  int64_t kernel_h, kernel_w;
-  int64_t stride_h = 1, stride_w = 1;
-  int64_t pad_h = 0, pad_w = 0;
-  int64_t dilation_h = 1, dilation_w = 1;
-
-  int64_t out_h() const { return (height + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) / stride_h + 1; }
-  int64_t out_w() const { return (width + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) / stride_w + 1; }
 };
 
 // Geometry of 2-d max/avg pooling over (H, W) planes, resolved by the
@@ -191,11 +180,15 @@ class Backend {
                                       int64_t ignore_index, double smoothing) = 0;
 
   // ---- convolution helpers (tensor/cpu/im2col.cpp) ----
+  // The convolution kernels take the layer's Conv2dParams as it is and the
+  // sizes the front-end derived from the tensors (Note [One convolution
+  // parameter struct] in tensor/conv.h); they see one group (s.channels =
+  // C / groups) and ignore p.groups.
   // x: (N, C, H, W) -> cols: (N, C*kh*kw, oh*ow), zero padding.
-  virtual void im2col(const Tensor& cols, const Tensor& x, const ConvGeometry& g) = 0;
+  virtual void im2col(const Tensor& cols, const Tensor& x, const Conv2dParams& p, const Conv2dShape& s) = 0;
   // cols: (N, C*kh*kw, oh*ow) -> x: (N, C, H, W), overlapping patches summed;
   // x is overwritten.
-  virtual void col2im(const Tensor& x, const Tensor& cols, const ConvGeometry& g) = 0;
+  virtual void col2im(const Tensor& x, const Tensor& cols, const Conv2dParams& p, const Conv2dShape& s) = 0;
 
   // ---- 2-d convolution (tensor/cpu/conv2d.cpp) ----
   // Whether conv2d and conv2d_backward take tensors of `dtype`: float32 and
@@ -209,7 +202,7 @@ class Backend {
   // bias: (OC) or undefined; out: (N, OC, oh, ow) with every (oh, ow) plane
   // contiguous (stride(3) == 1, stride(2) == ow), overwritten.
   virtual void conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                      const ConvGeometry& g) = 0;
+                      const Conv2dParams& p, const Conv2dShape& s) = 0;
   // grad_out: (N, OC, oh, ow) with contiguous planes. Overwrites
   // grad_input (N, C, H, W) with contiguous planes, grad_weight
   // (OC, C*kh*kw) with contiguous rows and grad_bias (OC), the sum of
@@ -217,8 +210,8 @@ class Backend {
   // here, not a separate reduction, so that a backend may compute it in the
   // same pass as the weight's (Note [Direct CUDA convolution]).
   virtual void conv2d_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
-                               const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                               const ConvGeometry& g) = 0;
+                               const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Conv2dParams& p,
+                               const Conv2dShape& s) = 0;
 
   // ---- pooling (tensor/cpu/pool.cpp) ----
   // Every tensor is contiguous and holds P = N*C planes: x and grad_x are

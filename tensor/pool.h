@@ -19,16 +19,10 @@
 
 #include <optional>
 
+#include "tensor/size2d.h"
 #include "tensor/tensor.h"
 
 namespace kiln {
-
-// A size for each of the two spatial dims, (h, w); Size2d(3) is 3 x 3.
-struct Size2d {
-  int64_t h, w;
-  Size2d(int64_t both) : h(both), w(both) {}  // NOLINT: implicit, so that `.kernel = 2` reads as torch's
-  Size2d(int64_t h, int64_t w) : h(h), w(w) {}
-};
 
 // torch.nn.functional.max_pool2d's arguments. stride defaults to the kernel.
 struct MaxPool2dOptions {

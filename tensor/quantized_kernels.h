@@ -66,13 +66,13 @@ class QuantizedKernels : public KernelGroup {
   // out float32 (M, N) = dequantized accumulator + bias.
   virtual void linear_dynamic(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w,
                               const Tensor& bias, bool reduce_range) = 0;
-  // Static: x quint8 (N, C, H, W), out quint8 (N, O, oh, ow); groups from
-  // the weight's shape (C / weight.size(1)).
+  // Static: x quint8 (N, C, H, W), out quint8 (N, O, oh, ow); every group
+  // in one call (p.groups of them, s is one group's shape).
   virtual void conv2d(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
-                      const ConvGeometry& g, bool relu) = 0;
+                      const Conv2dParams& p, const Conv2dShape& s, bool relu) = 0;
   // Dynamic, as linear_dynamic: x and out float32.
-  virtual void conv2d_dynamic(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w,
-                              const Tensor& bias, const ConvGeometry& g, bool reduce_range) = 0;
+  virtual void conv2d_dynamic(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
+                              const Conv2dParams& p, const Conv2dShape& s, bool reduce_range) = 0;
 
   // ---- pooling and elementwise (tensor/cpu/quantized_pool.cpp, quantized_binary.cpp) ----
   // x and out quantized (N, C, H, W) with the same params and dtype.

@@ -11,7 +11,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "tensor/conv_geometry.h"
+#include "tensor/conv_shape.h"
 #include "tensor/quant_math.h"
 #include "tensor/quantize.h"
 
@@ -111,8 +111,8 @@ Tensor as_rows(const Tensor& x, int64_t k, std::shared_ptr<const QuantParams> pa
 
 
 // The conv's output shape, (N, O, oh, ow) or (O, oh, ow) for an unbatched x.
-Shape conv_output_shape(const Tensor& x, int64_t out_channels, const ConvGeometry& g) {
-  Shape shape{out_channels, g.out_h(), g.out_w()};
+Shape conv_output_shape(const Tensor& x, int64_t out_channels, const Conv2dShape& s) {
+  Shape shape{out_channels, s.output.h, s.output.w};
   if (x.dim() == 4) shape.insert(shape.begin(), x.size(0));
   return shape;
 }
@@ -188,17 +188,17 @@ Tensor quantized_conv2d(const Tensor& x, const PackedQuantizedWeight& w, const T
   constexpr std::string_view op = "quantized conv2d";
   check_activation(x, op);
   const Tensor& weight = check_weight(w, x, 4, op);
-  const ConvGeometry g = conv2d_group_geometry(x, weight, p, op);
+  const Conv2dShape s = conv2d_group_shape(x, weight, p, op);
   Tensor b = checked_bias(bias, weight.size(0), x, op);
   check_output_grid(out_scale, out_zero_point, DType::UInt8, op);
   QuantizedKernels& kernels = quantized_kernels_for(x.device(), op);
 
-  const Shape shape = conv_output_shape(x, weight.size(0), g);
+  const Shape shape = conv_output_shape(x, weight.size(0), s);
   Tensor out = empty_quantized(shape, out_scale, out_zero_point, DType::UInt8, x.device());
   if (out.numel() > 0) {
     Tensor x4 = with_params(x.dim() == 3 ? x.unsqueeze(0) : x, x.impl()->quant_params());  // (N, C, H, W)
     Tensor out4 = with_params(x.dim() == 3 ? out.unsqueeze(0) : out, out.impl()->quant_params());
-    kernels.conv2d(out4, x4, w, b, g, relu);
+    kernels.conv2d(out4, x4, w, b, p, s, relu);
   }
   return out;
 }
@@ -208,13 +208,13 @@ Tensor quantized_conv2d_dynamic(const Tensor& x, const PackedQuantizedWeight& w,
   constexpr std::string_view op = "quantized conv2d_dynamic";
   check_float_input(x, op);
   const Tensor& weight = check_weight(w, x, 4, op);
-  const ConvGeometry g = conv2d_group_geometry(x, weight, p, op);
+  const Conv2dShape s = conv2d_group_shape(x, weight, p, op);
   Tensor b = checked_bias(bias, weight.size(0), x, op);
   QuantizedKernels& kernels = quantized_kernels_for(x.device(), op);
 
-  Tensor out = Tensor::empty(conv_output_shape(x, weight.size(0), g), {DType::Float32, x.device()});
+  Tensor out = Tensor::empty(conv_output_shape(x, weight.size(0), s), {DType::Float32, x.device()});
   if (out.numel() > 0) {
-    kernels.conv2d_dynamic(x.dim() == 3 ? out.unsqueeze(0) : out, x.dim() == 3 ? x.unsqueeze(0) : x, w, b, g,
+    kernels.conv2d_dynamic(x.dim() == 3 ? out.unsqueeze(0) : out, x.dim() == 3 ? x.unsqueeze(0) : x, w, b, p, s,
                            reduce_range);
   }
   return out;

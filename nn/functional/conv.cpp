@@ -26,7 +26,7 @@ namespace {
 //   d/dw = Bw(g, ggx)        d/dx = Bx(g, ggw)
 // which are this function and conv2d again.
 ops::Conv2dGrads differentiable_conv2d_backward(const Tensor& g, const Tensor& x, const Tensor& w,
-                                                const ops::Conv2dParams& p, std::array<bool, 3> mask) {
+                                                const Conv2dParams& p, std::array<bool, 3> mask) {
   ops::Conv2dGrads grads = autograd::untracked([&] { return ops::conv2d_backward(g, x, w, p, mask); });
   if (!autograd::needs_grad({g, x, w})) return grads;
 
@@ -47,15 +47,14 @@ ops::Conv2dGrads differentiable_conv2d_backward(const Tensor& g, const Tensor& x
         auto accumulate = [](Tensor& into, const Tensor& term) {
           into = into.defined() ? kiln::add(into, term) : term;
         };
-        Size2d stride(p.stride_h, p.stride_w), padding(p.pad_h, p.pad_w), dilation(p.dilation_h, p.dilation_w);
         if (slot[0] >= 0) {  // grad_input = Bx(g, w)
           const Tensor& ggx = gg[slot[0]];
-          accumulate(d_g, conv2d(ggx, wv, Tensor(), stride, padding, dilation, p.groups));
+          accumulate(d_g, conv2d(ggx, wv, Tensor(), p));
           d_w = differentiable_conv2d_backward(gv, ggx, wv, p, {false, true, false}).grad_weight;
         }
         if (slot[1] >= 0) {  // grad_weight = Bw(g, x)
           const Tensor& ggw = gg[slot[1]];
-          accumulate(d_g, conv2d(xv, ggw, Tensor(), stride, padding, dilation, p.groups));
+          accumulate(d_g, conv2d(xv, ggw, Tensor(), p));
           d_x = differentiable_conv2d_backward(gv, xv, ggw, p, {true, false, false}).grad_input;
         }
         if (slot[2] >= 0) {  // grad_bias = sum(g): its gradient spreads over g
@@ -66,28 +65,14 @@ ops::Conv2dGrads differentiable_conv2d_backward(const Tensor& g, const Tensor& x
   return grads;
 }
 
-// The functional form's settings as the tensor layer's struct.
-ops::Conv2dParams conv_params(Size2d stride, Size2d padding, Size2d dilation, int64_t groups) {
-  return {.stride_h = stride.h,
-          .stride_w = stride.w,
-          .pad_h = padding.h,
-          .pad_w = padding.w,
-          .dilation_h = dilation.h,
-          .dilation_w = dilation.w,
-          .groups = groups};
-}
-
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding, Size2d dilation,
-              int64_t groups) {
-  if (auto c = autograd::autocast_lower_precision(x, weight, bias))
-    return conv2d((*c)[0], (*c)[1], (*c)[2], stride, padding, dilation, groups);
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
+  if (auto c = autograd::autocast_lower_precision(x, weight, bias)) return conv2d((*c)[0], (*c)[1], (*c)[2], p);
   KILN_CHECK(x.dim() == 3 || x.dim() == 4, "conv2d: expected x of shape (N, C, H, W) or (C, H, W), got ", x.shape());
   // The nodes below always see a batch; an unbatched x is a view of one.
-  if (x.dim() == 3) return conv2d(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups).squeeze(0);
+  if (x.dim() == 3) return conv2d(x.unsqueeze(0), weight, bias, p).squeeze(0);
 
-  const ops::Conv2dParams p = conv_params(stride, padding, dilation, groups);
   Tensor out = autograd::untracked([&] { return ops::conv2d(x, weight, bias, p); });  // (N, OC, oh, ow)
   if (autograd::needs_grad({x, weight, bias})) {
     const std::array<bool, 3> mask{x.requires_grad(), weight.requires_grad(), bias.defined() && bias.requires_grad()};
@@ -103,6 +88,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d 
   return out;
 }
 
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding, Size2d dilation,
+              int64_t groups) {
+  return conv2d(x, weight, bias, {.stride = stride, .padding = padding, .dilation = dilation, .groups = groups});
+}
+
 // conv_transpose2d(x, w) is the adjoint of x -> conv2d(x, w): the gradient
 // conv2d's backward gives its input for an upstream gradient x, where the
 // weight (C_in, C_out / groups, kh, kw) reads as a conv2d weight with
@@ -111,47 +101,45 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d 
 // of the gradient) and in the weight, to any order. The conv2d input it
 // is the gradient of enters only through its shape: an expanded zero, no
 // memory.
-Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding,
-                        Size2d output_padding, int64_t groups, Size2d dilation) {
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
+                        Size2d output_padding) {
   if (auto c = autograd::autocast_lower_precision(x, weight, bias))
-    return conv_transpose2d((*c)[0], (*c)[1], (*c)[2], stride, padding, output_padding, groups, dilation);
+    return conv_transpose2d((*c)[0], (*c)[1], (*c)[2], p, output_padding);
   KILN_CHECK(x.defined() && weight.defined(), "conv_transpose2d: x or weight is undefined");
   KILN_CHECK(x.dim() == 3 || x.dim() == 4, "conv_transpose2d: expected x of shape (N, C_in, H, W) or (C_in, H, W), got ",
              x.shape());
-  if (x.dim() == 3)
-    return conv_transpose2d(x.unsqueeze(0), weight, bias, stride, padding, output_padding, groups, dilation).squeeze(0);
+  if (x.dim() == 3) return conv_transpose2d(x.unsqueeze(0), weight, bias, p, output_padding).squeeze(0);
   KILN_CHECK(weight.dim() == 4, "conv_transpose2d: expected a 4-d weight (C_in, C_out/groups, kh, kw), got shape ",
              weight.shape());
   KILN_CHECK(x.dtype() == weight.dtype() && x.device() == weight.device(),
              "conv_transpose2d: expected x and weight of one dtype and device, got ", x.dtype(), " on ", x.device(),
              " and ", weight.dtype(), " on ", weight.device());
   KILN_CHECK(x.is_floating_point(), "conv_transpose2d: expected floating point tensors, got ", x.dtype());
-  KILN_CHECK(groups > 0, "conv_transpose2d: groups must be positive, got ", groups);
-  KILN_CHECK(weight.size(0) % groups == 0, "conv_transpose2d: weight of shape ", weight.shape(), " has ",
-             weight.size(0), " input channels, not divisible by groups=", groups);
+  KILN_CHECK(p.groups > 0, "conv_transpose2d: groups must be positive, got ", p.groups);
+  KILN_CHECK(weight.size(0) % p.groups == 0, "conv_transpose2d: weight of shape ", weight.shape(), " has ",
+             weight.size(0), " input channels, not divisible by groups=", p.groups);
   KILN_CHECK(x.size(1) == weight.size(0), "conv_transpose2d: input of shape ", x.shape(), " has ", x.size(1),
              " channels, but weight of shape ", weight.shape(), " expects ", weight.size(0));
-  KILN_CHECK(stride.h > 0 && stride.w > 0 && dilation.h > 0 && dilation.w > 0,
-             "conv_transpose2d: stride and dilation must be positive, got (", stride.h, ", ", stride.w, ") and (",
-             dilation.h, ", ", dilation.w, ")");
-  KILN_CHECK(padding.h >= 0 && padding.w >= 0, "conv_transpose2d: padding must be non-negative, got (", padding.h,
-             ", ", padding.w, ")");
+  KILN_CHECK(p.stride.h > 0 && p.stride.w > 0 && p.dilation.h > 0 && p.dilation.w > 0,
+             "conv_transpose2d: stride and dilation must be positive, got (", p.stride.h, ", ", p.stride.w, ") and (",
+             p.dilation.h, ", ", p.dilation.w, ")");
+  KILN_CHECK(p.padding.h >= 0 && p.padding.w >= 0, "conv_transpose2d: padding must be non-negative, got (", p.padding.h,
+             ", ", p.padding.w, ")");
   // torch's rule: each output_padding below its stride or its dilation.
   KILN_CHECK(output_padding.h >= 0 && output_padding.w >= 0 &&
-                 (output_padding.h < stride.h || output_padding.h < dilation.h) &&
-                 (output_padding.w < stride.w || output_padding.w < dilation.w),
+                 (output_padding.h < p.stride.h || output_padding.h < p.dilation.h) &&
+                 (output_padding.w < p.stride.w || output_padding.w < p.dilation.w),
              "conv_transpose2d: output_padding (", output_padding.h, ", ", output_padding.w,
-             ") must be smaller than either stride (", stride.h, ", ", stride.w, ") or dilation (", dilation.h, ", ",
-             dilation.w, ")");
-  const int64_t out_channels = weight.size(1) * groups;
+             ") must be smaller than either stride (", p.stride.h, ", ", p.stride.w, ") or dilation (", p.dilation.h,
+             ", ", p.dilation.w, ")");
+  const int64_t out_channels = weight.size(1) * p.groups;
   // out = (H - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1
-  const int64_t out_h = (x.size(2) - 1) * stride.h - 2 * padding.h + dilation.h * (weight.size(2) - 1) +
-                        output_padding.h + 1;
-  const int64_t out_w = (x.size(3) - 1) * stride.w - 2 * padding.w + dilation.w * (weight.size(3) - 1) +
-                        output_padding.w + 1;
+  const int64_t out_h =
+      (x.size(2) - 1) * p.stride.h - 2 * p.padding.h + p.dilation.h * (weight.size(2) - 1) + output_padding.h + 1;
+  const int64_t out_w =
+      (x.size(3) - 1) * p.stride.w - 2 * p.padding.w + p.dilation.w * (weight.size(3) - 1) + output_padding.w + 1;
   KILN_CHECK(out_h > 0 && out_w > 0, "conv_transpose2d: input of shape ", x.shape(), " and weight of shape ",
              weight.shape(), " give an output of ", out_h, " x ", out_w, ", which is empty");
-  const ops::Conv2dParams p = conv_params(stride, padding, dilation, groups);
   // The conv2d input whose gradient this is: (N, C_out, out_h, out_w).
   Tensor shape_only = zeros({}, {x.dtype(), x.device()}).expand({x.size(0), out_channels, out_h, out_w});
   Tensor out = differentiable_conv2d_backward(x, shape_only, weight, p, {true, false, false}).grad_input;
@@ -161,6 +149,12 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
     out = kiln::add(out, bias.view({1, out_channels, 1, 1}));
   }
   return out;
+}
+
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding,
+                        Size2d output_padding, int64_t groups, Size2d dilation) {
+  return conv_transpose2d(
+      x, weight, bias, {.stride = stride, .padding = padding, .dilation = dilation, .groups = groups}, output_padding);
 }
 
 }  // namespace kiln::nn::functional

@@ -24,10 +24,11 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
   KILN_CHECK(extent <= x.size(2) + 2 * padding, "conv1d: kernel ", weight.size(2), " with dilation ", dilation,
              " spans ", extent, " positions, more than the ", x.size(2) + 2 * padding,
              " of x of shape ", x.shape(), " with padding ", padding);
-  // x: (N, C, 1, L), weight: (OC, C/groups, 1, k) -> (N, OC, 1, ol).
-  Tensor y = conv2d(x.unsqueeze(2), weight.unsqueeze(2), bias, Size2d(1, stride), Size2d(0, padding),
-                    Size2d(1, dilation), groups);
-  return y.squeeze(2);
+  // x: (N, C, 1, L), weight: (OC, C/groups, 1, k) -> (N, OC, 1, ol). The
+  // settings along L are those of the view's width (Note [One convolution
+  // parameter struct] in tensor/conv.h).
+  const Conv2dParams p{.stride = {1, stride}, .padding = {0, padding}, .dilation = {1, dilation}, .groups = groups};
+  return conv2d(x.unsqueeze(2), weight.unsqueeze(2), bias, p).squeeze(2);
 }
 
 }  // namespace kiln::nn::functional

@@ -61,19 +61,19 @@ void over_images(int nthreads, int64_t n_images, const Body& body) {
 }
 
 template <class T>
-void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                   const ConvGeometry& g) {
+void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
+                   const Conv2dShape& s) {
   CpuBackend& cpu = backend();
-  const int64_t n_images = x.size(0), oc = weight.size(0), ckk = weight.size(1), p = g.out_h() * g.out_w();
+  const int64_t n_images = x.size(0), oc = weight.size(0), ckk = weight.size(1), positions = s.output.h * s.output.w;
   const T* w = weight.data<T>();  // (OC, CKK)
   const T* b = bias.defined() ? bias.data<T>() : nullptr;
   T* out_data = out.data<T>();  // (N, OC, P), planes contiguous
-  const int nthreads = threads_for_images(n_images, 2.0 * double(oc) * double(ckk) * double(p));
+  const int nthreads = threads_for_images(n_images, 2.0 * double(oc) * double(ckk) * double(positions));
 
   if constexpr (std::is_same_v<T, float>) {
-    if (direct_conv_applies(g) && weight.stride(1) == 1 && out.stride(2) == out.size(3) && out.stride(3) == 1 &&
+    if (direct_conv_applies(p, s) && weight.stride(1) == 1 && out.stride(2) == out.size(3) && out.stride(3) == 1 &&
         (!b || bias.stride(0) == 1)) {
-      const DirectConvPlan plan = make_direct_conv_plan(g, oc);
+      const DirectConvPlan plan = make_direct_conv_plan(p, s, oc);
       const std::vector<float> packed = pack_direct_conv_weight(plan, w, weight.stride(0));
       const float* x_data = x.data<float>();
       over_images(nthreads, n_images, [&](int, int64_t begin, int64_t end) {
@@ -89,17 +89,17 @@ void conv2d_kernel(const Tensor& out, const Tensor& x, const Tensor& weight, con
   }
   over_images(nthreads, n_images, [&](int, int64_t begin, int64_t end) {
     if (begin == end) return;
-    Tensor cols = Tensor::empty({1, ckk, p}, x.dtype());  // (1, CKK, P): this thread's im2col buffer
+    Tensor cols = Tensor::empty({1, ckk, positions}, x.dtype());  // (1, CKK, P): this thread's im2col buffer
     for (int64_t n = begin; n < end; ++n) {
       T* out_n = out_data + n * out.stride(0);  // (OC, P), rows out.stride(1) apart
       // The bias goes in first and the GEMM adds to it (beta = 1): one pass
       // over the output instead of two.
       if (b) {
-        for (int64_t o = 0; o < oc; ++o) std::fill_n(out_n + o * out.stride(1), p, b[o * bias.stride(0)]);
+        for (int64_t o = 0; o < oc; ++o) std::fill_n(out_n + o * out.stride(1), positions, b[o * bias.stride(0)]);
       }
-      cpu.im2col(cols, x.slice(0, n, n + 1), g);
-      gemm<T>(oc, p, ckk, w, weight.stride(0), weight.stride(1), cols.data<T>(), p, 1, b ? T(1) : T(0), out_n,
-              out.stride(1));
+      cpu.im2col(cols, x.slice(0, n, n + 1), p, s);
+      gemm<T>(oc, positions, ckk, w, weight.stride(0), weight.stride(1), cols.data<T>(), positions, 1, b ? T(1) : T(0),
+              out_n, out.stride(1));
     }
   });
 }
@@ -127,9 +127,10 @@ void sum_partial_grad_weights(const std::vector<T>& partial, int ranges, bool tr
 // the thread's padded planes once and serve both gradients. grad_weight
 // sums per range in (OC, CKK) blocks, added in range order at the end.
 void conv2d_backward_direct(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_out,
-                            const Tensor& x, const Tensor& weight, const ConvGeometry& g, int nthreads) {
+                            const Tensor& x, const Tensor& weight, const Conv2dParams& p, const Conv2dShape& s,
+                            int nthreads) {
   const int64_t n_images = x.size(0), oc = weight.size(0), ckk = weight.size(1);
-  const DirectConvPlan plan = make_direct_conv_plan(g, oc);
+  const DirectConvPlan plan = make_direct_conv_plan(p, s, oc);
   const float* go = grad_out.data<float>();  // (N, OC, P), planes contiguous
   const float* x_data = x.data<float>();
   const std::vector<float> packed =
@@ -160,16 +161,17 @@ void conv2d_backward_direct(const Tensor& grad_input, const Tensor& grad_weight,
 
 template <class T>
 void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_out,
-                            const Tensor& x, const Tensor& weight, const ConvGeometry& g) {
+                            const Tensor& x, const Tensor& weight, const Conv2dParams& p, const Conv2dShape& s) {
   CpuBackend& cpu = backend();
-  const int64_t n_images = x.size(0), oc = weight.size(0), ckk = weight.size(1), p = g.out_h() * g.out_w();
+  const int64_t n_images = x.size(0), oc = weight.size(0), ckk = weight.size(1), positions = s.output.h * s.output.w;
   const T* w = weight.data<T>();       // (OC, CKK)
   const T* go = grad_out.data<T>();    // (N, OC, P), planes contiguous
   const int64_t gos0 = grad_out.stride(0), gos1 = grad_out.stride(1);
   const double products = double(grad_input.defined()) + double(grad_weight.defined());
-  const int nthreads = threads_for_images(n_images, 2.0 * products * double(oc) * double(ckk) * double(p));
+  const int nthreads = threads_for_images(n_images, 2.0 * products * double(oc) * double(ckk) * double(positions));
   if constexpr (std::is_same_v<T, float>) {
-    if (direct_conv_applies(g) && weight.stride(1) == 1) return conv2d_backward_direct(grad_input, grad_weight, grad_out, x, weight, g, nthreads);
+    if (direct_conv_applies(p, s) && weight.stride(1) == 1)
+      return conv2d_backward_direct(grad_input, grad_weight, grad_out, x, weight, p, s, nthreads);
   }
 
   // Each range sums its images' grad_weight into a block of its own, stored
@@ -184,21 +186,21 @@ void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight,
   over_images(nthreads, n_images, [&](int range, int64_t begin, int64_t end) {
     if (begin == end) return;
     // (1, CKK, P): cols[n] for grad_weight, then reused for grad_input's columns.
-    Tensor cols = Tensor::empty({1, ckk, p}, x.dtype());
+    Tensor cols = Tensor::empty({1, ckk, positions}, x.dtype());
     T* cols_data = cols.data<T>();
     for (int64_t n = begin; n < end; ++n) {
       const T* go_n = go + n * gos0;  // (OC, P)
       if (grad_weight.defined()) {
-        cpu.im2col(cols, x.slice(0, n, n + 1), g);
+        cpu.im2col(cols, x.slice(0, n, n + 1), p, s);
         // grad_out[n]^T is read through swapped strides: (P, OC) with rows 1 apart.
-        gemm<T>(ckk, oc, p, cols_data, p, 1, go_n, 1, gos1, n == begin ? T(0) : T(1),
+        gemm<T>(ckk, oc, positions, cols_data, positions, 1, go_n, 1, gos1, n == begin ? T(0) : T(1),
                 partial.data() + range * block, oc);
       }
       if (grad_input.defined()) {
         // weight^T (CKK, OC) through swapped strides; K = OC is small, so
         // this product is bound by writing the columns, not by arithmetic.
-        gemm<T>(ckk, p, oc, w, weight.stride(1), weight.stride(0), go_n, gos1, 1, T(0), cols_data, p);
-        cpu.col2im(grad_input.slice(0, n, n + 1), cols, g);
+        gemm<T>(ckk, positions, oc, w, weight.stride(1), weight.stride(0), go_n, gos1, 1, T(0), cols_data, positions);
+        cpu.col2im(grad_input.slice(0, n, n + 1), cols, p, s);
       }
     }
   });
@@ -208,23 +210,24 @@ void conv2d_backward_kernel(const Tensor& grad_input, const Tensor& grad_weight,
 }  // namespace
 
 void CpuBackend::conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                        const ConvGeometry& g) {
+                        const Conv2dParams& p, const Conv2dShape& s) {
   switch (x.dtype()) {
-    case DType::Float32: return conv2d_kernel<float>(out, x, weight, bias, g);
-    case DType::Float64: return conv2d_kernel<double>(out, x, weight, bias, g);
+    case DType::Float32: return conv2d_kernel<float>(out, x, weight, bias, p, s);
+    case DType::Float64: return conv2d_kernel<double>(out, x, weight, bias, p, s);
     default: KILN_FAIL("conv2d: the CPU kernel takes float32 or float64, got ", dtype_name(x.dtype()));
   }
 }
 
 void CpuBackend::conv2d_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
-                                 const Tensor& grad_out, const Tensor& x, const Tensor& weight, const ConvGeometry& g) {
+                                 const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Conv2dParams& p,
+                                 const Conv2dShape& s) {
   KILN_CHECK(x.dtype() == DType::Float32 || x.dtype() == DType::Float64,
              "conv2d_backward: the CPU kernel takes float32 or float64, got ", dtype_name(x.dtype()));
   if (grad_input.defined() || grad_weight.defined()) {
     if (x.dtype() == DType::Float32) {
-      conv2d_backward_kernel<float>(grad_input, grad_weight, grad_out, x, weight, g);
+      conv2d_backward_kernel<float>(grad_input, grad_weight, grad_out, x, weight, p, s);
     } else {
-      conv2d_backward_kernel<double>(grad_input, grad_weight, grad_out, x, weight, g);
+      conv2d_backward_kernel<double>(grad_input, grad_weight, grad_out, x, weight, p, s);
     }
   }
   // The bias gradient: the reduction's own blocked sum (tensor/cpu/reduce.cpp).

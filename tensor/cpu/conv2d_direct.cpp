@@ -25,41 +25,38 @@ constexpr int64_t kMaxImageFloats = int64_t{1} << 15;
 
 }  // namespace
 
-bool direct_conv_applies(const ConvGeometry& g) {
+bool direct_conv_applies(const Conv2dParams& p, const Conv2dShape& s) {
   if (simd_level() < SimdLevel::Avx2) return false;
-  if (g.stride_h != 1 || g.stride_w != 1 || g.dilation_h != 1 || g.dilation_w != 1) return false;
-  const int64_t padded = g.channels * (g.height + 2 * g.pad_h) * (g.width + 2 * g.pad_w);
+  if (p.stride.h != 1 || p.stride.w != 1 || p.dilation.h != 1 || p.dilation.w != 1) return false;
+  const int64_t padded = s.channels * (s.input.h + 2 * p.padding.h) * (s.input.w + 2 * p.padding.w);
   return padded <= kMaxImageFloats;
 }
 
-DirectConvPlan make_direct_conv_plan(const ConvGeometry& g, int64_t out_channels) {
-  DirectConvPlan plan;
-  plan.channels = g.channels, plan.height = g.height, plan.width = g.width;
-  plan.kernel_h = g.kernel_h, plan.kernel_w = g.kernel_w, plan.pad_h = g.pad_h, plan.pad_w = g.pad_w;
-  plan.out_h = g.out_h(), plan.out_w = g.out_w();
-  plan.padded_h = g.height + 2 * g.pad_h, plan.padded_w = g.width + 2 * g.pad_w;
-  plan.wide = (plan.out_h - 1) * plan.padded_w + plan.out_w;
+DirectConvPlan make_direct_conv_plan(const Conv2dParams& p, const Conv2dShape& s, int64_t out_channels) {
+  DirectConvPlan plan{s, p.padding};
+  plan.padded_h = s.input.h + 2 * p.padding.h, plan.padded_w = s.input.w + 2 * p.padding.w;
+  plan.wide = (s.output.h - 1) * plan.padded_w + s.output.w;
   plan.wide_stride = (plan.wide + 15) / 16 * 16;
   // The last tap's window ends at the plane's last element (see the header);
   // the kernels load whole vectors up to wide_stride, 15 floats further.
-  plan.image_floats = plan.channels * plan.padded_h * plan.padded_w + 16;
-  plan.offsets.reserve(g.channels * g.kernel_h * g.kernel_w);
-  for (int64_t c = 0; c < g.channels; ++c) {
-    for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
-      for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
+  plan.image_floats = s.channels * plan.padded_h * plan.padded_w + 16;
+  plan.offsets.reserve(s.channels * s.kernel.h * s.kernel.w);
+  for (int64_t c = 0; c < s.channels; ++c) {
+    for (int64_t ki = 0; ki < s.kernel.h; ++ki) {
+      for (int64_t kj = 0; kj < s.kernel.w; ++kj) {
         plan.offsets.push_back((c * plan.padded_h + ki) * plan.padded_w + kj);
       }
     }
   }
   plan.out_channels = out_channels;
-  const int64_t valid = plan.out_h * plan.out_w;
+  const int64_t valid = s.output.h * s.output.w;
   // The transposing output pass costs something too: the wide form keeps
   // the work when it wastes less than an eighth.
   plan.forward_by_channel = out_channels % 8 == 0 && 8 * valid < 7 * plan.wide_stride;
   if (plan.forward_by_channel) {
     plan.positions.reserve(valid);
-    for (int64_t oy = 0; oy < plan.out_h; ++oy) {
-      for (int64_t ox = 0; ox < plan.out_w; ++ox) plan.positions.push_back(oy * plan.padded_w + ox);
+    for (int64_t oy = 0; oy < s.output.h; ++oy) {
+      for (int64_t ox = 0; ox < s.output.w; ++ox) plan.positions.push_back(oy * plan.padded_w + ox);
     }
   }
   return plan;
@@ -83,12 +80,12 @@ std::vector<float> pack_direct_conv_weight(const DirectConvPlan& plan, const flo
 
 std::vector<float> pack_direct_conv_weight_for_grad_input(const DirectConvPlan& plan, const float* weight,
                                                           int64_t out_channels, int64_t row_stride) {
-  const int64_t positions = plan.kernel_h * plan.kernel_w;
+  const int64_t positions = plan.shape.kernel.h * plan.shape.kernel.w;
   std::vector<float> packed;
-  packed.reserve(out_channels * plan.channels * positions);
+  packed.reserve(out_channels * plan.shape.channels * positions);
   for (int64_t kk = 0; kk < positions; ++kk) {
-    for (int64_t c0 = 0; c0 < plan.channels; c0 += kForwardRows) {
-      const int64_t rows = std::min(kForwardRows, plan.channels - c0);
+    for (int64_t c0 = 0; c0 < plan.shape.channels; c0 += kForwardRows) {
+      const int64_t rows = std::min(kForwardRows, plan.shape.channels - c0);
       for (int64_t o = 0; o < out_channels; ++o) {
         for (int64_t i = 0; i < rows; ++i) packed.push_back(weight[o * row_stride + (c0 + i) * positions + kk]);
       }
@@ -99,15 +96,15 @@ std::vector<float> pack_direct_conv_weight_for_grad_input(const DirectConvPlan& 
 
 void load_direct_conv_image(const DirectConvPlan& plan, const float* x, int64_t sc, int64_t sy, int64_t sx,
                             DirectConvScratch& scratch) {
-  for (int64_t c = 0; c < plan.channels; ++c) {
-    for (int64_t y = 0; y < plan.height; ++y) {
+  for (int64_t c = 0; c < plan.shape.channels; ++c) {
+    for (int64_t y = 0; y < plan.shape.input.h; ++y) {
       // padded plane row pad_h + y, from column pad_w: (W)
-      float* dst = scratch.image.data() + (c * plan.padded_h + plan.pad_h + y) * plan.padded_w + plan.pad_w;
+      float* dst = scratch.image.data() + (c * plan.padded_h + plan.padding.h + y) * plan.padded_w + plan.padding.w;
       const float* src = x + c * sc + y * sy;
       if (sx == 1) {
-        std::copy_n(src, plan.width, dst);
+        std::copy_n(src, plan.shape.input.w, dst);
       } else {
-        for (int64_t i = 0; i < plan.width; ++i) dst[i] = src[i * sx];
+        for (int64_t i = 0; i < plan.shape.input.w; ++i) dst[i] = src[i * sx];
       }
     }
   }

@@ -61,16 +61,15 @@
 #include <new>
 #include <vector>
 
-#include "tensor/backend.h"
+#include "tensor/conv.h"
 
 namespace kiln::cpu {
 
 // The offsets and sizes of Note [Direct convolution over a wide output] for
-// one geometry.
+// one convolution.
 struct DirectConvPlan {
-  int64_t channels = 0, height = 0, width = 0;  // of the input
-  int64_t kernel_h = 0, kernel_w = 0, pad_h = 0, pad_w = 0;
-  int64_t out_h = 0, out_w = 0;
+  Conv2dShape shape;                   // the convolution's, as the front-end made it
+  Size2d padding;                      // its Conv2dParams' (stride and dilation are 1)
   int64_t padded_h = 0, padded_w = 0;  // hp, wp
   int64_t wide = 0;                    // Q = (oh - 1) * wp + ow positions
   int64_t wide_stride = 0;             // Q rounded up to 16: the row stride of wide planes
@@ -83,9 +82,9 @@ struct DirectConvPlan {
   std::vector<int64_t> positions;  // (oh*ow) when forward_by_channel, else empty
 };
 
-// Whether the direct path serves this float32 geometry on this CPU.
-bool direct_conv_applies(const ConvGeometry& g);
-DirectConvPlan make_direct_conv_plan(const ConvGeometry& g, int64_t out_channels);
+// Whether the direct path serves this float32 convolution on this CPU.
+bool direct_conv_applies(const Conv2dParams& p, const Conv2dShape& s);
+DirectConvPlan make_direct_conv_plan(const Conv2dParams& p, const Conv2dShape& s, int64_t out_channels);
 
 // Weight (OC, CKK) (rows `row_stride` apart, unit column stride) repacked
 // for direct_conv_forward_image. Over the wide output: blocks of 6 output

@@ -204,10 +204,10 @@ void direct_conv_forward_image(const DirectConvPlan& plan, const std::vector<flo
   // The valid positions q = oy*wp + ox, ox < ow, plus the bias.
   for (int64_t o = 0; o < out_channels; ++o) {
     const float b = bias ? bias[o] : 0.f;
-    for (int64_t oy = 0; oy < plan.out_h; ++oy) {
+    for (int64_t oy = 0; oy < plan.shape.output.h; ++oy) {
       const float* src = wide + o * plan.wide_stride + oy * plan.padded_w;  // (ow)
-      float* dst = out + o * out_channel_stride + oy * plan.out_w;          // (ow)
-      for (int64_t ox = 0; ox < plan.out_w; ++ox) dst[ox] = src[ox] + b;
+      float* dst = out + o * out_channel_stride + oy * plan.shape.output.w;  // (ow)
+      for (int64_t ox = 0; ox < plan.shape.output.w; ++ox) dst[ox] = src[ox] + b;
     }
   }
 }
@@ -216,8 +216,8 @@ void load_direct_conv_grad(const DirectConvPlan& plan, int64_t out_channels, con
                            int64_t go_channel_stride, DirectConvScratch& scratch) {
   float* wide = scratch.wide.data();  // (OC, wide_stride): go at the valid positions, zeros elsewhere
   for (int64_t o = 0; o < out_channels; ++o) {
-    for (int64_t oy = 0; oy < plan.out_h; ++oy) {
-      std::copy_n(grad_out + o * go_channel_stride + oy * plan.out_w, plan.out_w,
+    for (int64_t oy = 0; oy < plan.shape.output.h; ++oy) {
+      std::copy_n(grad_out + o * go_channel_stride + oy * plan.shape.output.w, plan.shape.output.w,
                   wide + o * plan.wide_stride + oy * plan.padded_w);
     }
   }
@@ -240,14 +240,14 @@ void direct_conv_grad_weight_image(const DirectConvPlan& plan, int64_t out_chann
 
 void direct_conv_grad_input_image(const DirectConvPlan& plan, const std::vector<float>& packed, int64_t out_channels,
                                   float* grad_input, int64_t sc, int64_t sy, int64_t sx, DirectConvScratch& scratch) {
-  const int64_t positions = plan.kernel_h * plan.kernel_w, plane = plan.padded_h * plan.padded_w;
+  const int64_t positions = plan.shape.kernel.h * plan.shape.kernel.w, plane = plan.padded_h * plan.padded_w;
   float* grad_image = scratch.grad_image.data();  // (C, hp, wp) + tail
   std::fill(scratch.grad_image.begin(), scratch.grad_image.end(), 0.f);
   const float* block = packed.data();
   for (int64_t kk = 0; kk < positions; ++kk) {
-    const int64_t ki = kk / plan.kernel_w, kj = kk % plan.kernel_w;
-    for (int64_t c0 = 0; c0 < plan.channels; c0 += 6) {
-      const int64_t rows = std::min<int64_t>(6, plan.channels - c0);
+    const int64_t ki = kk / plan.shape.kernel.w, kj = kk % plan.shape.kernel.w;
+    for (int64_t c0 = 0; c0 < plan.shape.channels; c0 += 6) {
+      const int64_t rows = std::min<int64_t>(6, plan.shape.channels - c0);
       int64_t off[6];
       for (int64_t i = 0; i < rows; ++i) off[i] = (c0 + i) * plane + ki * plan.padded_w + kj;
       with_rows(rows, [&]<int ROWS>() {
@@ -260,11 +260,11 @@ void direct_conv_grad_input_image(const DirectConvPlan& plan, const std::vector<
   }
   // The interior of the padded image is grad_input; the border collected
   // the taps that fell in the padding.
-  for (int64_t c = 0; c < plan.channels; ++c) {
-    for (int64_t y = 0; y < plan.height; ++y) {
-      const float* src = grad_image + c * plane + (plan.pad_h + y) * plan.padded_w + plan.pad_w;  // (W)
+  for (int64_t c = 0; c < plan.shape.channels; ++c) {
+    for (int64_t y = 0; y < plan.shape.input.h; ++y) {
+      const float* src = grad_image + c * plane + (plan.padding.h + y) * plan.padded_w + plan.padding.w;  // (W)
       float* dst = grad_input + c * sc + y * sy;
-      for (int64_t x = 0; x < plan.width; ++x) dst[x * sx] = src[x];
+      for (int64_t x = 0; x < plan.shape.input.w; ++x) dst[x * sx] = src[x];
     }
   }
 }

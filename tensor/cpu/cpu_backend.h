@@ -38,13 +38,14 @@ class CpuBackend final : public Backend {
                               const Tensor& target, const Tensor& weight, int64_t ignore_index,
                               double smoothing) override;
 
-  void im2col(const Tensor& cols, const Tensor& x, const ConvGeometry& g) override;
-  void col2im(const Tensor& x, const Tensor& cols, const ConvGeometry& g) override;
+  void im2col(const Tensor& cols, const Tensor& x, const Conv2dParams& p, const Conv2dShape& s) override;
+  void col2im(const Tensor& x, const Tensor& cols, const Conv2dParams& p, const Conv2dShape& s) override;
 
-  void conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
-              const ConvGeometry& g) override;
+  void conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
+              const Conv2dShape& s) override;
   void conv2d_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
-                       const Tensor& grad_out, const Tensor& x, const Tensor& weight, const ConvGeometry& g) override;
+                       const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Conv2dParams& p,
+                       const Conv2dShape& s) override;
 
   void max_pool2d(const Tensor& values, const Tensor& indices, const Tensor& x, const PoolGeometry& g) override;
   void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,

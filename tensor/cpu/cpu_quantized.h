@@ -23,9 +23,9 @@ class CpuQuantizedKernels final : public QuantizedKernels {
 
   // quantized_conv.cpp
   void conv2d(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
-              const ConvGeometry& g, bool relu) override;
+              const Conv2dParams& p, const Conv2dShape& s, bool relu) override;
   void conv2d_dynamic(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
-                      const ConvGeometry& g, bool reduce_range) override;
+                      const Conv2dParams& p, const Conv2dShape& s, bool reduce_range) override;
 
   // quantized_pool.cpp
   void max_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g) override;

@@ -16,26 +16,25 @@ namespace {
 // Scratch slots: the padded image, and the patch rows being multiplied.
 constexpr int kImageSlot = 0, kPatchSlot = 1;
 
-// The sizes one call works with, from the geometry of one group.
+// The sizes one call works with, from the params and one group's shape.
 struct ConvPlan {
-  ConvGeometry g;           // channels = C/groups
-  int64_t groups;
+  Conv2dParams p;
+  Conv2dShape s;            // channels = C/groups
   int64_t group_out;        // O/groups
-  int64_t out_h, out_w, positions;  // positions = oh*ow, the GEMM's M
+  int64_t positions;        // oh*ow, the GEMM's M
   int64_t k;                // kh*kw*C/groups, the GEMM's K
   int64_t padded_h, padded_w;
   int64_t image_bytes;      // groups * padded_h * padded_w * C/groups
   bool pointwise;           // 1x1, stride 1, no padding: the padded image is A
   int64_t block_rows;       // positions per GEMM call
 
-  ConvPlan(const ConvGeometry& geometry, int64_t groups_, int64_t out_channels)
-      : g(geometry), groups(groups_), group_out(out_channels / groups_) {
-    out_h = g.out_h(), out_w = g.out_w(), positions = out_h * out_w;
-    k = g.kernel_h * g.kernel_w * g.channels;
-    padded_h = g.height + 2 * g.pad_h, padded_w = g.width + 2 * g.pad_w;
-    image_bytes = groups * padded_h * padded_w * g.channels;
-    pointwise = g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 &&
-                g.pad_w == 0;
+  ConvPlan(const Conv2dParams& params, const Conv2dShape& shape, int64_t out_channels)
+      : p(params), s(shape), group_out(out_channels / params.groups) {
+    positions = s.output.h * s.output.w;
+    k = s.kernel.h * s.kernel.w * s.channels;
+    padded_h = s.input.h + 2 * p.padding.h, padded_w = s.input.w + 2 * p.padding.w;
+    image_bytes = p.groups * padded_h * padded_w * s.channels;
+    pointwise = s.kernel == Size2d(1) && p.stride == Size2d(1) && p.padding == Size2d(0);
     // Blocks of patch rows small enough (~64 KB) to stay in L2 between
     // being built and being read.
     block_rows = std::clamp<int64_t>((int64_t{1} << 16) / std::max<int64_t>(k, 1), 16, std::max<int64_t>(positions, 1));
@@ -46,17 +45,18 @@ struct ConvPlan {
 // the border at the input's zero point.
 void pad_channels_last(const uint8_t* image, int64_t stride_c, int64_t stride_h, int64_t stride_w,
                        const ConvPlan& plan, uint8_t zero_point, uint8_t* padded) {
-  const ConvGeometry& g = plan.g;
-  const int64_t cg = g.channels;
-  if (g.pad_h > 0 || g.pad_w > 0) std::memset(padded, zero_point, static_cast<size_t>(plan.image_bytes));
-  for (int64_t group = 0; group < plan.groups; ++group) {
+  const Conv2dParams& p = plan.p;
+  const Conv2dShape& s = plan.s;
+  const int64_t cg = s.channels;
+  if (p.padding.h > 0 || p.padding.w > 0) std::memset(padded, zero_point, static_cast<size_t>(plan.image_bytes));
+  for (int64_t group = 0; group < plan.p.groups; ++group) {
     uint8_t* plane = padded + group * plan.padded_h * plan.padded_w * cg;  // (padded_h, padded_w, C/groups)
     for (int64_t c = 0; c < cg; ++c) {
       const uint8_t* src = image + (group * cg + c) * stride_c;
-      for (int64_t y = 0; y < g.height; ++y) {
+      for (int64_t y = 0; y < s.input.h; ++y) {
         const uint8_t* row = src + y * stride_h;
-        uint8_t* dst = plane + ((y + g.pad_h) * plan.padded_w + g.pad_w) * cg + c;
-        for (int64_t x = 0; x < g.width; ++x) dst[x * cg] = row[x * stride_w];
+        uint8_t* dst = plane + ((y + p.padding.h) * plan.padded_w + p.padding.w) * cg + c;
+        for (int64_t x = 0; x < s.input.w; ++x) dst[x * cg] = row[x * stride_w];
       }
     }
   }
@@ -71,22 +71,23 @@ inline void copy_run(uint8_t* dst, const uint8_t* src, int64_t n) {
 // Rows [begin, end) of one group's patch matrix, (end - begin, K) with K =
 // (ky, kx, c), from its padded channels-last plane (padded_h, padded_w, C/groups).
 void build_patches(const uint8_t* plane, const ConvPlan& plan, int64_t begin, int64_t end, uint8_t* rows) {
-  const ConvGeometry& g = plan.g;
-  const int64_t cg = g.channels;
-  const int64_t run = g.dilation_w == 1 ? g.kernel_w * cg : cg;  // contiguous bytes per copy
-  int64_t oy = begin / plan.out_w, ox = begin % plan.out_w;
-  for (int64_t p = begin; p < end; ++p) {
-    uint8_t* dst = rows + (p - begin) * plan.k;
-    for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
-      const uint8_t* src = plane + ((oy * g.stride_h + ky * g.dilation_h) * plan.padded_w + ox * g.stride_w) * cg;
-      if (g.dilation_w == 1) {
+  const Conv2dParams& p = plan.p;
+  const Conv2dShape& s = plan.s;
+  const int64_t cg = s.channels;
+  const int64_t run = p.dilation.w == 1 ? s.kernel.w * cg : cg;  // contiguous bytes per copy
+  int64_t oy = begin / plan.s.output.w, ox = begin % plan.s.output.w;
+  for (int64_t position = begin; position < end; ++position) {
+    uint8_t* dst = rows + (position - begin) * plan.k;
+    for (int64_t ky = 0; ky < s.kernel.h; ++ky) {
+      const uint8_t* src = plane + ((oy * p.stride.h + ky * p.dilation.h) * plan.padded_w + ox * p.stride.w) * cg;
+      if (p.dilation.w == 1) {
         copy_run(dst, src, run);
         dst += run;
       } else {
-        for (int64_t kx = 0; kx < g.kernel_w; ++kx, dst += run) copy_run(dst, src + kx * g.dilation_w * cg, run);
+        for (int64_t kx = 0; kx < s.kernel.w; ++kx, dst += run) copy_run(dst, src + kx * p.dilation.w * cg, run);
       }
     }
-    if (++ox == plan.out_w) ox = 0, ++oy;
+    if (++ox == plan.s.output.w) ox = 0, ++oy;
   }
 }
 
@@ -96,9 +97,9 @@ void conv_rows(const uint8_t* padded, const ConvPlan& plan,
                const std::vector<std::shared_ptr<const PackedQWeight>>& packs, const QuantizedOutputStage& numbers,
                const QGemmOutput& stage, char* out_image, int64_t out_stride_c, size_t element_size, int64_t begin,
                int64_t end) {
-  const int64_t cg = plan.g.channels, plane_bytes = plan.padded_h * plan.padded_w * cg;
+  const int64_t cg = plan.s.channels, plane_bytes = plan.padded_h * plan.padded_w * cg;
   uint8_t* rows = plan.pointwise ? nullptr : thread_scratch(kPatchSlot, std::min(plan.block_rows, end - begin) * plan.k);
-  for (int64_t group = 0; group < plan.groups; ++group) {
+  for (int64_t group = 0; group < plan.p.groups; ++group) {
     const uint8_t* plane = padded + group * plane_bytes;
     const int64_t o0 = group * plan.group_out;
     QGemmOutput out = stage;
@@ -122,11 +123,12 @@ void conv_rows(const uint8_t* padded, const ConvPlan& plan,
 
 // x: (N, C, H, W) quint8 (any strides); out: (N, O, oh, ow) with contiguous
 // planes, of uint8 or float as `stage` says.
-void conv_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWeight& w, const ConvGeometry& g,
-                 const QuantizedOutputStage& numbers, const QGemmOutput& stage, size_t element_size) {
+void conv_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWeight& w, const Conv2dParams& p,
+                 const Conv2dShape& s, const QuantizedOutputStage& numbers, const QGemmOutput& stage,
+                 size_t element_size) {
   const int64_t n_images = x.size(0);
-  const ConvPlan plan(g, x.size(1) / g.channels, w.out_channels());
-  const auto& packs = w.groups(plan.groups);
+  const ConvPlan plan(p, s, w.out_channels());
+  const auto& packs = w.groups(plan.p.groups);
   const uint8_t* x_data = x.data<uint8_t>();
   const uint8_t zero_point = static_cast<uint8_t>(stage.a_zero_point);
   char* out_data = static_cast<char*>(out.data_ptr());
@@ -162,8 +164,8 @@ void conv_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWei
 
 }  // namespace
 
-void CpuQuantizedKernels::conv2d(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w,
-                                 const Tensor& bias, const ConvGeometry& g, bool relu) {
+void CpuQuantizedKernels::conv2d(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
+                                 const Conv2dParams& p, const Conv2dShape& s, bool relu) {
   const CpuPackedQuantizedWeight& packed = cpu_packed_weight(w, "quantized conv2d");
   const PerTensorParams in = per_tensor(x), to = per_tensor(out);
   const QuantizedOutputStage numbers = static_output_stage(packed, bias, in.scale, to.scale);
@@ -174,11 +176,12 @@ void CpuQuantizedKernels::conv2d(const Tensor& out, const Tensor& x, const Packe
   stage.zero_point = to.zero_point;
   stage.lo = relu ? std::max(0, to.zero_point) : 0;  // the real 0 is the zero point
   stage.hi = 255;
-  conv_driver(out, x, packed, g, numbers, stage, sizeof(uint8_t));
+  conv_driver(out, x, packed, p, s, numbers, stage, sizeof(uint8_t));
 }
 
 void CpuQuantizedKernels::conv2d_dynamic(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w,
-                                         const Tensor& bias, const ConvGeometry& g, bool reduce_range) {
+                                         const Tensor& bias, const Conv2dParams& p, const Conv2dShape& s,
+                                         bool reduce_range) {
   const CpuPackedQuantizedWeight& packed = cpu_packed_weight(w, "quantized conv2d_dynamic");
   const Tensor xq = quantize_dynamic_input(x, reduce_range);  // (N, C, H, W) quint8
   const PerTensorParams in = per_tensor(xq);
@@ -187,7 +190,7 @@ void CpuQuantizedKernels::conv2d_dynamic(const Tensor& out, const Tensor& x, con
   stage.kind = QGemmOutput::Kind::Float;
   stage.a_zero_point = in.zero_point;
   stage.scale_per_channel = true;
-  conv_driver(out, xq, packed, g, numbers, stage, sizeof(float));
+  conv_driver(out, xq, packed, p, s, numbers, stage, sizeof(float));
 }
 
 }  // namespace kiln::cpu

@@ -105,23 +105,23 @@ void describe_tensor(const TensorDescriptor& desc, const Tensor& t, const char* 
 }
 
 // The one group's weight (OC, C*kh*kw), contiguous, as (OC, C, kh, kw).
-void describe_filter(const FilterDescriptor& desc, const Tensor& weight, const ConvGeometry& g, const char* op) {
+void describe_filter(const FilterDescriptor& desc, const Tensor& weight, const Conv2dShape& s, const char* op) {
   to_int(weight.numel(), op, "weight size");
   KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(
       desc.get(), cudnn_data_type(weight.dtype()), CUDNN_TENSOR_NCHW, to_int(weight.size(0), op, "output channels"),
-      to_int(g.channels, op, "channels"), to_int(g.kernel_h, op, "kernel"), to_int(g.kernel_w, op, "kernel")));
+      to_int(s.channels, op, "channels"), to_int(s.kernel.h, op, "kernel"), to_int(s.kernel.w, op, "kernel")));
 }
 
 // The type cuDNN sums the products in: float32 for the 16-bit dtypes (Note
 // [16-bit cuDNN convolutions]), else the data's own.
 cudnnDataType_t compute_type(DType dtype) { return is_16_bit(dtype) ? CUDNN_DATA_FLOAT : cudnn_data_type(dtype); }
 
-void describe_convolution(const ConvolutionDescriptor& desc, const ConvGeometry& g, DType dtype, cudnnMathType_t math,
+void describe_convolution(const ConvolutionDescriptor& desc, const Conv2dParams& p, DType dtype, cudnnMathType_t math,
                           const char* op) {
   KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
-      desc.get(), to_int(g.pad_h, op, "padding"), to_int(g.pad_w, op, "padding"), to_int(g.stride_h, op, "stride"),
-      to_int(g.stride_w, op, "stride"), to_int(g.dilation_h, op, "dilation"), to_int(g.dilation_w, op, "dilation"),
-      CUDNN_CROSS_CORRELATION, compute_type(dtype)));
+      desc.get(), to_int(p.padding.h, op, "padding"), to_int(p.padding.w, op, "padding"),
+      to_int(p.stride.h, op, "stride"), to_int(p.stride.w, op, "stride"), to_int(p.dilation.h, op, "dilation"),
+      to_int(p.dilation.w, op, "dilation"), CUDNN_CROSS_CORRELATION, compute_type(dtype)));
   KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(desc.get(), math));
 }
 
@@ -136,10 +136,11 @@ cudnnMathType_t math_type(DType dtype) {
 
 // Everything the best algorithm depends on.
 std::vector<int64_t> algorithm_key(Direction direction, const Tensor& x, const Tensor& weight, const Tensor& y,
-                                   const ConvGeometry& g, cudnnMathType_t math) {
+                                   const Conv2dParams& p, const Conv2dShape& s, cudnnMathType_t math) {
   std::vector<int64_t> key{static_cast<int64_t>(direction), static_cast<int64_t>(x.dtype()), math, x.device().index};
-  key.insert(key.end(), {weight.size(0), g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.dilation_h,
-                         g.dilation_w, pointer_alignment(x), pointer_alignment(weight), pointer_alignment(y)});
+  key.insert(key.end(),
+             {weight.size(0), s.kernel.h, s.kernel.w, p.stride.h, p.stride.w, p.padding.h, p.padding.w, p.dilation.h,
+              p.dilation.w, pointer_alignment(x), pointer_alignment(weight), pointer_alignment(y)});
   for (const Tensor* t : {&x, &y}) {
     key.insert(key.end(), t->shape().begin(), t->shape().end());
     key.insert(key.end(), t->strides().begin(), t->strides().end());
@@ -282,13 +283,13 @@ struct ConvDescriptors {
   ConvolutionDescriptor conv;
   cudnnMathType_t math;
 
-  ConvDescriptors(const Tensor& x_t, const Tensor& weight, const Tensor& y_t, const ConvGeometry& g,
-                  cudnnMathType_t math, const char* op)
+  ConvDescriptors(const Tensor& x_t, const Tensor& weight, const Tensor& y_t, const Conv2dParams& p,
+                  const Conv2dShape& s, cudnnMathType_t math, const char* op)
       : math(math) {
     describe_tensor(x, x_t, op);
     describe_tensor(y, y_t, op);
-    describe_filter(w, weight, g, op);
-    describe_convolution(conv, g, x_t.dtype(), math, op);
+    describe_filter(w, weight, s, op);
+    describe_convolution(conv, p, x_t.dtype(), math, op);
   }
 };
 
@@ -299,20 +300,21 @@ Tensor readable(const Tensor& t) { return planes_contiguous(t) ? t : t.contiguou
 // and the graph API takes the layer. Each direction reads math_type once and
 // passes it here, to its key and to the legacy descriptors, so that the
 // three agree even if cuda::set_allow_tf32 changes meanwhile.
-bool ran_with_graph_api(Direction direction, const Tensor& x, const Tensor& w, const Tensor& y, const ConvGeometry& g,
-                        cudnnHandle_t handle, cudnnMathType_t math, const std::vector<int64_t>& key) {
+bool ran_with_graph_api(Direction direction, const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p,
+                        const Conv2dShape& s, cudnnHandle_t handle, cudnnMathType_t math,
+                        const std::vector<int64_t>& key) {
   return cudnn_api() == CudnnApi::Graph &&
-         run_with_graph_api(direction, x, w, y, g, handle, /*allow_tf32=*/math != CUDNN_FMA_MATH, key);
+         run_with_graph_api(direction, x, w, y, p, s, handle, /*allow_tf32=*/math != CUDNN_FMA_MATH, key);
 }
 
 // The legacy API's forward (Note [cuDNN convolution algorithms]); false when
 // it declines 16-bit data.
-bool legacy_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const ConvGeometry& g,
-                    cudnnMathType_t math, const std::vector<int64_t>& key, cudnnHandle_t handle,
+bool legacy_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Conv2dParams& p,
+                    const Conv2dShape& s, cudnnMathType_t math, const std::vector<int64_t>& key, cudnnHandle_t handle,
                     const Scaling& scaling) {
   const char* op = "conv2d";
   const Device device = out.device();
-  ConvDescriptors d(x, weight, out, g, math, op);
+  ConvDescriptors d(x, weight, out, p, s, math, op);
   return run_convolution(
       key, d.conv, x.dtype(), device, op, "cudnnConvolutionForward",
       [&] {
@@ -335,15 +337,16 @@ bool legacy_forward(const Tensor& out, const Tensor& x, const Tensor& weight, co
 
 // The three directions: each returns false, having written nothing, when
 // cuDNN declines every algorithm for 16-bit data (run_convolution).
-bool forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvGeometry& g) {
+bool forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
+             const Conv2dShape& s) {
   const char* op = "conv2d";
   const Device device = out.device();
   cudnnHandle_t handle = cudnn_handle(device);
   const Scaling scaling(x.dtype());
   const cudnnMathType_t math = math_type(x.dtype());
-  const std::vector<int64_t> key = algorithm_key(Direction::Forward, x, weight, out, g, math);
-  if (!ran_with_graph_api(Direction::Forward, x, weight, out, g, handle, math, key) &&
-      !legacy_forward(out, x, weight, g, math, key, handle, scaling)) {
+  const std::vector<int64_t> key = algorithm_key(Direction::Forward, x, weight, out, p, s, math);
+  if (!ran_with_graph_api(Direction::Forward, x, weight, out, p, s, handle, math, key) &&
+      !legacy_forward(out, x, weight, p, s, math, key, handle, scaling)) {
     return false;
   }
   if (bias.defined()) {
@@ -359,14 +362,15 @@ bool forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Ten
   return true;
 }
 
-bool backward_data(const Tensor& grad_input, const Tensor& grad_out, const Tensor& weight, const ConvGeometry& g) {
+bool backward_data(const Tensor& grad_input, const Tensor& grad_out, const Tensor& weight, const Conv2dParams& p,
+                   const Conv2dShape& s) {
   const char* op = "conv2d_backward";
   const Device device = grad_input.device();
   cudnnHandle_t handle = cudnn_handle(device);
   const cudnnMathType_t math = math_type(grad_input.dtype());
-  const std::vector<int64_t> key = algorithm_key(Direction::BackwardData, grad_input, weight, grad_out, g, math);
-  if (ran_with_graph_api(Direction::BackwardData, grad_input, weight, grad_out, g, handle, math, key)) return true;
-  ConvDescriptors d(grad_input, weight, grad_out, g, math, op);
+  const std::vector<int64_t> key = algorithm_key(Direction::BackwardData, grad_input, weight, grad_out, p, s, math);
+  if (ran_with_graph_api(Direction::BackwardData, grad_input, weight, grad_out, p, s, handle, math, key)) return true;
+  ConvDescriptors d(grad_input, weight, grad_out, p, s, math, op);
   const Scaling scaling(grad_input.dtype());
   return run_convolution(
       key, d.conv, grad_input.dtype(), device, op, "cudnnConvolutionBackwardData",
@@ -392,14 +396,15 @@ bool backward_data(const Tensor& grad_input, const Tensor& grad_out, const Tenso
       });
 }
 
-bool backward_filter(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x, const ConvGeometry& g) {
+bool backward_filter(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
+                     const Conv2dShape& s) {
   const char* op = "conv2d_backward";
   const Device device = grad_weight.device();
   cudnnHandle_t handle = cudnn_handle(device);
   const cudnnMathType_t math = math_type(x.dtype());
-  const std::vector<int64_t> key = algorithm_key(Direction::BackwardFilter, x, grad_weight, grad_out, g, math);
-  if (ran_with_graph_api(Direction::BackwardFilter, x, grad_weight, grad_out, g, handle, math, key)) return true;
-  ConvDescriptors d(x, grad_weight, grad_out, g, math, op);
+  const std::vector<int64_t> key = algorithm_key(Direction::BackwardFilter, x, grad_weight, grad_out, p, s, math);
+  if (ran_with_graph_api(Direction::BackwardFilter, x, grad_weight, grad_out, p, s, handle, math, key)) return true;
+  ConvDescriptors d(x, grad_weight, grad_out, p, s, math, op);
   const Scaling scaling(x.dtype());
   return run_convolution(
       key, d.conv, x.dtype(), device, op, "cudnnConvolutionBackwardFilter",
@@ -427,8 +432,8 @@ bool backward_filter(const Tensor& grad_weight, const Tensor& grad_out, const Te
 
 // Kiln's direct kernels when they are chosen and take the layer (Note
 // [Direct CUDA convolution] in conv_direct.h), else cuDNN.
-bool use_direct_kernels(int64_t out_channels, const ConvGeometry& g, DType dtype) {
-  return conv_implementation() == ConvImplementation::Kiln && direct_conv_applies(out_channels, g, dtype);
+bool use_direct_kernels(int64_t out_channels, const Conv2dParams& p, const Conv2dShape& s, DType dtype) {
+  return conv_implementation() == ConvImplementation::Kiln && direct_conv_applies(out_channels, p, s, dtype);
 }
 
 // compute(result) with result `target` itself when `in_place`, else a
@@ -470,27 +475,28 @@ bool CudaBackend::conv2d_takes(DType dtype) const { return is_floating(dtype); }
 int64_t conv_float32_fallbacks() { return float32_fallbacks.load(std::memory_order_relaxed); }
 
 void CudaBackend::conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                         const ConvGeometry& g) {
+                         const Conv2dParams& p, const Conv2dShape& s) {
   check_dtype(x.dtype(), "conv2d");
   if (out.numel() == 0) return;
   DeviceGuard guard(out.device(), "conv2d");
   // out: (N, OC, oh, ow)
-  if (use_direct_kernels(weight.size(0), g, x.dtype())) {
+  if (use_direct_kernels(weight.size(0), p, s, x.dtype())) {
     write_into(out, out.is_contiguous(), [&](const Tensor& result) {
-      direct_conv2d_forward(result, x.contiguous(), weight.contiguous(), bias.defined() ? bias.contiguous() : bias, g);
+      direct_conv2d_forward(result, x.contiguous(), weight.contiguous(), bias.defined() ? bias.contiguous() : bias, p,
+                            s);
     });
     return;
   }
   write_into(out, planes_contiguous(out), [&](const Tensor& result) {
     in_float32_where_declined(
         result, {readable(x), weight.contiguous(), bias},
-        [&](const Tensor& r, const std::vector<Tensor>& in) { return forward(r, in[0], in[1], in[2], g); });
+        [&](const Tensor& r, const std::vector<Tensor>& in) { return forward(r, in[0], in[1], in[2], p, s); });
   });
 }
 
 void CudaBackend::conv2d_backward(const Tensor& grad_input, const Tensor& grad_weight, const Tensor& grad_bias,
-                                  const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                                  const ConvGeometry& g) {
+                                  const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Conv2dParams& p,
+                                  const Conv2dShape& s) {
   check_dtype(x.dtype(), "conv2d_backward");
   if (!grad_input.defined() && !grad_weight.defined() && !grad_bias.defined()) return;
   DeviceGuard guard(x.device(), "conv2d_backward");
@@ -503,28 +509,28 @@ void CudaBackend::conv2d_backward(const Tensor& grad_input, const Tensor& grad_w
   }
   // grad_input: (N, C, H, W); grad_weight: (OC, C*kh*kw), written packed;
   // grad_bias: (OC), in the direct kernels' weight pass when they run it.
-  const bool direct = use_direct_kernels(weight.size(0), g, x.dtype());
+  const bool direct = use_direct_kernels(weight.size(0), p, s, x.dtype());
   const bool bias_with_weight = direct && grad_weight.defined() && grad_bias.defined() && grad_bias.is_contiguous();
   const Tensor dy = direct ? grad_out.contiguous() : readable(grad_out);  // (N, OC, oh, ow)
   if (grad_input.defined()) {
     write_into(
         grad_input, direct ? grad_input.is_contiguous() : planes_contiguous(grad_input), [&](const Tensor& result) {
           if (direct) {
-            direct_conv2d_grad_input(result, dy, weight.contiguous(), g);
+            direct_conv2d_grad_input(result, dy, weight.contiguous(), p, s);
           } else {
             in_float32_where_declined(
                 result, {dy, weight.contiguous()},
-                [&](const Tensor& r, const std::vector<Tensor>& in) { return backward_data(r, in[0], in[1], g); });
+                [&](const Tensor& r, const std::vector<Tensor>& in) { return backward_data(r, in[0], in[1], p, s); });
           }
         });
   }
   if (grad_weight.defined()) {
     write_into(grad_weight, grad_weight.is_contiguous(), [&](const Tensor& result) {
       if (direct) {
-        direct_conv2d_grad_weight(result, bias_with_weight ? grad_bias : Tensor(), dy, x.contiguous(), g);
+        direct_conv2d_grad_weight(result, bias_with_weight ? grad_bias : Tensor(), dy, x.contiguous(), p, s);
       } else {
         in_float32_where_declined(result, {dy, readable(x)}, [&](const Tensor& r, const std::vector<Tensor>& in) {
-          return backward_filter(r, in[0], in[1], g);
+          return backward_filter(r, in[0], in[1], p, s);
         });
       }
     });

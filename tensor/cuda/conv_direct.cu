@@ -18,12 +18,12 @@ using direct_conv::Geometry32;
 using direct_conv::geometry32;
 using direct_conv::LaunchShape;
 
-// direct_conv's launcher: `kernel` on `stream` with shape s, checked.
+// direct_conv's launcher: `kernel` on `stream` with `launch`'s grid, checked.
 struct StreamLaunch {
   cudaStream_t stream;
   template <class... Params, class... Args>
-  void operator()(void (*kernel)(Params...), const LaunchShape& s, Args... args) const {
-    kernel<<<dim3(s.grid_x, s.grid_y, s.grid_z), s.threads, s.shared_bytes, stream>>>(args...);
+  void operator()(void (*kernel)(Params...), const LaunchShape& launch, Args... args) const {
+    kernel<<<dim3(launch.grid_x, launch.grid_y, launch.grid_z), launch.threads, launch.shared_bytes, stream>>>(args...);
     KILN_CUDA_CHECK_LAUNCH("direct convolution kernel");
   }
 };
@@ -42,9 +42,9 @@ void check_operands(const char* op, std::initializer_list<const Tensor*> tensors
   }
 }
 
-void check_applies(const char* op, int64_t out_channels, const ConvGeometry& g, DType dtype) {
-  KILN_CHECK(direct_conv_applies(out_channels, g, dtype), op, ": the direct CUDA kernels do not take this layer (",
-             out_channels, " output channels, ", g.channels, " input channels, kernel ", g.kernel_h, "x", g.kernel_w,
+void check_applies(const char* op, int64_t out_channels, const Conv2dParams& p, const Conv2dShape& s, DType dtype) {
+  KILN_CHECK(direct_conv_applies(out_channels, p, s, dtype), op, ": the direct CUDA kernels do not take this layer (",
+             out_channels, " output channels, ", s.channels, " input channels, kernel ", s.kernel.h, "x", s.kernel.w,
              ", ", dtype_name(dtype), ")");
 }
 
@@ -60,12 +60,12 @@ void with_real_type(DType dtype, Fn&& fn) {
 }  // namespace
 
 void direct_conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                           const ConvGeometry& g) {
+                           const Conv2dParams& p, const Conv2dShape& s) {
   check_operands("conv2d", {&out, &x, &weight, &bias});
   const int64_t out_channels = weight.size(0), images = x.size(0);
-  check_applies("conv2d", out_channels, g, x.dtype());
+  check_applies("conv2d", out_channels, p, s, x.dtype());
   if (out.numel() == 0) return;
-  const Geometry32 g32 = geometry32(g);
+  const Geometry32 g32 = geometry32(p, s);
   with_real_type(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     direct_conv::run_forward<T>(StreamLaunch{current_raw_stream(out.device())}, static_cast<T*>(out.data_ptr()),
@@ -75,12 +75,12 @@ void direct_conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& wei
 }
 
 void direct_conv2d_grad_input(const Tensor& grad_input, const Tensor& grad_out, const Tensor& weight,
-                              const ConvGeometry& g) {
+                              const Conv2dParams& p, const Conv2dShape& s) {
   check_operands("conv2d_backward", {&grad_input, &grad_out, &weight});
   const int64_t out_channels = weight.size(0), images = grad_input.size(0);
-  check_applies("conv2d_backward", out_channels, g, weight.dtype());
+  check_applies("conv2d_backward", out_channels, p, s, weight.dtype());
   if (grad_input.numel() == 0) return;
-  const Geometry32 g32 = geometry32(g);
+  const Geometry32 g32 = geometry32(p, s);
   with_real_type(weight.dtype(), [&](auto zero) {
     using T = decltype(zero);
     direct_conv::run_grad_input<T>(StreamLaunch{current_raw_stream(grad_input.device())},
@@ -90,14 +90,14 @@ void direct_conv2d_grad_input(const Tensor& grad_input, const Tensor& grad_out, 
 }
 
 void direct_conv2d_grad_weight(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_out,
-                               const Tensor& x, const ConvGeometry& g) {
+                               const Tensor& x, const Conv2dParams& p, const Conv2dShape& s) {
   check_operands("conv2d_backward", {&grad_weight, &grad_bias, &grad_out, &x});
   const int64_t out_channels = grad_weight.size(0), weights = grad_weight.numel();
-  check_applies("conv2d_backward", out_channels, g, x.dtype());
+  check_applies("conv2d_backward", out_channels, p, s, x.dtype());
   KILN_CHECK(!grad_bias.defined() || grad_bias.numel() == out_channels, "conv2d_backward: grad_bias has ",
              grad_bias.numel(), " elements for ", out_channels, " output channels");
   if (weights == 0) return;
-  const Geometry32 g32 = geometry32(g);
+  const Geometry32 g32 = geometry32(p, s);
   const direct_conv::WeightPlan plan = direct_conv::grad_weight_plan(g32, x.size(0), out_channels, grad_bias.defined());
   if (plan.rows == 0) {
     // Sums of no terms.

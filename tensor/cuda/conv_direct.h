@@ -63,29 +63,29 @@ inline constexpr int kDirectConvGradInputTile = 4;
 // memory every CUDA GPU gives a block without opting in.
 inline constexpr size_t kDirectConvMaxStagedBytes = size_t{48} << 10;
 
-// Whether the direct kernels take a layer of `out_channels` with geometry
-// `g` in `dtype`: float32 or float64, the weight within
+// Whether the direct kernels take a layer of `out_channels` with params `p`
+// and shape `s` in `dtype`: float32 or float64, the weight within
 // kDirectConvMaxWeightBytes, a channel tile's weights within
 // kDirectConvMaxStagedBytes, and input and output planes of fewer than
 // 2^31 - 256 elements (a block's last thread indexes up to 255 past its
 // plane's end before checking). Inline, so that a build without CUDA has it
 // too: the emulation test asks it which cases the kernels take (Note
 // [Emulated kernels]).
-inline bool direct_conv_applies(int64_t out_channels, const ConvGeometry& g, DType dtype) {
+inline bool direct_conv_applies(int64_t out_channels, const Conv2dParams& p, const Conv2dShape& s, DType dtype) {
   if (dtype != DType::Float32 && dtype != DType::Float64) return false;
   const int64_t element = dtype == DType::Float64 ? 8 : 4;
-  const int64_t window = g.kernel_h * g.kernel_w, weights = out_channels * g.channels * window;
+  const int64_t window = s.kernel.h * s.kernel.w, weights = out_channels * s.channels * window;
   if (weights <= 0 || weights * element > static_cast<int64_t>(kDirectConvMaxWeightBytes)) return false;
   // The channel tiles' staged weights: forward [taps][tile], grad_input [OC * window][tile].
   const int64_t staged =
-      std::max(g.channels * kDirectConvForwardTile, out_channels * kDirectConvGradInputTile) * window * element;
+      std::max(s.channels * kDirectConvForwardTile, out_channels * kDirectConvGradInputTile) * window * element;
   if (staged > static_cast<int64_t>(kDirectConvMaxStagedBytes)) return false;
   // Positions along an axis, padding and taps included, stay within int.
-  const int64_t out_h = g.out_h(), out_w = g.out_w();
-  const bool rows_fit = g.height + 2 * g.pad_h + g.dilation_h * g.kernel_h + g.stride_h <= INT_MAX;
-  const bool columns_fit = g.width + 2 * g.pad_w + g.dilation_w * g.kernel_w + g.stride_w <= INT_MAX;
+  const int64_t out_h = s.output.h, out_w = s.output.w;
+  const bool rows_fit = s.input.h + 2 * p.padding.h + p.dilation.h * s.kernel.h + p.stride.h <= INT_MAX;
+  const bool columns_fit = s.input.w + 2 * p.padding.w + p.dilation.w * s.kernel.w + p.stride.w <= INT_MAX;
   const int64_t plane_limit = INT_MAX - 256;
-  return out_h > 0 && out_w > 0 && rows_fit && columns_fit && g.height * g.width <= plane_limit &&
+  return out_h > 0 && out_w > 0 && rows_fit && columns_fit && s.input.h * s.input.w <= plane_limit &&
          out_h * out_w <= plane_limit;
 }
 
@@ -93,14 +93,14 @@ inline bool direct_conv_applies(int64_t out_channels, const ConvGeometry& g, DTy
 // out (N, OC, oh, ow) = conv(x (N, C, H, W), weight (OC, C*kh*kw)) + bias
 // (OC), bias undefined for none.
 void direct_conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                           const ConvGeometry& g);
+                           const Conv2dParams& p, const Conv2dShape& s);
 // grad_input (N, C, H, W) from grad_out (N, OC, oh, ow) and weight (OC, C*kh*kw).
 void direct_conv2d_grad_input(const Tensor& grad_input, const Tensor& grad_out, const Tensor& weight,
-                              const ConvGeometry& g);
+                              const Conv2dParams& p, const Conv2dShape& s);
 // grad_weight (OC, C*kh*kw) from grad_out (N, OC, oh, ow) and x (N, C, H, W),
 // and in the same pass grad_bias (OC), the sum of grad_out over (N, oh, ow),
 // when it is defined.
 void direct_conv2d_grad_weight(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_out,
-                               const Tensor& x, const ConvGeometry& g);
+                               const Tensor& x, const Conv2dParams& p, const Conv2dShape& s);
 
 }  // namespace kiln::cuda

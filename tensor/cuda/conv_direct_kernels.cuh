@@ -39,8 +39,10 @@ constexpr int kWeightChannels = 8;  // output channels a grad_weight_lanes_kerne
 constexpr int kBlockThreads = 256;  // the most threads a block gets
 constexpr int kWarp = 32;
 
-// The geometry in the 32-bit form the kernels index with inside one image;
-// direct_conv_applies keeps every plane under 2^31 - 256 elements.
+// A convolution's params and shape in the 32-bit form the kernels index
+// with inside one image, a form of their own (Note [One convolution
+// parameter struct] in tensor/conv.h); direct_conv_applies keeps every plane
+// under 2^31 - 256 elements.
 struct Geometry32 {
   int channels, height, width, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
   int out_h, out_w;
@@ -49,16 +51,16 @@ struct Geometry32 {
   __host__ __device__ int out_plane() const { return out_h * out_w; }
 };
 
-// g in that form; direct_conv_applies has checked that it fits.
-inline Geometry32 geometry32(const ConvGeometry& g) {
+// p and s in that form; direct_conv_applies has checked that they fit.
+inline Geometry32 geometry32(const Conv2dParams& p, const Conv2dShape& s) {
   auto narrow = [](int64_t v) { return static_cast<int>(v); };
-  return {narrow(g.channels),   narrow(g.height),   narrow(g.width),  narrow(g.kernel_h), narrow(g.kernel_w),
-          narrow(g.stride_h),   narrow(g.stride_w), narrow(g.pad_h),  narrow(g.pad_w),    narrow(g.dilation_h),
-          narrow(g.dilation_w), narrow(g.out_h()),  narrow(g.out_w())};
+  return {narrow(s.channels),   narrow(s.input.h),  narrow(s.input.w),   narrow(s.kernel.h),  narrow(s.kernel.w),
+          narrow(p.stride.h),   narrow(p.stride.w), narrow(p.padding.h), narrow(p.padding.w), narrow(p.dilation.h),
+          narrow(p.dilation.w), narrow(s.output.h), narrow(s.output.w)};
 }
 
 // Along one axis: the output position that reads input position i through
-// tap k, or -1 when none does (output_reading of conv_geometry.cuh, in 32
+// tap k, or -1 when none does (output_reading of im2col.cu, in 32
 // bits, with stride 1 spared the division).
 __device__ inline int reading_output(int i, int k, int pad, int dilation, int stride, int out) {
   const int shifted = i + pad - k * dilation;

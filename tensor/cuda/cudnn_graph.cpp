@@ -157,13 +157,13 @@ Descriptor activation(int64_t uid, const Tensor& t) {
 }
 
 // w (OC, C*kh*kw), contiguous, as (OC, C, kh, kw).
-Descriptor filter(int64_t uid, const Tensor& w, const ConvGeometry& g) {
-  const int64_t plane = g.kernel_h * g.kernel_w;
-  return tensor(uid, w.dtype(), {w.size(0), g.channels, g.kernel_h, g.kernel_w},
-                {g.channels * plane, plane, g.kernel_w, 1}, pointer_alignment(w));
+Descriptor filter(int64_t uid, const Tensor& w, const Conv2dShape& s) {
+  const int64_t plane = s.kernel.h * s.kernel.w;
+  return tensor(uid, w.dtype(), {w.size(0), s.channels, s.kernel.h, s.kernel.w},
+                {s.channels * plane, plane, s.kernel.w, 1}, pointer_alignment(w));
 }
 
-Descriptor convolution(const ConvGeometry& g, DType dtype) {
+Descriptor convolution(const Conv2dParams& p, DType dtype) {
   Descriptor d(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
   // Products summed in float32 for the 16-bit dtypes (Note [16-bit cuDNN
   // convolutions]), else in the data's own type.
@@ -172,10 +172,10 @@ Descriptor convolution(const ConvGeometry& g, DType dtype) {
   d.set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
   d.set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
   d.set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, {2});
-  d.set(CUDNN_ATTR_CONVOLUTION_DILATIONS, {g.dilation_h, g.dilation_w});
-  d.set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, {g.stride_h, g.stride_w});
-  d.set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, {g.pad_h, g.pad_w});
-  d.set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, {g.pad_h, g.pad_w});
+  d.set(CUDNN_ATTR_CONVOLUTION_DILATIONS, {p.dilation.h, p.dilation.w});
+  d.set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, {p.stride.h, p.stride.w});
+  d.set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, {p.padding.h, p.padding.w});
+  d.set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, {p.padding.h, p.padding.w});
   d.finalize("convolution");
   return d;
 }
@@ -272,27 +272,28 @@ struct Plan {
 // The operation graph of `direction` on these tensors; throws Declined when
 // cuDNN declines to build it.
 GraphParts operation_graph(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
-                           const ConvGeometry& g, cudnnHandle_t handle) {
+                           const Conv2dParams& p, const Conv2dShape& s, cudnnHandle_t handle) {
   const OperationKind kind = operation_kind(direction);
-  GraphParts p{convolution(g, x.dtype()), activation(kX, x),     filter(kW, w, g),
-               activation(kY, y),         Descriptor(kind.type), Descriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)};
-  p.op.set(kind.x, p.x);
-  p.op.set(kind.w, p.w);
-  p.op.set(kind.y, p.y);
-  p.op.set(kind.conv, p.conv);
+  GraphParts parts{convolution(p, x.dtype()), activation(kX, x),
+                   filter(kW, w, s),          activation(kY, y),
+                   Descriptor(kind.type),     Descriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)};
+  parts.op.set(kind.x, parts.x);
+  parts.op.set(kind.w, parts.w);
+  parts.op.set(kind.y, parts.y);
+  parts.op.set(kind.conv, parts.conv);
   // alpha 1, beta 0: the result overwrites the output; in the compute type.
   const double one64 = 1, zero64 = 0;
   const float one32 = 1, zero32 = 0;
   const bool wide = x.dtype() == DType::Float64;
-  p.op.set(kind.alpha, wide ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1,
-           wide ? static_cast<const void*>(&one64) : &one32);
-  p.op.set(kind.beta, wide ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1,
-           wide ? static_cast<const void*>(&zero64) : &zero32);
-  p.op.finalize("convolution operation");
-  p.graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, p.op);
-  p.graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-  p.graph.finalize("operation graph");
-  return p;
+  parts.op.set(kind.alpha, wide ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1,
+               wide ? static_cast<const void*>(&one64) : &one32);
+  parts.op.set(kind.beta, wide ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT, 1,
+               wide ? static_cast<const void*>(&zero64) : &zero32);
+  parts.op.finalize("convolution operation");
+  parts.graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, parts.op);
+  parts.graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+  parts.graph.finalize("operation graph");
+  return parts;
 }
 
 // The engine configurations cuDNN's heuristics in `mode` rank for `graph`,
@@ -433,10 +434,10 @@ std::optional<Chosen> first_acceptable(std::vector<Descriptor>& configs, const R
 // into a plan; none when no configuration is acceptable and finalizes, or
 // cuDNN declines the graph (`why` says which).
 std::shared_ptr<const Plan> build_plan(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
-                                       const ConvGeometry& g, const Rules& rules, cudnnHandle_t handle,
-                                       std::string& why) {
+                                       const Conv2dParams& p, const Conv2dShape& s, const Rules& rules,
+                                       cudnnHandle_t handle, std::string& why) {
   try {
-    GraphParts parts = operation_graph(direction, x, w, y, g, handle);
+    GraphParts parts = operation_graph(direction, x, w, y, p, s, handle);
     // Heuristics mode A ranks the engines; the fallback mode lists more
     // general ones after them, so that a deterministic engine of either comes
     // before a non-deterministic one of A.
@@ -495,13 +496,14 @@ PlanCache& plan_cache() {
 int64_t cudnn_graph_runs() { return graph_runs.load(std::memory_order_relaxed); }
 
 bool run_with_graph_api(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
-                        const ConvGeometry& g, cudnnHandle_t handle, bool allow_tf32, const std::vector<int64_t>& key) {
+                        const Conv2dParams& p, const Conv2dShape& s, cudnnHandle_t handle, bool allow_tf32,
+                        const std::vector<int64_t>& key) {
   std::vector<int64_t> plan_key = key;
   plan_key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(handle)));
   auto [found, plan] = plan_cache().find(plan_key);
   if (!found) {
     std::string why;
-    plan = build_plan(direction, x, w, y, g, Rules{x.dtype(), allow_tf32}, handle, why);
+    plan = build_plan(direction, x, w, y, p, s, Rules{x.dtype(), allow_tf32}, handle, why);
     plan_cache().put(plan_key, plan);
     if (!plan) report_decline(direction, x, w, y, why);
   }

@@ -19,7 +19,7 @@ namespace kiln::cuda {
 // y's and x.
 enum class ConvDirection : int64_t { Forward, BackwardData, BackwardFilter };
 
-// Runs `direction` of the one-group convolution with geometry g on x (N, C,
+// Runs `direction` of the one-group convolution with params p and shape s on x (N, C,
 // H, W), w (OC, C*kh*kw, contiguous) and y (N, OC, oh, ow), whose (H, W)
 // planes are contiguous, through a graph-API execution plan cached under
 // `key` (everything the plan depends on: conv.cpp's algorithm key, which
@@ -28,7 +28,7 @@ enum class ConvDirection : int64_t { Forward, BackwardData, BackwardFilter };
 // that Kiln accepts or declines it (the caller then runs the legacy API);
 // throws kiln::Error when a cuDNN call fails otherwise.
 bool run_with_graph_api(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
-                        const ConvGeometry& g, cudnnHandle_t handle, bool allow_tf32,
+                        const Conv2dParams& p, const Conv2dShape& s, cudnnHandle_t handle, bool allow_tf32,
                         const std::vector<int64_t>& key);
 
 }  // namespace kiln::cuda

@@ -132,8 +132,8 @@ TEST(CifarResNet, EveryActivationAndResidualAddIsItsOwnNamedModule) {
   EXPECT_NE(net->get_submodule("layer1.0.relu1"), net->get_submodule("layer1.0.relu2"));
   auto down = std::dynamic_pointer_cast<Conv2d>(net->get_submodule("layer3.0.downsample.0"));
   ASSERT_NE(down, nullptr);
-  EXPECT_EQ(down->stride.h, 2);
-  EXPECT_EQ(down->stride.w, 2);
+  EXPECT_EQ(down->params.stride.h, 2);
+  EXPECT_EQ(down->params.stride.w, 2);
   EXPECT_FALSE(down->bias.defined());
 }
 

@@ -42,16 +42,16 @@ struct Case {
   int64_t c() const { return x_shape[1]; }
   int64_t h() const { return x_shape[2]; }
   int64_t w() const { return x_shape[3]; }
-  int64_t oh() const { return (h() + 2 * p.pad_h - p.dilation_h * (kernel_h - 1) - 1) / p.stride_h + 1; }
-  int64_t ow() const { return (w() + 2 * p.pad_w - p.dilation_w * (kernel_w - 1) - 1) / p.stride_w + 1; }
+  int64_t oh() const { return (h() + 2 * p.padding.h - p.dilation.h * (kernel_h - 1) - 1) / p.stride.h + 1; }
+  int64_t ow() const { return (w() + 2 * p.padding.w - p.dilation.w * (kernel_w - 1) - 1) / p.stride.w + 1; }
   Shape weight_shape() const { return {out_channels, c() / p.groups, kernel_h, kernel_w}; }
   Shape out_shape() const { return {n(), out_channels, oh(), ow()}; }
 };
 
 std::string describe(const Case& k) {
-  return detail::str("x ", k.x_shape, " w ", k.weight_shape(), " stride ", k.p.stride_h, "x", k.p.stride_w,
-                     " pad ", k.p.pad_h, "x", k.p.pad_w, " dilation ", k.p.dilation_h, "x", k.p.dilation_w,
-                     " groups ", k.p.groups, k.bias ? " bias" : "");
+  return detail::str("x ", k.x_shape, " w ", k.weight_shape(), " stride ", k.p.stride.h, "x", k.p.stride.w, " pad ",
+                     k.p.padding.h, "x", k.p.padding.w, " dilation ", k.p.dilation.h, "x", k.p.dilation.w, " groups ",
+                     k.p.groups, k.bias ? " bias" : "");
 }
 
 // Calls fn(out_index, x_index, w_index) for every term out += x * w of the
@@ -68,8 +68,8 @@ void for_each_term(const Case& k, const Fn& fn) {
             for (int64_t ki = 0; ki < k.kernel_h; ++ki)
               for (int64_t kj = 0; kj < k.kernel_w; ++kj) {
                 const int64_t c = oc / og * cg + ci;
-                const int64_t iy = oy * k.p.stride_h - k.p.pad_h + ki * k.p.dilation_h;
-                const int64_t ix = ox * k.p.stride_w - k.p.pad_w + kj * k.p.dilation_w;
+                const int64_t iy = oy * k.p.stride.h - k.p.padding.h + ki * k.p.dilation.h;
+                const int64_t ix = ox * k.p.stride.w - k.p.padding.w + kj * k.p.dilation.w;
                 if (iy < 0 || iy >= k.h() || ix < 0 || ix >= k.w()) continue;
                 const int64_t out = ((n * k.out_channels + oc) * k.oh() + oy) * k.ow() + ox;
                 fn(out, ((n * k.c() + c) * k.h() + iy) * k.w() + ix, ((oc * cg + ci) * k.kernel_h + ki) * k.kernel_w + kj);
@@ -150,7 +150,7 @@ void check_case(const Case& k, const Tensor& x, uint64_t seed, std::initializer_
 
 Conv2dParams params(int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh = 1, int64_t dw = 1,
                     int64_t groups = 1) {
-  return Conv2dParams{sh, sw, ph, pw, dh, dw, groups};
+  return Conv2dParams{.stride = {sh, sw}, .padding = {ph, pw}, .dilation = {dh, dw}, .groups = groups};
 }
 
 // Stride 2, padding, dilation, groups (depthwise and with a channel
@@ -199,21 +199,19 @@ TEST(Conv2d, LeNetShapesOnOneAndTwoThreads) {
 // and position tiles of 1..6 as the plane's 9*(8 + 2*pad) positions
 // divide by 6.
 TEST(Conv2d, DirectPathForEveryRowBlockAndPadding) {
-  const ConvGeometry lenet1{3, 32, 32, 5, 5}, strided = [] {
-    ConvGeometry g{3, 32, 32, 5, 5};
-    g.stride_h = g.stride_w = 2;
-    return g;
-  }();
+  const Conv2dParams unit, stride2{.stride = 2};
+  const Conv2dShape lenet1 = conv2d_shape(3, {32, 32}, 5, unit), strided = conv2d_shape(3, {32, 32}, 5, stride2);
   if (cpu::simd_level() >= cpu::SimdLevel::Avx2) {
-    EXPECT_TRUE(cpu::direct_conv_applies(lenet1));
-    EXPECT_FALSE(cpu::direct_conv_applies(strided));
+    EXPECT_TRUE(cpu::direct_conv_applies(unit, lenet1));
+    EXPECT_FALSE(cpu::direct_conv_applies(stride2, strided));
   } else {
-    EXPECT_FALSE(cpu::direct_conv_applies(lenet1)) << "the direct path needs AVX2";
+    EXPECT_FALSE(cpu::direct_conv_applies(unit, lenet1)) << "the direct path needs AVX2";
   }
   uint64_t seed = 300;
   for (int64_t oc : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 16, 24}) {
     if (oc % 8 == 0) {
-      EXPECT_TRUE(cpu::make_direct_conv_plan(ConvGeometry{2, 9, 11, 3, 4}, oc).forward_by_channel) << oc;
+      EXPECT_TRUE(cpu::make_direct_conv_plan(unit, conv2d_shape(2, {9, 11}, {3, 4}, unit), oc).forward_by_channel)
+          << oc;
     }
     for (int64_t pad = 0; pad <= 2; ++pad) {
       Case k{{5, 2, 9, 11}, oc, 3, 4, params(1, 1, pad, pad), oc % 2 == 0};

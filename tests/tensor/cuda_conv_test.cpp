@@ -28,11 +28,11 @@ struct ConvCase {
 
 const ConvCase kCases[] = {
     {2, 3, 8, 8, 4, 3, 3, {}, true},
-    {3, 1, 28, 28, 6, 5, 5, {.pad_h = 2, .pad_w = 2}, true},  // LeNet's conv1
-    {2, 4, 9, 7, 6, 3, 2, {.stride_h = 2, .stride_w = 3, .pad_h = 1, .pad_w = 0}, false},
-    {1, 3, 11, 12, 2, 3, 3, {.pad_h = 2, .pad_w = 1, .dilation_h = 2, .dilation_w = 3}, true},
-    {2, 6, 7, 7, 4, 3, 3, {.pad_h = 1, .pad_w = 1, .groups = 2}, true},
-    {2, 4, 6, 6, 4, 3, 3, {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1, .groups = 4}, false},  // depthwise
+    {3, 1, 28, 28, 6, 5, 5, {.padding = 2}, true},  // LeNet's conv1
+    {2, 4, 9, 7, 6, 3, 2, {.stride = {2, 3}, .padding = {1, 0}}, false},
+    {1, 3, 11, 12, 2, 3, 3, {.padding = {2, 1}, .dilation = {2, 3}}, true},
+    {2, 6, 7, 7, 4, 3, 3, {.padding = 1, .groups = 2}, true},
+    {2, 4, 6, 6, 4, 3, 3, {.stride = 2, .padding = 1, .groups = 4}, false},  // depthwise
     {4, 2, 5, 5, 3, 1, 1, {}, true},
 };
 
@@ -309,12 +309,13 @@ TEST(CudaConv2d, Float16LeNetLayersRunInCudnnWithoutFallingBackToFloat32) {
 
 TEST(CudaConv2d, DirectKernelsTakeOnlyWeightsThatFitSharedMemory) {
   // No GPU needed: the choice is arithmetic on the shapes.
-  const ConvGeometry lenet_conv2{6, 14, 14, 5, 5};
-  EXPECT_TRUE(cuda::direct_conv_applies(16, lenet_conv2, DType::Float32));
-  EXPECT_TRUE(cuda::direct_conv_applies(16, lenet_conv2, DType::Float64));
-  EXPECT_FALSE(cuda::direct_conv_applies(16, lenet_conv2, DType::Float16));
-  const ConvGeometry wide{64, 8, 8, 3, 3};  // 64 * 64 * 9 floats: 144 KiB
-  EXPECT_FALSE(cuda::direct_conv_applies(64, wide, DType::Float32));
+  const Conv2dParams unit;
+  const Conv2dShape lenet_conv2 = conv2d_shape(6, {14, 14}, 5, unit);
+  EXPECT_TRUE(cuda::direct_conv_applies(16, unit, lenet_conv2, DType::Float32));
+  EXPECT_TRUE(cuda::direct_conv_applies(16, unit, lenet_conv2, DType::Float64));
+  EXPECT_FALSE(cuda::direct_conv_applies(16, unit, lenet_conv2, DType::Float16));
+  const Conv2dShape wide = conv2d_shape(64, {8, 8}, 3, unit);  // 64 * 64 * 9 floats: 144 KiB
+  EXPECT_FALSE(cuda::direct_conv_applies(64, unit, wide, DType::Float32));
   EXPECT_EQ(cuda::conv_implementation(), cuda::ConvImplementation::Kiln) << "the direct kernels are the default";
   EXPECT_EQ(cuda::cudnn_api(), cuda::CudnnApi::Graph) << "cuDNN's graph API is the default";
 }
@@ -324,7 +325,7 @@ TEST(CudaConv2d, NonContiguousInputs) {
   // x as an NHWC buffer seen as NCHW, and a weight with swapped kernel dims.
   Tensor x = random_tensor({2, 9, 8, 3}, DType::Float32, 200).permute({0, 3, 1, 2});  // (2, 3, 9, 8)
   Tensor w = random_tensor({4, 3, 3, 3}, DType::Float32, 201).transpose(2, 3);
-  Conv2dParams p{.stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 1};
+  Conv2dParams p{.stride = {2, 1}, .padding = 1};
   expect_close(conv2d(x, w, Tensor(), p), conv2d(x.to(cuda_device(0)), w.to(cuda_device(0)), Tensor(), p), 1e-5, 3e-4,
                "permuted x");
   Tensor xs = random_tensor({2, 3, 18, 8}, DType::Float32, 202).slice(2, 0, 18, 2);  // rows 2 apart
@@ -360,24 +361,30 @@ TEST(CudaConv2d, Tf32AllowedStaysClose) {
 
 TEST(CudaIm2col, Im2colAndCol2imMatchCpu) {
   SKIP_WITHOUT_GPU();
-  const ConvGeometry geometries[] = {
-      {3, 7, 6, 3, 3},
-      {2, 9, 8, 3, 2, 2, 3, 1, 2, 1, 1},
-      {2, 10, 11, 3, 3, 1, 2, 2, 1, 2, 3},
+  struct Unfold {
+    int64_t channels;
+    Size2d input, kernel;
+    Conv2dParams p;
+  };
+  const Unfold unfolds[] = {
+      {3, {7, 6}, 3, {}},
+      {2, {9, 8}, {3, 2}, {.stride = {2, 3}, .padding = {1, 2}}},
+      {2, {10, 11}, 3, {.stride = {1, 2}, .padding = {2, 1}, .dilation = {2, 3}}},
   };
   uint64_t seed = 500;
   for (DType dtype : {DType::Float32, DType::Float64, DType::Float16, DType::Int64}) {
-    for (const ConvGeometry& g : geometries) {
-      Tensor x = random_tensor({2, g.channels, g.height, g.width}, DType::Float64, seed++, -4, 4).to(dtype);
-      Tensor cols = im2col(x, g);
-      expect_close(cols, im2col(x.to(cuda_device(0)), g), 0, 0, "im2col " + std::string(dtype_name(dtype)));
+    for (const Unfold& u : unfolds) {
+      Tensor x = random_tensor({2, u.channels, u.input.h, u.input.w}, DType::Float64, seed++, -4, 4).to(dtype);
+      Tensor cols = im2col(x, u.kernel, u.p);
+      expect_close(cols, im2col(x.to(cuda_device(0)), u.kernel, u.p), 0, 0, "im2col " + std::string(dtype_name(dtype)));
       // A transposed view of x reads through its strides.
       Tensor xt = x.transpose(2, 3).contiguous().transpose(2, 3);
-      expect_close(cols, im2col(xt.to(cuda_device(0)), g), 0, 0, "im2col of a strided x");
+      expect_close(cols, im2col(xt.to(cuda_device(0)), u.kernel, u.p), 0, 0, "im2col of a strided x");
       // col2im sums overlapping taps; integers exactly, floats to rounding.
-      Tensor back = col2im(cols, g);
+      Tensor back = col2im(cols, u.input, u.kernel, u.p);
       const double tol = dtype == DType::Int64 ? 0 : tolerance_for(dtype);
-      expect_close(back, col2im(cols.to(cuda_device(0)), g), tol, tol * 10, "col2im " + std::string(dtype_name(dtype)));
+      expect_close(back, col2im(cols.to(cuda_device(0)), u.input, u.kernel, u.p), tol, tol * 10,
+                   "col2im " + std::string(dtype_name(dtype)));
     }
   }
 }

@@ -28,24 +28,18 @@ using emulation::Dim3;
 
 struct Case {
   int64_t n, c, h, w, oc, kh, kw;
-  ops::Conv2dParams p;
+  Conv2dParams p;
 };
 
 std::string name_of(const Case& k) {
   return "x(" + std::to_string(k.n) + "," + std::to_string(k.c) + "," + std::to_string(k.h) + "," +
          std::to_string(k.w) + ") oc " + std::to_string(k.oc) + " k" + std::to_string(k.kh) + "x" +
-         std::to_string(k.kw) + " stride " + std::to_string(k.p.stride_h) + "," + std::to_string(k.p.stride_w) +
-         " pad " + std::to_string(k.p.pad_h) + "," + std::to_string(k.p.pad_w) + " dilation " +
-         std::to_string(k.p.dilation_h) + "," + std::to_string(k.p.dilation_w);
+         std::to_string(k.kw) + " stride " + std::to_string(k.p.stride.h) + "," + std::to_string(k.p.stride.w) +
+         " pad " + std::to_string(k.p.padding.h) + "," + std::to_string(k.p.padding.w) + " dilation " +
+         std::to_string(k.p.dilation.h) + "," + std::to_string(k.p.dilation.w);
 }
 
-ConvGeometry geometry_of(const Case& k) {
-  ConvGeometry g{k.c, k.h, k.w, k.kh, k.kw};
-  g.stride_h = k.p.stride_h, g.stride_w = k.p.stride_w;
-  g.pad_h = k.p.pad_h, g.pad_w = k.p.pad_w;
-  g.dilation_h = k.p.dilation_h, g.dilation_w = k.p.dilation_w;
-  return g;
-}
+Conv2dShape shape_of(const Case& k) { return conv2d_shape(k.c, {k.h, k.w}, {k.kh, k.kw}, k.p); }
 
 // Every element within tol * (1 + |expected|) of the float64 reference.
 void expect_near_reference(const Tensor& reference, const std::vector<double>& actual, double tol,
@@ -77,9 +71,9 @@ std::vector<double> widened(const std::vector<T>& v) {
 template <class T>
 void check_case(const Case& k, uint64_t seed, double tol) {
   const std::string what = name_of(k) + (sizeof(T) == 4 ? " float32" : " float64");
-  const ConvGeometry g = geometry_of(k);
-  ASSERT_TRUE(cuda::direct_conv_applies(k.oc, g, sizeof(T) == 4 ? DType::Float32 : DType::Float64)) << what;
-  const dc::Geometry32 g32 = dc::geometry32(g);
+  const Conv2dShape s = shape_of(k);
+  ASSERT_TRUE(cuda::direct_conv_applies(k.oc, k.p, s, sizeof(T) == 4 ? DType::Float32 : DType::Float64)) << what;
+  const dc::Geometry32 g32 = dc::geometry32(k.p, s);
   auto random = [&](const Shape& shape) {
     return from_vector(pseudo_random(shape_numel(shape, "random"), -1, 1, seed++), shape).to(DType::Float64);
   };
@@ -96,8 +90,9 @@ void check_case(const Case& k, uint64_t seed, double tol) {
   const int oc = static_cast<int>(k.oc);
 
   // The launcher direct_conv's run_* functions are given: the emulation.
-  auto launch = [](auto kernel, const dc::LaunchShape& s, auto... args) {
-    emulation::launch(Dim3{s.grid_x, s.grid_y, s.grid_z}, s.threads, s.shared_bytes, kernel, args...);
+  auto launch = [](auto kernel, const dc::LaunchShape& shape, auto... args) {
+    emulation::launch(Dim3{shape.grid_x, shape.grid_y, shape.grid_z}, shape.threads, shape.shared_bytes, kernel,
+                      args...);
   };
 
   std::vector<T> out(y.numel(), T(-999));
@@ -141,16 +136,16 @@ void check_case(const Case& k, uint64_t seed, double tol) {
 
 const Case kCases[] = {
     {2, 3, 8, 8, 4, 3, 3, {}},
-    {3, 1, 28, 28, 6, 5, 5, {.pad_h = 2, .pad_w = 2}},
-    {2, 4, 9, 7, 6, 3, 2, {.stride_h = 2, .stride_w = 3, .pad_h = 1, .pad_w = 0}},
-    {1, 3, 11, 12, 2, 3, 3, {.pad_h = 2, .pad_w = 1, .dilation_h = 2, .dilation_w = 3}},
+    {3, 1, 28, 28, 6, 5, 5, {.padding = 2}},
+    {2, 4, 9, 7, 6, 3, 2, {.stride = {2, 3}, .padding = {1, 0}}},
+    {1, 3, 11, 12, 2, 3, 3, {.padding = {2, 1}, .dilation = {2, 3}}},
     {4, 2, 5, 5, 3, 1, 1, {}},
     {2, 3, 32, 32, 6, 5, 5, {}},   // LeNet's conv1: planes of several blocks
     {3, 6, 14, 14, 16, 5, 5, {}},  // LeNet's conv2: two output-channel groups
-    {2, 5, 20, 19, 7, 4, 3, {.stride_h = 3, .stride_w = 2, .pad_h = 2, .pad_w = 1, .dilation_h = 2}},
-    {3, 2, 9, 23, 3, 3, 5, {.stride_h = 2, .stride_w = 3, .pad_h = 4, .pad_w = 5, .dilation_w = 2}},  // pad > kernel
-    {9, 3, 12, 12, 5, 3, 3, {.pad_h = 1, .pad_w = 1}},  // several images a weight-gradient range
-    {2, 12, 9, 9, 3, 5, 4, {.pad_h = 1, .pad_w = 1}},   // 240 taps and a bias: more than a block's threads
+    {2, 5, 20, 19, 7, 4, 3, {.stride = {3, 2}, .padding = {2, 1}, .dilation = {2, 1}}},
+    {3, 2, 9, 23, 3, 3, 5, {.stride = {2, 3}, .padding = {4, 5}, .dilation = {1, 2}}},  // pad > kernel
+    {9, 3, 12, 12, 5, 3, 3, {.padding = 1}},  // several images a weight-gradient range
+    {2, 12, 9, 9, 3, 5, 4, {.padding = 1}},   // 240 taps and a bias: more than a block's threads
 };
 
 TEST(CudaDirectConvEmulated, KernelsMatchTheCpuBackendInFloat32AndFloat64) {
@@ -165,8 +160,8 @@ TEST(CudaDirectConvEmulated, KernelsMatchTheCpuBackendInFloat32AndFloat64) {
 TEST(CudaDirectConvEmulated, LaunchShapesFollowTheShapesOnly) {
   // LeNet's conv1 at batch 64: planes of 784 positions in 4 blocks of 256,
   // 6 output channels in one tile of 8.
-  const ConvGeometry g{3, 32, 32, 5, 5};
-  const dc::Geometry32 g32 = dc::geometry32(g);
+  const Conv2dParams unit;
+  const dc::Geometry32 g32 = dc::geometry32(unit, conv2d_shape(3, {32, 32}, 5, unit));
   const dc::LaunchShape f = dc::forward_shape(g32, 64, 6, 4);
   EXPECT_EQ(f.threads, 256u);
   EXPECT_EQ(f.grid_x, 4u);
@@ -184,12 +179,12 @@ TEST(CudaDirectConvEmulated, LaunchShapesFollowTheShapesOnly) {
   EXPECT_EQ(p.partial.grid_y, 4u);  // 16 warps in blocks of 4
   EXPECT_EQ(dc::grad_weight_plan(g32, 512, 6, true).range_images, 4);
   // LeNet's conv2: 16 output channels in two groups of 8, 62 warps.
-  const dc::Geometry32 g2 = dc::geometry32(ConvGeometry{6, 14, 14, 5, 5});
+  const dc::Geometry32 g2 = dc::geometry32(unit, conv2d_shape(6, {14, 14}, 5, unit));
   EXPECT_EQ(dc::grad_weight_plan(g2, 64, 16, true).range_images, 2);
   EXPECT_EQ(dc::grad_weight_plan(g2, 512, 16, true).range_images, 16);
   // Other kernel widths: the rows kernel, in ranges of whole rows of at
   // least 256 positions, about 2048 blocks in all.
-  const dc::Geometry32 g4 = dc::geometry32(ConvGeometry{3, 32, 32, 4, 4});
+  const dc::Geometry32 g4 = dc::geometry32(unit, conv2d_shape(3, {32, 32}, 4, unit));
   const dc::WeightPlan rows = dc::grad_weight_plan(g4, 64, 6, true);
   EXPECT_FALSE(rows.lanes);
   EXPECT_EQ(rows.range_rows, 9);         // ceil(256 / 29) rows, more than ceil(64 * 29 / 341)

@@ -27,20 +27,31 @@ Tensor random_tensor(const Shape& shape, DType dtype, uint32_t seed) {
   return from_vector<double>(v, shape).to(dtype);
 }
 
-ConvGeometry geometry(int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t sh = 1, int64_t sw = 1,
-                      int64_t ph = 0, int64_t pw = 0, int64_t dh = 1, int64_t dw = 1) {
-  return ConvGeometry{c, h, w, kh, kw, sh, sw, ph, pw, dh, dw};
+// One case: the settings and the shape of one group they give.
+struct Case {
+  Conv2dShape s;
+  Conv2dParams p;
+};
+
+Case geometry(int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t sh = 1, int64_t sw = 1, int64_t ph = 0,
+              int64_t pw = 0, int64_t dh = 1, int64_t dw = 1) {
+  const Conv2dParams p{.stride = {sh, sw}, .padding = {ph, pw}, .dilation = {dh, dw}};
+  return {conv2d_shape(c, {h, w}, {kh, kw}, p), p};
 }
 
-std::string describe(const ConvGeometry& g) {
-  return detail::str("C=", g.channels, " ", g.height, "x", g.width, " k=", g.kernel_h, "x", g.kernel_w, " s=",
-                     g.stride_h, "x", g.stride_w, " p=", g.pad_h, "x", g.pad_w, " d=", g.dilation_h, "x",
-                     g.dilation_w);
+std::string describe(const Case& g) {
+  return detail::str("C=", g.s.channels, " ", g.s.input.h, "x", g.s.input.w, " k=", g.s.kernel.h, "x", g.s.kernel.w,
+                     " s=", g.p.stride.h, "x", g.p.stride.w, " p=", g.p.padding.h, "x", g.p.padding.w,
+                     " d=", g.p.dilation.h, "x", g.p.dilation.w);
 }
+
+// ops::im2col and ops::col2im for a case.
+Tensor unfold(const Tensor& x, const Case& g) { return im2col(x, g.s.kernel, g.p); }
+Tensor fold(const Tensor& cols, const Case& g) { return col2im(cols, g.s.input, g.s.kernel, g.p); }
 
 // The geometries every test runs: stride 2, padding 1 and 2, dilation 2,
 // non-square kernels, 1x1, and LeNet's two convolutions.
-std::vector<ConvGeometry> geometries() {
+std::vector<Case> geometries() {
   return {geometry(1, 4, 4, 3, 3),
           geometry(2, 7, 6, 3, 3, 2, 2, 1, 1),
           geometry(3, 9, 8, 3, 2, 1, 2, 2, 1),
@@ -53,66 +64,70 @@ std::vector<ConvGeometry> geometries() {
 }
 
 // cols[n][(c*kh + ki)*kw + kj][oy*ow + ox] straight from the definition.
-std::vector<double> im2col_reference(const std::vector<double>& x, int64_t n_images, const ConvGeometry& g) {
-  int64_t oh = g.out_h(), ow = g.out_w(), rows = g.channels * g.kernel_h * g.kernel_w;
+std::vector<double> im2col_reference(const std::vector<double>& x, int64_t n_images, const Case& g) {
+  int64_t oh = g.s.output.h, ow = g.s.output.w, rows = g.s.channels * g.s.kernel.h * g.s.kernel.w;
   std::vector<double> cols(n_images * rows * oh * ow, 0.0);
   for (int64_t n = 0; n < n_images; ++n)
-    for (int64_t c = 0; c < g.channels; ++c)
-      for (int64_t ki = 0; ki < g.kernel_h; ++ki)
-        for (int64_t kj = 0; kj < g.kernel_w; ++kj)
+    for (int64_t c = 0; c < g.s.channels; ++c)
+      for (int64_t ki = 0; ki < g.s.kernel.h; ++ki)
+        for (int64_t kj = 0; kj < g.s.kernel.w; ++kj)
           for (int64_t oy = 0; oy < oh; ++oy)
             for (int64_t ox = 0; ox < ow; ++ox) {
-              int64_t iy = oy * g.stride_h - g.pad_h + ki * g.dilation_h;
-              int64_t ix = ox * g.stride_w - g.pad_w + kj * g.dilation_w;
-              if (iy < 0 || iy >= g.height || ix < 0 || ix >= g.width) continue;
-              int64_t row = (c * g.kernel_h + ki) * g.kernel_w + kj;
-              cols[(n * rows + row) * oh * ow + oy * ow + ox] = x[((n * g.channels + c) * g.height + iy) * g.width + ix];
+              int64_t iy = oy * g.p.stride.h - g.p.padding.h + ki * g.p.dilation.h;
+              int64_t ix = ox * g.p.stride.w - g.p.padding.w + kj * g.p.dilation.w;
+              if (iy < 0 || iy >= g.s.input.h || ix < 0 || ix >= g.s.input.w) continue;
+              int64_t row = (c * g.s.kernel.h + ki) * g.s.kernel.w + kj;
+              cols[(n * rows + row) * oh * ow + oy * ow + ox] =
+                  x[((n * g.s.channels + c) * g.s.input.h + iy) * g.s.input.w + ix];
             }
   return cols;
 }
 
 TEST(Im2col, MatchesNaiveReferenceForEveryGeometry) {
   set_num_threads(2);
-  for (const ConvGeometry& g : geometries()) {
-    Tensor x = random_tensor({2, g.channels, g.height, g.width}, DType::Float32, 1);
-    Tensor cols = im2col(x, g);
-    ASSERT_EQ(cols.shape(), (Shape{2, g.channels * g.kernel_h * g.kernel_w, g.out_h() * g.out_w()})) << describe(g);
+  for (const Case& g : geometries()) {
+    Tensor x = random_tensor({2, g.s.channels, g.s.input.h, g.s.input.w}, DType::Float32, 1);
+    Tensor cols = unfold(x, g);
+    ASSERT_EQ(cols.shape(), (Shape{2, g.s.channels * g.s.kernel.h * g.s.kernel.w, g.s.output.h * g.s.output.w}))
+        << describe(g);
     EXPECT_EQ(values(cols), im2col_reference(values(x), 2, g)) << describe(g);
   }
 }
 
 TEST(Im2col, EveryElementSizeAndStridedInput) {
-  ConvGeometry g = geometry(3, 9, 8, 3, 2, 2, 1, 1, 2, 1, 2);
+  Case g = geometry(3, 9, 8, 3, 2, 2, 1, 1, 2, 1, 2);
   for (DType dtype : {DType::Float64, DType::Int32, DType::Float16, DType::BFloat16, DType::UInt8, DType::Bool}) {
     Tensor x = random_tensor({2, 3, 9, 8}, dtype, 2);
-    EXPECT_EQ(values(im2col(x, g)), im2col_reference(values(x), 2, g)) << dtype;
+    EXPECT_EQ(values(unfold(x, g)), im2col_reference(values(x), 2, g)) << dtype;
   }
   // W is not the unit-stride dim (every other column; NHWC memory seen as
   // NCHW), so the strided loops run instead of the row copies.
-  for (const ConvGeometry& gs : geometries()) {
-    Tensor every_other = random_tensor({2, gs.channels, gs.height, 2 * gs.width}, DType::Float32, 3)
-                             .slice(3, 0, 2 * gs.width, 2);
-    Tensor nhwc = random_tensor({2, gs.height, gs.width, gs.channels}, DType::Float32, 4).permute({0, 3, 1, 2});
+  for (const Case& gs : geometries()) {
+    Tensor every_other = random_tensor({2, gs.s.channels, gs.s.input.h, 2 * gs.s.input.w}, DType::Float32, 3)
+                             .slice(3, 0, 2 * gs.s.input.w, 2);
+    Tensor nhwc =
+        random_tensor({2, gs.s.input.h, gs.s.input.w, gs.s.channels}, DType::Float32, 4).permute({0, 3, 1, 2});
     for (const Tensor& x : {every_other, nhwc}) {
-      ASSERT_TRUE(x.stride(3) != 1 || gs.channels == 1);
-      EXPECT_EQ(values(im2col(x, gs)), im2col_reference(values(x), 2, gs)) << describe(gs);
+      ASSERT_TRUE(x.stride(3) != 1 || gs.s.channels == 1);
+      EXPECT_EQ(values(unfold(x, gs)), im2col_reference(values(x), 2, gs)) << describe(gs);
     }
   }
 }
 
-TEST(Im2col, ShorthandOverloadUsesSquareParameters) {
+TEST(Im2col, OneIntIsASquareSize) {
   Tensor x = random_tensor({1, 2, 7, 7}, DType::Float32, 4);
-  ConvGeometry g = geometry(2, 7, 7, 3, 3, 2, 2, 1, 1, 2, 2);
-  EXPECT_EQ(values(im2col(x, 3, 3, 2, 1, 2)), values(im2col(x, g)));
+  Case g = geometry(2, 7, 7, 3, 3, 2, 2, 1, 1, 2, 2);
+  EXPECT_EQ(values(im2col(x, 3, {.stride = 2, .padding = 1, .dilation = 2})), values(unfold(x, g)));
 }
 
 TEST(Im2col, WeightTimesColsIsTheDirectConvolution) {
-  for (const ConvGeometry& g : geometries()) {
+  for (const Case& g : geometries()) {
     const int64_t n_images = 2, out_channels = 4;
-    int64_t oh = g.out_h(), ow = g.out_w(), rows = g.channels * g.kernel_h * g.kernel_w;
-    std::vector<double> x = values(random_tensor({n_images, g.channels, g.height, g.width}, DType::Float32, 5));
+    int64_t oh = g.s.output.h, ow = g.s.output.w, rows = g.s.channels * g.s.kernel.h * g.s.kernel.w;
+    std::vector<double> x =
+        values(random_tensor({n_images, g.s.channels, g.s.input.h, g.s.input.w}, DType::Float32, 5));
     std::vector<double> w = values(random_tensor({out_channels, rows}, DType::Float32, 6));  // (OC, C*kh*kw)
-    Tensor cols = im2col(from_vector<double>(x, {n_images, g.channels, g.height, g.width}), g);
+    Tensor cols = unfold(from_vector<double>(x, {n_images, g.s.channels, g.s.input.h, g.s.input.w}), g);
     const double* c = cols.data<double>();
     for (int64_t n = 0; n < n_images; ++n) {
       for (int64_t oc = 0; oc < out_channels; ++oc) {
@@ -121,14 +136,14 @@ TEST(Im2col, WeightTimesColsIsTheDirectConvolution) {
             double gemm = 0.0;  // (weight @ cols[n])[oc][oy*ow + ox]
             for (int64_t r = 0; r < rows; ++r) gemm += w[oc * rows + r] * c[(n * rows + r) * oh * ow + oy * ow + ox];
             double direct = 0.0;  // sum over c, ki, kj of w * x at the tap
-            for (int64_t ch = 0; ch < g.channels; ++ch)
-              for (int64_t ki = 0; ki < g.kernel_h; ++ki)
-                for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
-                  int64_t iy = oy * g.stride_h - g.pad_h + ki * g.dilation_h;
-                  int64_t ix = ox * g.stride_w - g.pad_w + kj * g.dilation_w;
-                  if (iy < 0 || iy >= g.height || ix < 0 || ix >= g.width) continue;
-                  direct += w[oc * rows + (ch * g.kernel_h + ki) * g.kernel_w + kj] *
-                            x[((n * g.channels + ch) * g.height + iy) * g.width + ix];
+            for (int64_t ch = 0; ch < g.s.channels; ++ch)
+              for (int64_t ki = 0; ki < g.s.kernel.h; ++ki)
+                for (int64_t kj = 0; kj < g.s.kernel.w; ++kj) {
+                  int64_t iy = oy * g.p.stride.h - g.p.padding.h + ki * g.p.dilation.h;
+                  int64_t ix = ox * g.p.stride.w - g.p.padding.w + kj * g.p.dilation.w;
+                  if (iy < 0 || iy >= g.s.input.h || ix < 0 || ix >= g.s.input.w) continue;
+                  direct += w[oc * rows + (ch * g.s.kernel.h + ki) * g.s.kernel.w + kj] *
+                            x[((n * g.s.channels + ch) * g.s.input.h + iy) * g.s.input.w + ix];
                 }
             ASSERT_NEAR(gemm, direct, 1e-12 * rows) << describe(g) << " at " << n << "," << oc << "," << oy << ","
                                                     << ox;
@@ -142,19 +157,19 @@ TEST(Im2col, WeightTimesColsIsTheDirectConvolution) {
 // x[n][c][iy][ix] += cols[...] straight from the definition, in the order
 // (row, position) so that float sums round as the kernel's do.
 template <class Acc>
-std::vector<Acc> col2im_reference(const Tensor& cols, const ConvGeometry& g) {
+std::vector<Acc> col2im_reference(const Tensor& cols, const Case& g) {
   std::vector<double> c = values(cols);
-  int64_t n_images = cols.size(0), oh = g.out_h(), ow = g.out_w(), rows = cols.size(1);
-  std::vector<Acc> x(n_images * g.channels * g.height * g.width, Acc{0});
+  int64_t n_images = cols.size(0), oh = g.s.output.h, ow = g.s.output.w, rows = cols.size(1);
+  std::vector<Acc> x(n_images * g.s.channels * g.s.input.h * g.s.input.w, Acc{0});
   for (int64_t n = 0; n < n_images; ++n)
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t oy = 0; oy < oh; ++oy)
         for (int64_t ox = 0; ox < ow; ++ox) {
-          int64_t ch = r / (g.kernel_h * g.kernel_w), ki = r / g.kernel_w % g.kernel_h, kj = r % g.kernel_w;
-          int64_t iy = oy * g.stride_h - g.pad_h + ki * g.dilation_h;
-          int64_t ix = ox * g.stride_w - g.pad_w + kj * g.dilation_w;
-          if (iy < 0 || iy >= g.height || ix < 0 || ix >= g.width) continue;
-          x[((n * g.channels + ch) * g.height + iy) * g.width + ix] +=
+          int64_t ch = r / (g.s.kernel.h * g.s.kernel.w), ki = r / g.s.kernel.w % g.s.kernel.h, kj = r % g.s.kernel.w;
+          int64_t iy = oy * g.p.stride.h - g.p.padding.h + ki * g.p.dilation.h;
+          int64_t ix = ox * g.p.stride.w - g.p.padding.w + kj * g.p.dilation.w;
+          if (iy < 0 || iy >= g.s.input.h || ix < 0 || ix >= g.s.input.w) continue;
+          x[((n * g.s.channels + ch) * g.s.input.h + iy) * g.s.input.w + ix] +=
               static_cast<Acc>(c[(n * rows + r) * oh * ow + oy * ow + ox]);
         }
   return x;
@@ -162,11 +177,11 @@ std::vector<Acc> col2im_reference(const Tensor& cols, const ConvGeometry& g) {
 
 TEST(Col2im, MatchesNaiveReference) {
   set_num_threads(2);
-  for (const ConvGeometry& g : geometries()) {
-    Shape cols_shape{3, g.channels * g.kernel_h * g.kernel_w, g.out_h() * g.out_w()};
+  for (const Case& g : geometries()) {
+    Shape cols_shape{3, g.s.channels * g.s.kernel.h * g.s.kernel.w, g.s.output.h * g.s.output.w};
     Tensor cols = random_tensor(cols_shape, DType::Float32, 7);
-    Tensor x = col2im(cols, g);
-    ASSERT_EQ(x.shape(), (Shape{3, g.channels, g.height, g.width}));
+    Tensor x = fold(cols, g);
+    ASSERT_EQ(x.shape(), (Shape{3, g.s.channels, g.s.input.h, g.s.input.w}));
     std::vector<float> expected = col2im_reference<float>(cols, g);
     const float* p = x.data<float>();
     for (int64_t k = 0; k < x.numel(); ++k) ASSERT_EQ(p[k], expected[k]) << describe(g) << " at " << k;
@@ -174,31 +189,32 @@ TEST(Col2im, MatchesNaiveReference) {
 }
 
 TEST(Col2im, HalfIntegerAndStridedCols) {
-  ConvGeometry g = geometry(2, 7, 6, 3, 3, 2, 1, 1, 2, 1, 1);
-  Shape cols_shape{2, 18, g.out_h() * g.out_w()};
+  Case g = geometry(2, 7, 6, 3, 3, 2, 1, 1, 2, 1, 1);
+  Shape cols_shape{2, 18, g.s.output.h * g.s.output.w};
   // 16-bit floats accumulate in float and round once.
   Tensor half_cols = random_tensor(cols_shape, DType::Float16, 8);
   std::vector<float> expected_half = col2im_reference<float>(half_cols, g);
-  std::vector<double> got_half = values(col2im(half_cols, g));
+  std::vector<double> got_half = values(fold(half_cols, g));
   for (size_t k = 0; k < got_half.size(); ++k) {
     EXPECT_EQ(got_half[k], static_cast<float>(Half(expected_half[k]))) << k;
   }
   Tensor int_cols = random_tensor(cols_shape, DType::Int64, 9);
   std::vector<int64_t> expected_int = col2im_reference<int64_t>(int_cols, g);
-  std::vector<double> got_int = values(col2im(int_cols, g));
+  std::vector<double> got_int = values(fold(int_cols, g));
   for (size_t k = 0; k < got_int.size(); ++k) EXPECT_EQ(got_int[k], static_cast<double>(expected_int[k]));
   // cols stored as (N, oh*ow, C*kh*kw) and transposed: no unit stride along positions.
-  Tensor strided = random_tensor({2, g.out_h() * g.out_w(), 18}, DType::Float64, 10).transpose(1, 2);
+  Tensor strided = random_tensor({2, g.s.output.h * g.s.output.w, 18}, DType::Float64, 10).transpose(1, 2);
   std::vector<double> expected = col2im_reference<double>(strided, g);
-  EXPECT_EQ(values(col2im(strided, g)), expected);
+  EXPECT_EQ(values(fold(strided, g)), expected);
 }
 
 TEST(Col2im, IsTheAdjointOfIm2col) {
   // <im2col(x), y> == <x, col2im(y)> in float64 for random x and y.
-  for (const ConvGeometry& g : geometries()) {
-    Tensor x = random_tensor({2, g.channels, g.height, g.width}, DType::Float64, 11);
-    Tensor y = random_tensor({2, g.channels * g.kernel_h * g.kernel_w, g.out_h() * g.out_w()}, DType::Float64, 12);
-    std::vector<double> ix = values(im2col(x, g)), yv = values(y), xv = values(x), cy = values(col2im(y, g));
+  for (const Case& g : geometries()) {
+    Tensor x = random_tensor({2, g.s.channels, g.s.input.h, g.s.input.w}, DType::Float64, 11);
+    Tensor y =
+        random_tensor({2, g.s.channels * g.s.kernel.h * g.s.kernel.w, g.s.output.h * g.s.output.w}, DType::Float64, 12);
+    std::vector<double> ix = values(unfold(x, g)), yv = values(y), xv = values(x), cy = values(fold(y, g));
     double lhs = 0.0, rhs = 0.0, scale = 0.0;
     for (size_t k = 0; k < ix.size(); ++k) {
       lhs += ix[k] * yv[k];
@@ -212,30 +228,50 @@ TEST(Col2im, IsTheAdjointOfIm2col) {
 
 TEST(Im2col, Errors) {
   Tensor x = zeros({1, 3, 8, 8});
-  expect_error([&] { im2col(zeros({3, 8, 8}), 3, 3); }, "im2col: expected a 4-d input (N, C, H, W), got shape [3, 8, 8]");
-  expect_error([&] { im2col(x, geometry(2, 8, 8, 3, 3)); },
-               "im2col: input shape [1, 3, 8, 8] does not match the geometry's (C, H, W) = (2, 8, 8)");
-  expect_error([&] { im2col(x, 0, 3); }, "im2col: kernel size must be positive, got 0 x 3");
-  expect_error([&] { im2col(x, 3, 3, 0); }, "im2col: stride must be positive, got 0 x 0");
-  expect_error([&] { im2col(x, 3, 3, 1, -1); }, "im2col: padding must be non-negative, got -1 x -1");
-  expect_error([&] { im2col(x, 3, 3, 1, 0, 0); }, "im2col: dilation must be positive, got 0 x 0");
-  expect_error([&] { im2col(x, 9, 3); },
-               "im2col: kernel 9 x 3 with dilation 1 x 1 spans 9 x 3, more than the padded input 8 x 8");
-  // (4 - 5) / 2 truncates to 0 in C++: a size check on out_h() would pass.
-  expect_error([&] { im2col(zeros({1, 1, 4, 9}), 5, 5, 2); },
-               "im2col: kernel 5 x 5 with dilation 1 x 1 spans 5 x 5, more than the padded input 4 x 9");
-  expect_error([&] { im2col(x, 3, 3, 1, 0, 4); }, "im2col: kernel 3 x 3 with dilation 4 x 4 spans 9 x 9");
+  expect_error([&] { im2col(zeros({3, 8, 8}), 3); }, "im2col: expected a 4-d input (N, C, H, W), got shape [3, 8, 8]");
+  expect_error([&] { im2col(x, 3, {.groups = 3}); }, "im2col: unfolds one group, so groups must be 1, got 3");
+  expect_error([&] { im2col(x, {0, 3}); }, "im2col: kernel size must be positive, got 0 x 3");
+  expect_error([&] { im2col(x, 3, {.stride = 0}); }, "im2col: stride must be positive, got 0 x 0");
+  expect_error([&] { im2col(x, 3, {.padding = -1}); }, "im2col: padding must be non-negative, got -1 x -1");
+  expect_error([&] { im2col(x, 3, {.dilation = 0}); }, "im2col: dilation must be positive, got 0 x 0");
+  expect_error(
+      [&] {
+        im2col(x, {9, 3});
+      },
+      "im2col: kernel 9 x 3 with dilation 1 x 1 spans 9 x 3, more than the padded input 8 x 8");
+  // (4 - 5) / 2 truncates to 0 in C++: a check on the output size would pass.
+  expect_error(
+      [&] {
+        im2col(zeros({1, 1, 4, 9}), 5, {.stride = 2});
+      },
+      "im2col: kernel 5 x 5 with dilation 1 x 1 spans 5 x 5, more than the padded input 4 x 9");
+  expect_error([&] { im2col(x, 3, {.dilation = 4}); }, "im2col: kernel 3 x 3 with dilation 4 x 4 spans 9 x 9");
 }
 
 TEST(Col2im, Errors) {
-  ConvGeometry g = geometry(3, 8, 8, 3, 3);
-  expect_error([&] { col2im(zeros({1, 27, 35}), g); },
-               "col2im: expected cols of shape [N, 27, 36] (C*kh*kw, oh*ow) for the geometry, got [1, 27, 35]");
-  expect_error([&] { col2im(zeros({27, 36}), g); }, "col2im: expected cols of shape [N, 27, 36]");
-  expect_error([&] { col2im(zeros({1, 27, 36}), geometry(0, 8, 8, 3, 3)); },
-               "col2im: expected a positive input size, got C=0 H=8 W=8");
-  expect_error([&] { col2im(zeros({1, 27, 36}), geometry(3, 8, 8, 3, 3, 1, 1, 0, 0, 5, 1)); },
-               "col2im: kernel 3 x 3 with dilation 5 x 1 spans 11 x 3, more than the padded input 8 x 8");
+  expect_error(
+      [] {
+        col2im(zeros({1, 27, 35}), {8, 8}, 3);
+      },
+      "col2im: expected cols of shape [N, 27, 36] (C*kh*kw, oh*ow) for an input of 8 x 8, got [1, 27, 35]");
+  expect_error(
+      [] {
+        col2im(zeros({27, 36}), {8, 8}, 3);
+      },
+      "col2im: expected cols of shape [N, C*kh*kw, oh*ow] with C*kh*kw a multiple of kh*kw = 9, got [27, 36]");
+  expect_error([] { col2im(zeros({1, 26, 36}), {8, 8}, 3); }, "a multiple of kh*kw = 9, got [1, 26, 36]");
+  expect_error(
+      [] {
+        col2im(zeros({1, 27, 36}), {8, 8}, 3, {.groups = 3});
+      },
+      "col2im: unfolds one group, so groups must be 1, got 3");
+  expect_error([] { col2im(zeros({1, 27, 36}), {8, 8}, {0, 3}); }, "col2im: kernel size must be positive, got 0 x 3");
+  expect_error([] { col2im(zeros({1, 0, 36}), {8, 8}, 3); }, "col2im: expected a positive input size, got C=0 H=8 W=8");
+  expect_error(
+      [] {
+        col2im(zeros({1, 27, 36}), {8, 8}, 3, {.dilation = {5, 1}});
+      },
+      "col2im: kernel 3 x 3 with dilation 5 x 1 spans 11 x 3, more than the padded input 8 x 8");
 }
 
 }  // namespace

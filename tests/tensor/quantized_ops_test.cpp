@@ -31,7 +31,6 @@
 namespace kiln {
 namespace {
 
-using ops::Conv2dParams;
 using quant_math::quantize_bias;
 using quant_math::requantize_multiplier;
 using quant_math::requantize_value;
@@ -154,8 +153,8 @@ std::vector<double> conv_reference(const std::vector<int32_t>& x, int32_t zx, co
                                    const Stage& stage) {
   const int64_t n_images = xs[0], c = xs[1], h = xs[2], wd = xs[3];
   const int64_t o = ws[0], cg = ws[1], kh = ws[2], kw = ws[3], og = o / p.groups;
-  const int64_t oh = (h + 2 * p.pad_h - p.dilation_h * (kh - 1) - 1) / p.stride_h + 1;
-  const int64_t ow = (wd + 2 * p.pad_w - p.dilation_w * (kw - 1) - 1) / p.stride_w + 1;
+  const int64_t oh = (h + 2 * p.padding.h - p.dilation.h * (kh - 1) - 1) / p.stride.h + 1;
+  const int64_t ow = (wd + 2 * p.padding.w - p.dilation.w * (kw - 1) - 1) / p.stride.w + 1;
   std::vector<double> out;
   for (int64_t n = 0; n < n_images; ++n) {
     for (int64_t oc = 0; oc < o; ++oc) {
@@ -166,8 +165,8 @@ std::vector<double> conv_reference(const std::vector<int32_t>& x, int32_t zx, co
           for (int64_t ci = 0; ci < cg; ++ci) {
             for (int64_t ky = 0; ky < kh; ++ky) {
               for (int64_t kx = 0; kx < kw; ++kx) {
-                const int64_t iy = y * p.stride_h - p.pad_h + ky * p.dilation_h;
-                const int64_t ix = xo * p.stride_w - p.pad_w + kx * p.dilation_w;
+                const int64_t iy = y * p.stride.h - p.padding.h + ky * p.dilation.h;
+                const int64_t ix = xo * p.stride.w - p.padding.w + kx * p.dilation.w;
                 if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
                 const int64_t channel = group * cg + ci;
                 acc += int64_t(x[((n * c + channel) * h + iy) * wd + ix] - zx) * w[((oc * cg + ci) * kh + ky) * kw + kx];
@@ -370,9 +369,9 @@ void check_conv(const ConvCase& c, uint64_t seed) {
               scale_as_float(out_scale), int32_t(c.zy), c.relu};
   const std::vector<double> want =
       conv_reference(ints<uint8_t>(x), zero_point_of(x), c.x, ints<int8_t>(w), c.w, c.p, stage);
-  const std::string what = detail::str("conv x=", c.x, " w=", c.w, " stride=", c.p.stride_h, "x", c.p.stride_w,
-                                        " pad=", c.p.pad_h, "x", c.p.pad_w, " dilation=", c.p.dilation_h, "x",
-                                        c.p.dilation_w, " groups=", c.p.groups);
+  const std::string what =
+      detail::str("conv x=", c.x, " w=", c.w, " stride=", c.p.stride.h, "x", c.p.stride.w, " pad=", c.p.padding.h, "x",
+                  c.p.padding.w, " dilation=", c.p.dilation.h, "x", c.p.dilation.w, " groups=", c.p.groups);
   for (cpu::QGemmPath path : cpu::qgemm_paths_available()) {
     auto packed = cpu::pack_quantized_weight(w, path);
     Tensor y = ops::quantized_conv2d(x, *packed, bias, c.p, out_scale, c.zy, c.relu);
@@ -391,20 +390,20 @@ TEST(QuantizedConv2d, MatchesIntegerReferenceOnEveryPath) {
       {{1, 3, 32, 32}, {6, 3, 5, 5}, {}, true, true, true, 0, 0},
       {{3, 6, 14, 14}, {16, 6, 5, 5}, {}, true, true, false, 20, 128},
       // Padding with a zero point far from 0: padded taps must count as 0.
-      {{2, 4, 9, 7}, {5, 4, 3, 3}, {.pad_h = 1, .pad_w = 2}, true, true, false, 200, 100},
-      {{2, 16, 8, 8}, {16, 16, 3, 3}, {.pad_h = 1, .pad_w = 1}, false, true, true, 128, 30},
+      {{2, 4, 9, 7}, {5, 4, 3, 3}, {.padding = {1, 2}}, true, true, false, 200, 100},
+      {{2, 16, 8, 8}, {16, 16, 3, 3}, {.padding = 1}, false, true, true, 128, 30},
       // Stride and dilation, on each axis.
-      {{2, 3, 11, 10}, {4, 3, 3, 3}, {.stride_h = 2, .stride_w = 3, .pad_h = 1, .pad_w = 1}, true, true, false, 90, 128},
-      {{1, 2, 12, 13}, {3, 2, 3, 2}, {.pad_h = 2, .pad_w = 1, .dilation_h = 2, .dilation_w = 3}, true, false, true, 40, 60},
+      {{2, 3, 11, 10}, {4, 3, 3, 3}, {.stride = {2, 3}, .padding = 1}, true, true, false, 90, 128},
+      {{1, 2, 12, 13}, {3, 2, 3, 2}, {.padding = {2, 1}, .dilation = {2, 3}}, true, false, true, 40, 60},
       // Groups, depthwise.
-      {{2, 6, 7, 7}, {4, 3, 3, 3}, {.pad_h = 1, .pad_w = 1, .groups = 2}, true, true, false, 77, 128},
-      {{2, 8, 6, 6}, {8, 1, 3, 3}, {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1, .groups = 8}, true, true, true, 128, 10},
+      {{2, 6, 7, 7}, {4, 3, 3, 3}, {.padding = 1, .groups = 2}, true, true, false, 77, 128},
+      {{2, 8, 6, 6}, {8, 1, 3, 3}, {.stride = 2, .padding = 1, .groups = 8}, true, true, true, 128, 10},
       // 1x1: pointwise (no patches), and strided.
       {{2, 16, 5, 6}, {8, 16, 1, 1}, {}, true, true, false, 50, 128},
       {{2, 8, 5, 6}, {6, 4, 1, 1}, {.groups = 2}, true, false, false, 3, 128},
-      {{1, 8, 8, 8}, {4, 8, 1, 1}, {.stride_h = 2, .stride_w = 2}, true, true, true, 0, 0},
+      {{1, 8, 8, 8}, {4, 8, 1, 1}, {.stride = 2}, true, true, true, 0, 0},
       // Many channels (long patch rows), one output channel.
-      {{1, 64, 4, 4}, {1, 64, 3, 3}, {.pad_h = 1, .pad_w = 1}, true, true, false, 128, 128},
+      {{1, 64, 4, 4}, {1, 64, 3, 3}, {.padding = 1}, true, true, false, 128, 128},
       // Batch 0.
       {{0, 3, 8, 8}, {4, 3, 3, 3}, {}, true, true, false, 10, 10},
   };
@@ -417,9 +416,9 @@ TEST(QuantizedConv2d, UnbatchedAndStridedInputs) {
   Tensor b = random_float({5}, -1, 1, 41);
   auto packed = ops::pack_quantized_weight(w);
   Tensor x = random_activation({3, 9, 8}, 0.1, 30, 42);
-  Tensor y = ops::quantized_conv2d(x, *packed, b, {.pad_h = 1, .pad_w = 1}, 0.5, 64);
+  Tensor y = ops::quantized_conv2d(x, *packed, b, {.padding = 1}, 0.5, 64);
   ASSERT_EQ(y.shape(), (Shape{5, 9, 8}));
-  Tensor batched = ops::quantized_conv2d(x.unsqueeze(0), *packed, b, {.pad_h = 1, .pad_w = 1}, 0.5, 64);
+  Tensor batched = ops::quantized_conv2d(x.unsqueeze(0), *packed, b, {.padding = 1}, 0.5, 64);
   EXPECT_EQ(ints<uint8_t>(y), ints<uint8_t>(batched));
   // A channels-last input seen through NCHW strides.
   Tensor nhwc = random_activation({2, 9, 8, 3}, 0.1, 30, 43);
@@ -438,9 +437,9 @@ TEST(QuantizedConv2d, ThreadsGiveTheSameBytes) {
   for (int64_t batch : {1, 5}) {
     Tensor x = random_activation({batch, 8, 40, 40}, 0.05, 100, 52);
     set_num_threads(1);
-    Tensor one = ops::quantized_conv2d(x, *packed, b, {.pad_h = 1, .pad_w = 1}, 0.2, 20, true);
+    Tensor one = ops::quantized_conv2d(x, *packed, b, {.padding = 1}, 0.2, 20, true);
     set_num_threads(std::max(saved, 2));
-    Tensor many = ops::quantized_conv2d(x, *packed, b, {.pad_h = 1, .pad_w = 1}, 0.2, 20, true);
+    Tensor many = ops::quantized_conv2d(x, *packed, b, {.padding = 1}, 0.2, 20, true);
     set_num_threads(saved);
     EXPECT_EQ(ints<uint8_t>(one), ints<uint8_t>(many)) << "batch " << batch;
   }
@@ -450,7 +449,7 @@ TEST(QuantizedConv2d, CloseToFloatConvOfDequantizedOperands) {
   Tensor x = random_activation({2, 6, 10, 10}, 0.04, 60, 60);
   Tensor w = random_weight({8, 3, 3, 3}, true, 61);
   Tensor b = random_float({8}, -0.5, 0.5, 62);
-  const Conv2dParams p{.stride_h = 1, .stride_w = 2, .pad_h = 1, .pad_w = 1, .groups = 2};
+  const Conv2dParams p{.stride = {1, 2}, .padding = 1, .groups = 2};
   const double out_scale = 0.03;
   const int64_t zy = 128;
   auto packed = ops::pack_quantized_weight(w);
@@ -475,7 +474,7 @@ TEST(QuantizedConv2dDynamic, MatchesReferenceOnEveryPath) {
   };
   const Case cases[] = {
       {{1, 3, 32, 32}, {6, 3, 5, 5}, {}, true, false},
-      {{3, 4, 9, 8}, {6, 2, 3, 3}, {.stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 1, .groups = 2}, true, true},
+      {{3, 4, 9, 8}, {6, 2, 3, 3}, {.stride = {2, 1}, .padding = 1, .groups = 2}, true, true},
       {{2, 5, 6, 6}, {3, 5, 1, 1}, {}, false, false},
   };
   uint64_t seed = 200;
@@ -503,8 +502,8 @@ TEST(QuantizedConv2dDynamic, CloseToFloatConv) {
                                        DType::Int8);
   Tensor b = random_float({4}, -1, 1, 72);
   auto packed = ops::pack_quantized_weight(w);
-  Tensor y = ops::quantized_conv2d_dynamic(x, *packed, b, {.pad_h = 1, .pad_w = 1});
-  Tensor ref = ops::conv2d(x, ops::dequantize(w), b, {.pad_h = 1, .pad_w = 1});
+  Tensor y = ops::quantized_conv2d_dynamic(x, *packed, b, {.padding = 1});
+  Tensor ref = ops::conv2d(x, ops::dequantize(w), b, {.padding = 1});
   const std::vector<float> got = floats(y), want = floats(ref);
   // 27 taps, each input off by at most half a step (1/255 of the range 2), |w| <= 0.5.
   const double bound = 27 * 0.5 * (1.0 / 255);
@@ -651,10 +650,16 @@ TEST(QuantizedOpsErrors, Conv2d) {
                "not divisible by groups=3");
   expect_error([&] { ops::quantized_conv2d(random_activation({2, 5, 5}, 0.1, 10, 16).unsqueeze(0).unsqueeze(0), *packed, Tensor(), {}, 0.1, 0); },
                "quantized conv2d: expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got shape [1, 1, 2, 5, 5]");
-  expect_error([&] { ops::quantized_conv2d(x, *packed, Tensor(), {.stride_h = 0}, 0.1, 0); },
-               "quantized conv2d: stride must be positive, got 0 x 1");
-  expect_error([&] { ops::quantized_conv2d(x, *packed, Tensor(), {.dilation_h = 3}, 0.1, 0); },
-               "quantized conv2d: kernel 3 x 3 with dilation 3 x 1 spans 7 x 3, more than the padded input 5 x 5");
+  expect_error(
+      [&] {
+        ops::quantized_conv2d(x, *packed, Tensor(), {.stride = {0, 1}}, 0.1, 0);
+      },
+      "quantized conv2d: stride must be positive, got 0 x 1");
+  expect_error(
+      [&] {
+        ops::quantized_conv2d(x, *packed, Tensor(), {.dilation = {3, 1}}, 0.1, 0);
+      },
+      "quantized conv2d: kernel 3 x 3 with dilation 3 x 1 spans 7 x 3, more than the padded input 5 x 5");
   expect_error([&] { ops::quantized_conv2d(x, *packed, random_float({3}, 0, 1, 17), {}, 0.1, 0); },
                "quantized conv2d: bias must have shape [4], got [3]");
   expect_error([&] { ops::quantized_conv2d(x, *packed, Tensor(), {}, -1.0, 0); },
