@@ -18,6 +18,8 @@ Tensor Tensor::tanh() const { return kiln::tanh(*this); }
 Tensor Tensor::clamp(std::optional<Scalar> min, std::optional<Scalar> max) const {
   return kiln::clamp(*this, min, max);
 }
+Tensor Tensor::clamp_min(Scalar min) const { return kiln::clamp(*this, min, std::nullopt); }
+Tensor Tensor::clamp_max(Scalar max) const { return kiln::clamp(*this, std::nullopt, max); }
 Tensor Tensor::logical_not() const { return kiln::logical_not(*this); }
 
 // ---- binary ----
@@ -33,6 +35,8 @@ Tensor Tensor::pow(const Tensor& exponent) const { return kiln::pow(*this, expon
 Tensor Tensor::pow(Scalar exponent) const { return kiln::pow(*this, exponent); }
 Tensor Tensor::maximum(const Tensor& other) const { return kiln::maximum(*this, other); }
 Tensor Tensor::minimum(const Tensor& other) const { return kiln::minimum(*this, other); }
+Tensor Tensor::max(const Tensor& other) const { return kiln::maximum(*this, other); }
+Tensor Tensor::min(const Tensor& other) const { return kiln::minimum(*this, other); }
 Tensor Tensor::where(const Tensor& condition, const Tensor& other) const {
   return kiln::where(condition, *this, other);
 }
@@ -141,6 +145,8 @@ Tensor& Tensor::relu_() { return kiln::relu_(*this); }
 Tensor& Tensor::sigmoid_() { return kiln::sigmoid_(*this); }
 Tensor& Tensor::tanh_() { return kiln::tanh_(*this); }
 Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) { return kiln::clamp_(*this, min, max); }
+Tensor& Tensor::clamp_min_(Scalar min) { return kiln::clamp_(*this, min, std::nullopt); }
+Tensor& Tensor::clamp_max_(Scalar max) { return kiln::clamp_(*this, std::nullopt, max); }
 Tensor& Tensor::fill_(Scalar value) { return kiln::fill_(*this, value); }
 Tensor& Tensor::zero_() { return kiln::zero_(*this); }
 Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) { return kiln::masked_fill_(*this, mask, value); }

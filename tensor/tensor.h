@@ -341,6 +341,8 @@ class Tensor {
   Tensor sigmoid() const;
   Tensor tanh() const;
   Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt) const;
+  Tensor clamp_min(Scalar min) const;  // clamp(min, nullopt)
+  Tensor clamp_max(Scalar max) const;  // clamp(nullopt, max)
   Tensor logical_not() const;
   // binary, with a tensor or a scalar
   Tensor add(const Tensor& other, Scalar alpha = 1) const;  // this + alpha * other
@@ -355,6 +357,9 @@ class Tensor {
   Tensor pow(Scalar exponent) const;
   Tensor maximum(const Tensor& other) const;
   Tensor minimum(const Tensor& other) const;
+  // torch's x.max(other) and x.min(other): maximum and minimum.
+  Tensor max(const Tensor& other) const;
+  Tensor min(const Tensor& other) const;
   // condition ? this : other, as torch's x.where(condition, y).
   Tensor where(const Tensor& condition, const Tensor& other) const;
   Tensor where(const Tensor& condition, Scalar other) const;
@@ -466,6 +471,8 @@ class Tensor {
   Tensor& sigmoid_();
   Tensor& tanh_();
   Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
+  Tensor& clamp_min_(Scalar min);
+  Tensor& clamp_max_(Scalar max);
   Tensor& fill_(Scalar value);
   Tensor& zero_();
   Tensor& masked_fill_(const Tensor& mask, Scalar value);
