@@ -20,15 +20,9 @@ using gradtest::expect_gradcheck;
 using gradtest::leaf;
 using gradtest::uniform64;
 using testing::expect_error;
+using testing::make64;
 using testing::expect_matches_torch;
 using testing::OracleCase;
-
-template <class M, class... Args>
-std::shared_ptr<M> make64(Args... args) {
-  auto m = std::make_shared<M>(args...);
-  m->to(DType::Float64);
-  return m;
-}
 
 OracleCase layer_case(const std::string& torch, std::shared_ptr<Module> module, Tensor x) {
   return {.name = torch + " on " + gradtest::shape_str(x.shape()),

@@ -15,31 +15,26 @@ using gradtest::expect_gradcheck;
 using gradtest::leaf;
 using gradtest::uniform64;
 using testing::expect_error;
+using testing::make64;
 using testing::expect_matches_torch;
 using testing::OracleCase;
-
-std::shared_ptr<LSTM> make64(const RNNOptions& options) {
-  auto m = std::make_shared<LSTM>(options);
-  m->to(DType::Float64);
-  return m;
-}
 
 TEST(LSTMProjection, MatchesTorch) {
   SKIP_WITHOUT_TORCH();
   const std::string call = "o, (h, c) = m(in0, (in1, in2))\nouts = [o, h, c]";
   std::vector<OracleCase> cases = {
       {.name = "LSTM(3, 5, proj_size=2), (h0, c0)",
-       .module = make64(LSTMOptions(3, 5).proj_size(2)),
+       .module = make64<LSTM>(LSTMOptions(3, 5).proj_size(2)),
        .torch_module = "nn.LSTM(3, 5, proj_size=2)",
        .inputs = {leaf({4, 2, 3}, 1), leaf({1, 2, 2}, 2), leaf({1, 2, 5}, 3)},
        .python = call},
       {.name = "LSTM, 2 layers, bidirectional, batch_first, proj_size 3",
-       .module = make64(LSTMOptions(2, 4).num_layers(2).bidirectional(true).batch_first(true).proj_size(3)),
+       .module = make64<LSTM>(LSTMOptions(2, 4).num_layers(2).bidirectional(true).batch_first(true).proj_size(3)),
        .torch_module = "nn.LSTM(2, 4, num_layers=2, bidirectional=True, batch_first=True, proj_size=3)",
        .inputs = {leaf({2, 5, 2}, 4), leaf({4, 2, 3}, 5), leaf({4, 2, 4}, 6)},
        .python = call},
       {.name = "LSTM unbatched, no bias, proj_size 1, zero states",
-       .module = make64(LSTMOptions(3, 2).bias(false).proj_size(1)),
+       .module = make64<LSTM>(LSTMOptions(3, 2).bias(false).proj_size(1)),
        .torch_module = "nn.LSTM(3, 2, bias=False, proj_size=1)",
        .inputs = {leaf({6, 3}, 7)},
        .python = "o, (h, c) = m(in0)\nouts = [o, h, c]"},
@@ -69,7 +64,7 @@ TEST(LSTMProjection, ParametersAndShapes) {
 }
 
 TEST(LSTMProjection, Gradcheck) {
-  auto lstm = make64(LSTMOptions(2, 3).num_layers(2).proj_size(2));
+  auto lstm = make64<LSTM>(LSTMOptions(2, 3).num_layers(2).proj_size(2));
   expect_gradcheck([&](const TensorList& in) { return (*lstm)(in); },
                    {leaf({3, 2, 2}, 1), leaf({2, 2, 2}, 2), leaf({2, 2, 3}, 3)});
 }
@@ -81,7 +76,7 @@ TEST(LSTMProjection, Errors) {
                "LSTM: proj_size (4) must be smaller than hidden_size (4)");
   expect_error([] { LSTM(LSTMOptions(3, 4).proj_size(-1)); },
                "LSTM: proj_size must be positive, or 0 for no projection, got -1");
-  auto lstm = make64(LSTMOptions(3, 4).proj_size(2));
+  auto lstm = make64<LSTM>(LSTMOptions(3, 4).proj_size(2));
   expect_error(
       [&] {
         (*lstm)({uniform64({5, 2, 3}, 1), uniform64({1, 2, 4}, 2), uniform64({1, 2, 4}, 3)});

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tensor/error.h"
@@ -36,6 +38,15 @@ inline std::vector<double> values_of(const Tensor& t) {
   Tensor host = t.detach().to(DType::Float64, kCPU).contiguous();
   const double* p = host.data<double>();
   return std::vector<double>(p, p + host.numel());
+}
+
+// A module M made from `args` and moved to float64, as the PyTorch oracle
+// tests compare them: make64<nn::GRU>(4, 3).
+template <class M, class... Args>
+std::shared_ptr<M> make64(Args&&... args) {
+  auto m = std::make_shared<M>(std::forward<Args>(args)...);
+  m->to(DType::Float64);
+  return m;
 }
 
 }  // namespace kiln::nn::testing

@@ -18,15 +18,9 @@ using gradtest::expect_gradcheck;
 using gradtest::leaf;
 using gradtest::uniform64;
 using testing::expect_error;
+using testing::make64;
 using testing::expect_matches_torch;
 using testing::OracleCase;
-
-template <class M, class... Args>
-std::shared_ptr<M> make64(Args... args) {
-  auto m = std::make_shared<M>(args...);
-  m->to(DType::Float64);
-  return m;
-}
 
 TEST(RecurrentLayers, MatchTorch) {
   SKIP_WITHOUT_TORCH();
