@@ -6,7 +6,7 @@
 // and keep their grid (tensor/pool.h, tensor/elementwise.h).
 //
 //   auto w = ops::pack_quantized_weight(ops::quantize_per_channel(weight, scales, zps, 0, DType::Int8));
-//   Tensor y = ops::quantized_conv2d(x_q, *w, bias, {.pad_h = 1, .pad_w = 1}, 0.02, 0, /*relu=*/true);
+//   Tensor y = ops::quantized_conv2d(x_q, *w, bias, {.padding = 1}, 0.02, 0, /*relu=*/true);
 //
 // Inputs are checked here (kiln::Error naming the op: a float tensor into a
 // quantized op, a qint8 activation, mismatched shapes); the kernels are the
