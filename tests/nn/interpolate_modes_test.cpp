@@ -7,6 +7,7 @@
 
 #include "nn/functional.h"
 #include "nn/functional_composite.h"
+#include "nn/interpolate_cases.h"
 #include "nn/nn_test_util.h"
 #include "nn/torch_oracle.h"
 #include "nn/upsampling.h"
@@ -22,12 +23,11 @@ using gradtest::leaf;
 using gradtest::uniform64;
 using testing::expect_error;
 using testing::expect_matches_torch;
+using testing::float32_case;
+using testing::functional_case;
 using testing::OracleCase;
+using testing::resized;
 using M = InterpolateMode;
-
-std::vector<double> resized(const Tensor& x, const InterpolateOptions& options) {
-  return testing::values_of(F::interpolate(x, options));
-}
 
 TEST(InterpolateModes, BicubicByHand) {
   // align_corners, 3 -> 5: positions 0, 0.5, 1, 1.5, 2. At t = 0.5 the Keys
@@ -73,14 +73,6 @@ TEST(InterpolateModes, TrilinearAndAreaByHand) {
   Tensor image = uniform64({2, 3, 7, 5}, 1);
   EXPECT_EQ(resized(image, {.size = {3, 4}, .mode = M::Area}),
             testing::values_of(F::adaptive_avg_pool2d(image, {3, 4})));
-}
-
-OracleCase functional_case(const std::string& name, Tensor x, const InterpolateOptions& options,
-                           const std::string& torch_args) {
-  return {.name = name,
-          .inputs = {x},
-          .python = "outs = [F.interpolate(in0, " + torch_args + ")]",
-          .kiln = [options](const TensorList& in) { return TensorList{F::interpolate(in[0], options)}; }};
 }
 
 TEST(InterpolateModes, BicubicAndTrilinearMatchTorch) {
@@ -142,23 +134,6 @@ TEST(InterpolateModes, AreaMatchesTorch) {
                       "scale_factor=(0.5, 0.6, 0.75), mode='area'"),
   };
   expect_matches_torch(cases);
-}
-
-// Kiln in float32 against torch in float32 on the same values; the
-// tolerance is for sums in another order.
-OracleCase float32_case(const std::string& name, const Shape& shape, uint64_t seed, const InterpolateOptions& options,
-                        const std::string& torch_args) {
-  return {.name = name + ", float32",
-          .inputs = {uniform64(shape, seed).to(DType::Float32).requires_grad_()},
-          .python = "outs = [F.interpolate(in0.float(), " + torch_args + ")]",
-          .kiln =
-              [options](const TensorList& in) {
-                Tensor y = F::interpolate(in[0], options);
-                EXPECT_EQ(y.dtype(), DType::Float32);
-                return TensorList{y};
-              },
-          .rtol = 1e-5,
-          .atol = 1e-6};
 }
 
 TEST(InterpolateModes, Float32MatchesTorch) {

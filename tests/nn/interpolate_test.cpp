@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "nn/functional_composite.h"
+#include "nn/interpolate_cases.h"
 #include "nn/nn_test_util.h"
 #include "nn/torch_oracle.h"
 #include "nn/upsampling.h"
@@ -23,14 +24,13 @@ using gradtest::leaf;
 using gradtest::uniform64;
 using testing::expect_error;
 using testing::expect_matches_torch;
+using testing::float32_case;
+using testing::functional_case;
 using testing::OracleCase;
+using testing::resized;
 
 Tensor row(const std::vector<double>& values) {
   return from_vector<double>(values, {1, 1, static_cast<int64_t>(values.size())});
-}
-
-std::vector<double> resized(const Tensor& x, const InterpolateOptions& options) {
-  return testing::values_of(F::interpolate(x, options));
 }
 
 TEST(Interpolate, EachModeByHand) {
@@ -72,14 +72,6 @@ TEST(Interpolate, UnchangedSizes) {
   Tensor y = F::interpolate(x, {.size = {5}});
   EXPECT_EQ(testing::values_of(y), testing::values_of(x));
   EXPECT_NE(y.data_ptr(), x.data_ptr());
-}
-
-OracleCase functional_case(const std::string& name, Tensor x, const InterpolateOptions& options,
-                           const std::string& torch_args) {
-  return {.name = name,
-          .inputs = {x},
-          .python = "outs = [F.interpolate(in0, " + torch_args + ")]",
-          .kiln = [options](const TensorList& in) { return TensorList{F::interpolate(in[0], options)}; }};
 }
 
 TEST(Interpolate, NearestMatchesTorch) {
@@ -167,24 +159,6 @@ TEST(Interpolate, LinearMatchesTorch) {
   cases.push_back(functional_case("bilinear, align_corners not given", leaf({1, 1, 3, 3}, 12),
                                   {.scale_factor = {2}, .mode = M::Bilinear}, "scale_factor=2, mode='bilinear'"));
   expect_matches_torch(cases);
-}
-
-// Kiln in float32 against torch in float32, on the same float32 values.
-// The tolerance is for the gradients, float32 sums in another order; an
-// element picked wrongly would be off by far more.
-OracleCase float32_case(const std::string& name, const Shape& shape, uint64_t seed, const InterpolateOptions& options,
-                        const std::string& torch_args) {
-  return {.name = name + ", float32",
-          .inputs = {uniform64(shape, seed).to(DType::Float32).requires_grad_()},
-          .python = "outs = [F.interpolate(in0.float(), " + torch_args + ")]",
-          .kiln =
-              [options](const TensorList& in) {
-                Tensor y = F::interpolate(in[0], options);
-                EXPECT_EQ(y.dtype(), DType::Float32);
-                return TensorList{y};
-              },
-          .rtol = 1e-5,
-          .atol = 1e-6};
 }
 
 TEST(Interpolate, Float32MatchesTorch) {
