@@ -1,6 +1,7 @@
 // Samplers: permutations, per-epoch reseeding, and DistributedSampler's
 // padding / truncation / subsampling against hand-computed lists and torch.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -183,7 +184,7 @@ TEST(DistributedSamplerVsTorch, UnshuffledIndicesAgree) {
              << ")) + ' .')\n";
     }
   }
-  const std::string path = ::testing::TempDir() + "kiln_distributed_sampler_test.py";
+  const std::string path = ::testing::TempDir() + "kiln_distributed_sampler_test_" + std::to_string(getpid()) + ".py";
   std::ofstream(path) << script.str();
   FILE* pipe = popen(("/usr/bin/python3 " + path + " 2>&1").c_str(), "r");
   ASSERT_NE(pipe, nullptr);

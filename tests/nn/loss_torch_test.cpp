@@ -2,6 +2,8 @@
 // script run by /usr/bin/python3 (Debian's python3-torch), which prints the
 // loss and the gradient of sum(loss * g) with respect to each input; Kiln
 // must agree to rounding. Skipped when torch is not installed.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -63,7 +65,7 @@ std::vector<std::vector<std::vector<double>>> run_torch(const std::vector<TorchC
     script << "g = " << py_tensor(upstream[k]) << ".reshape(out.shape)\n(out * g).sum().backward()\nemit(out)\n";
     for (size_t i = 0; i < cases[k].inputs.size(); ++i) script << "emit(in" << i << ".grad)\n";
   }
-  const std::string path = ::testing::TempDir() + "kiln_loss_torch_test.py";
+  const std::string path = ::testing::TempDir() + "kiln_loss_torch_test_" + std::to_string(getpid()) + ".py";
   std::ofstream(path) << script.str();
   FILE* pipe = popen(("/usr/bin/python3 " + path + " 2>&1").c_str(), "r");
   EXPECT_NE(pipe, nullptr);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -173,7 +174,7 @@ inline void expect_matches_torch(const std::vector<OracleCase>& cases) {
              << "for k, v in m.named_buffers(): emit('" << p << "buffer:' + k, v)\n";
     }
   }
-  const std::string path = ::testing::TempDir() + "kiln_nn_torch_oracle.py";
+  const std::string path = ::testing::TempDir() + "kiln_nn_torch_oracle_" + std::to_string(getpid()) + ".py";
   std::ofstream(path) << script.str();
   FILE* pipe = popen(("/usr/bin/python3 " + path + " 2>&1").c_str(), "r");
   ASSERT_NE(pipe, nullptr);
@@ -196,7 +197,9 @@ inline void expect_matches_torch(const std::vector<OracleCase>& cases) {
     }
     line.clear();
   }
-  ASSERT_EQ(pclose(pipe), 0) << "python failed:\n" << all << "\nscript: " << path;
+  const int status = pclose(pipe);
+  ASSERT_EQ(status, 0) << "python failed:\n" << all << "\nscript: " << path;
+  std::remove(path.c_str());  // kept above for reading when python failed
 
   for (size_t k = 0; k < cases.size(); ++k) {
     const OracleCase& c = cases[k];

@@ -3,6 +3,8 @@
 // _amp_update_scale_ rule), the error paths and the state dict.
 #include "optim/grad_scaler.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -307,7 +309,7 @@ TEST(GradScaler, TrainingCheckpointKeepsTheScale) {
   for (const Tensor& p : model.parameters()) p.set_grad(full_like(p, kInf));
   scaler.step(sgd);
   scaler.update();  // 256
-  const std::string path = ::testing::TempDir() + "/grad_scaler_checkpoint.safetensors";
+  const std::string path = ::testing::TempDir() + "/grad_scaler_checkpoint_" + std::to_string(getpid()) + ".safetensors";
   save_training_checkpoint(path, {model, sgd, nullptr, 7, {}, &scaler});
 
   nn::Linear model2(3, 2);

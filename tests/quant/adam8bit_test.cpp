@@ -4,6 +4,7 @@
 #include "quant/adam8bit.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -502,7 +503,7 @@ TEST(Adam8bit, StateDictRoundTripContinuesBitForBit) {
   AdamW8bit opt_a(a.parameters(), AdamW8bitOptions(3e-3).block_size(512));
   run(a, opt_a, 3, 100);
   // Through a file, as a checkpoint would go.
-  const std::string path = ::testing::TempDir() + "adam8bit_state.safetensors";
+  const std::string path = ::testing::TempDir() + "adam8bit_state_" + std::to_string(getpid()) + ".safetensors";
   save_safetensors(path, opt_a.state_dict());
   const TensorDict model_state = a.state_dict();
   nn::LeNet b;
