@@ -30,6 +30,9 @@ class CudaHooks {
   virtual MemoryStats memory_stats(Device device) const = 0;
   virtual void reset_peak_memory_stats(Device device) const = 0;
   virtual void synchronize(Device device) const = 0;
+  // Waits for the calling thread's current stream on `device` only, as
+  // Stream::synchronize: what a copy from pinned memory was queued on.
+  virtual void synchronize_current_stream(Device device) const = 0;
   virtual std::optional<GpuStatus> gpu_status(int device) const = 0;
   // The page-locked host allocator; nullptr when there is no usable GPU.
   virtual Allocator* pinned_host_allocator() const = 0;

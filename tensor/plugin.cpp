@@ -45,8 +45,9 @@ PluginLoad open_plugin(const std::string& name) {
     return {false, "this Kiln was built without its " + name + " backend" + option + ": " + path + " does not exist"};
   }
   // RTLD_NOW: a missing symbol shows here, with the library named, rather
-  // than as a crash at the first call. RTLD_GLOBAL: libkiln_nccl, loaded
-  // later, binds to the CUDA library's symbols.
+  // than as a crash at the first call. RTLD_GLOBAL: what the plugin defines
+  // once (template statics, type information) is then the one copy that
+  // libraries loaded after it bind to, as when a program links it.
   if (dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
     const char* why = dlerror();
     return {false, "cannot load " + path + ": " + (why ? why : "unknown dlopen error")};

@@ -22,6 +22,7 @@ class Hooks final : public CudaHooks {
   MemoryStats memory_stats(Device device) const override { return allocator_memory_stats(device); }
   void reset_peak_memory_stats(Device device) const override { reset_allocator_peaks(device); }
   void synchronize(Device device) const override { synchronize_device(device); }
+  void synchronize_current_stream(Device device) const override { current_stream(device).synchronize(); }
   std::optional<GpuStatus> gpu_status(int device) const override { return nvml_gpu_status(device); }
   Allocator* pinned_host_allocator() const override { return pinned_host_allocator_if_available(); }
 };

@@ -23,9 +23,9 @@
 #include "distributed/backends/gloo/recursive_doubling.h"
 #include "distributed/backends/gloo/ring_reduce_scatter.h"
 #include "distributed/backends/gloo/shared_memory_all_reduce.h"
+#include "tensor/cuda_hooks.h"
 #include "tensor/error.h"
 #include "tensor/factory.h"
-#include "tensor/cuda_status.h"
 #include "tensor/shape.h"
 
 namespace kiln::distributed {
@@ -50,8 +50,10 @@ Tensor host_buffer(const Tensor& t, bool with_values) {
 void copy_to_device(Tensor target, const Tensor& host) {
   if (!target.defined() || target.is_same(host)) return;
   target.copy_(host);
-  // A copy from pinned memory is only queued (Note [CUDA copies]).
-  if (target.device().is_cuda()) cuda::synchronize(target.device());
+  // A copy from pinned memory is only queued on the current stream (Note
+  // [CUDA copies]); wait for that stream, not for the whole device. A CUDA
+  // tensor exists only once libkiln_cuda has registered its hooks.
+  if (target.device().is_cuda()) cuda::cuda_hooks()->synchronize_current_stream(target.device());
 }
 
 // ---- calling gloo --------------------------------------------------------------------
