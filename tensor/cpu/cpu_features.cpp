@@ -54,6 +54,7 @@ static Int8Features detect_int8() {
   unsigned eax, ebx, ecx, edx;
   if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
     f.avx512vnni = f.avx512 && (ecx & (1u << 11));
+    f.avx512vbmi = f.avx512vnni && (ecx & (1u << 1));
     // AMX-TILE (edx bit 24) and AMX-INT8 (bit 25), with XTILECFG and
     // XTILEDATA (XCR0 bits 17 and 18) enabled by the OS.
     bool amx_state = (xcr0() & (3ull << 17)) == (3ull << 17);

@@ -29,6 +29,7 @@ struct Int8Features {
   bool avx2 = false;        // AVX2 and FMA, as SimdLevel::Avx2
   bool avx512 = false;      // F, BW, DQ and VL, as SimdLevel::Avx512
   bool avx512vnni = false;  // AVX-512 VNNI (with avx512)
+  bool avx512vbmi = false;  // AVX-512 VBMI, byte permutes (with avx512vnni here: the direct int8 conv)
   bool avxvnni = false;     // AVX-VNNI, the VEX encoding on 256-bit registers (with avx2)
   bool amx_int8 = false;    // AMX-TILE and AMX-INT8 (with avx512vnni)
 };

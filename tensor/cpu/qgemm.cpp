@@ -175,6 +175,42 @@ void qgemm_scalar(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& 
   }
 }
 
+Epilogue make_epilogue(const QGemmOutput& out, const int32_t* colsum, int64_t n, int64_t padded) {
+  using Kind = QGemmOutput::Kind;
+  // offset = bias - a_zero_point * colsum in wrapping int32 (Note [Int8
+  // GEMM packing]); every array zero past n, so that kernels load whole
+  // vectors.
+  thread_local std::vector<int32_t> offset;
+  thread_local std::vector<float> scale, float_bias;
+  offset.assign(padded, 0);
+  for (int64_t j = 0; j < n; ++j) {
+    uint32_t v = static_cast<uint32_t>(out.bias ? out.bias[j] : 0) -
+                 static_cast<uint32_t>(out.a_zero_point) * static_cast<uint32_t>(colsum[j]);
+    offset[j] = static_cast<int32_t>(v);
+  }
+  Epilogue e;
+  e.kind = out.kind;
+  e.n = n;
+  e.offset = offset.data();
+  if (out.kind != Kind::Int32) {
+    scale.assign(padded, 0.0f);
+    for (int64_t j = 0; j < n; ++j) scale[j] = out.scale[out.scale_per_channel ? j : 0];
+    e.scale = scale.data();
+  }
+  if (out.kind == Kind::Float && out.float_bias) {
+    float_bias.assign(padded, 0.0f);
+    std::copy(out.float_bias, out.float_bias + n, float_bias.begin());
+    e.float_bias = float_bias.data();
+  }
+  e.zero_point = static_cast<float>(out.zero_point);
+  e.lo = static_cast<float>(out.lo);
+  e.hi = static_cast<float>(out.hi);
+  e.out = out.out;
+  e.stride_m = out.stride_m;
+  e.stride_n = out.stride_n;
+  return e;
+}
+
 }  // namespace qgemm_detail
 
 std::shared_ptr<const PackedQWeight> pack_qweight(const int8_t* w, int64_t n, int64_t k, int64_t ldw,
@@ -216,39 +252,7 @@ void run_qgemm(int64_t m, const uint8_t* a, int64_t lda, const PackedQWeight& w,
   if (m == 0 || n == 0) return;
   const auto& packed = static_cast<const qgemm_detail::PackedPanels&>(w);
 
-  // Per-column values padded to whole panels (zero past n), so the kernels
-  // load whole vectors: offset = bias - a_zero_point * colsum in wrapping
-  // int32 (Note [Int8 GEMM packing]).
-  const int64_t padded = packed.panels() * packed.lanes();
-  thread_local std::vector<int32_t> offset;
-  thread_local std::vector<float> scale, float_bias;
-  offset.assign(padded, 0);
-  const std::vector<int32_t>& colsum = w.colsum();
-  for (int64_t j = 0; j < n; ++j) {
-    uint32_t v = static_cast<uint32_t>(out.bias ? out.bias[j] : 0) -
-                 static_cast<uint32_t>(out.a_zero_point) * static_cast<uint32_t>(colsum[j]);
-    offset[j] = static_cast<int32_t>(v);
-  }
-  qgemm_detail::Epilogue e;
-  e.kind = out.kind;
-  e.n = n;
-  e.offset = offset.data();
-  if (out.kind != Kind::Int32) {
-    scale.assign(padded, 0.0f);
-    for (int64_t j = 0; j < n; ++j) scale[j] = out.scale[out.scale_per_channel ? j : 0];
-    e.scale = scale.data();
-  }
-  if (out.kind == Kind::Float && out.float_bias) {
-    float_bias.assign(padded, 0.0f);
-    std::copy(out.float_bias, out.float_bias + n, float_bias.begin());
-    e.float_bias = float_bias.data();
-  }
-  e.zero_point = static_cast<float>(out.zero_point);
-  e.lo = static_cast<float>(out.lo);
-  e.hi = static_cast<float>(out.hi);
-  e.out = out.out;
-  e.stride_m = out.stride_m;
-  e.stride_n = out.stride_n;
+  const qgemm_detail::Epilogue e = qgemm_detail::make_epilogue(out, w.colsum().data(), n, packed.panels() * packed.lanes());
 
   switch (w.path()) {
     case QGemmPath::Scalar: qgemm_detail::qgemm_scalar(m, a, lda, packed, e); return;

@@ -71,6 +71,11 @@ struct Epilogue {
   int64_t stride_m = 0, stride_n = 1;
 };
 
+// The Epilogue of one call with output stage `out` on n columns with these
+// column sums (n values), its arrays `padded` (>= n) entries long. They live
+// in the calling thread's storage until its next call.
+Epilogue make_epilogue(const QGemmOutput& out, const int32_t* colsum, int64_t n, int64_t padded);
+
 // out[m][n] of the Epilogue for one accumulator (the scalar output stage,
 // which every SIMD store repeats).
 void store_scalar(const Epilogue& e, int64_t m, int64_t n, int32_t acc);

@@ -1,8 +1,10 @@
 // The int8 GEMM's register tiles (Note [Int8 GEMM packing] in
 // qgemm_kernels.h), written once against an instruction set's traits, and
 // the vectorized output stage. Include only from qgemm_avx2.cpp,
-// qgemm_avxvnni.cpp, qgemm_avx512vnni.cpp and qgemm_amx.cpp: everything here
-// uses intrinsics and is compiled with those files' instruction sets.
+// qgemm_avxvnni.cpp, qgemm_avx512vnni.cpp, qgemm_amx.cpp and
+// quantized_conv_direct_avx512vbmi.cpp (which stores through
+// store_column_zmm): everything here uses intrinsics and is compiled with
+// those files' instruction sets.
 //
 // An Isa (each file defines its own) provides:
 //   V, kLanes (columns per vector), kGroup (k values per lane), kGroupBytes
@@ -44,41 +46,47 @@ void scatter_tile(const T* tmp, int rows, int cols, int64_t m0, int64_t n0, cons
 }
 
 #if defined(__AVX512F__)
-// The output stage on 16 lanes: the float operations of store_scalar (and
-// of quant_math::requantize_value), one instruction each.
+// The output stage of up to 16 outputs of one column n, one per lane (the
+// float operations of store_scalar and quant_math::requantize_value, one
+// instruction each), stored under `mask` at out + at onwards: a column of
+// an NCHW plane, whose outputs are adjacent. The direct int8 convolution
+// (quantized_conv_direct_avx512vbmi.cpp) stores through it too.
+inline void store_column_zmm(const Epilogue& e, int64_t n, int64_t at, __mmask16 mask, __m512i acc) {
+  switch (e.kind) {
+    case QGemmOutput::Kind::Int32: _mm512_mask_storeu_epi32(static_cast<int32_t*>(e.out) + at, mask, acc); break;
+    case QGemmOutput::Kind::Float: {
+      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(e.scale[n]));
+      if (e.float_bias) f = _mm512_add_ps(f, _mm512_set1_ps(e.float_bias[n]));
+      _mm512_mask_storeu_ps(static_cast<float*>(e.out) + at, mask, f);
+      break;
+    }
+    case QGemmOutput::Kind::UInt8: {
+      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(e.scale[n]));
+      f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      f = _mm512_add_ps(f, _mm512_set1_ps(e.zero_point));
+      f = _mm512_max_ps(f, _mm512_set1_ps(e.lo));  // NaN -> lo, as fmax(NaN, lo)
+      f = _mm512_min_ps(f, _mm512_set1_ps(e.hi));
+      const __m128i q = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(f));  // in [0, 255]: exact
+      _mm_mask_storeu_epi8(static_cast<uint8_t*>(e.out) + at, mask, q);
+      break;
+    }
+  }
+}
+
+// The output stage of a register tile on 16 lanes.
 inline void finish_zmm(const int32_t* c, int rows, int nv, int64_t m0, int64_t n0, const Epilogue& e) {
   const int cols = static_cast<int>(std::min<int64_t>(nv * 16, e.n - n0));
   if (e.stride_m == 1 && e.stride_n != 1) {
     // A convolution's NCHW plane: each column's rows are adjacent in out.
-    // Gather a column of the tile (up to 16 rows, one per lane), run the
-    // output stage with that column's scale in every lane, and store it
-    // whole, instead of scattering the outputs one by one.
+    // Gather a column of the tile (up to 16 rows, one per lane) and store
+    // it whole, instead of scattering the outputs one by one.
     const __m512i index = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                              _mm512_set1_epi32(nv * 16));
     const __mmask16 mask = static_cast<__mmask16>((1u << rows) - 1);
     for (int j = 0; j < cols; ++j) {
       const int64_t n = n0 + j;
       const __m512i acc = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask, index, c + j, 4);
-      const int64_t at = m0 + n * e.stride_n;
-      switch (e.kind) {
-        case QGemmOutput::Kind::Int32: _mm512_mask_storeu_epi32(static_cast<int32_t*>(e.out) + at, mask, acc); break;
-        case QGemmOutput::Kind::Float: {
-          __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(e.scale[n]));
-          if (e.float_bias) f = _mm512_add_ps(f, _mm512_set1_ps(e.float_bias[n]));
-          _mm512_mask_storeu_ps(static_cast<float*>(e.out) + at, mask, f);
-          break;
-        }
-        case QGemmOutput::Kind::UInt8: {
-          __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(e.scale[n]));
-          f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-          f = _mm512_add_ps(f, _mm512_set1_ps(e.zero_point));
-          f = _mm512_max_ps(f, _mm512_set1_ps(e.lo));
-          f = _mm512_min_ps(f, _mm512_set1_ps(e.hi));
-          const __m128i q = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(f));
-          _mm_mask_storeu_epi8(static_cast<uint8_t*>(e.out) + at, mask, q);
-          break;
-        }
-      }
+      store_column_zmm(e, n, m0 + n * e.stride_n, mask, acc);
     }
     return;
   }

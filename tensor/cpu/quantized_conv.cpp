@@ -1,12 +1,16 @@
-// CPU quantized conv2d, static and dynamic: a padded channels-last copy of
-// each image, its patches as the uint8 rows of an int8 GEMM, and the GEMM's
-// output stage storing NCHW (Note [Quantized convolution on the int8 GEMM]
-// in quantized_weight.h).
+// CPU quantized conv2d, static and dynamic, in one of two forms: a padded
+// channels-last copy of each image, its patches as the uint8 rows of an int8
+// GEMM, and the GEMM's output stage storing NCHW (Note [Quantized
+// convolution on the int8 GEMM] in quantized_weight.h); or, with few output
+// channels, the direct form over padded NCHW planes (Note [Direct int8
+// convolution with positions in the lanes] in quantized_conv_direct.h).
 #include <algorithm>
 #include <cstring>
 
 #include "tensor/cpu/cpu_quantized.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/cpu/qgemm_kernels.h"
+#include "tensor/cpu/quantized_conv_direct.h"
 #include "tensor/cpu/quantized_weight.h"
 #include "tensor/quant_math.h"
 
@@ -121,14 +125,14 @@ void conv_rows(const uint8_t* padded, const ConvPlan& plan,
   }
 }
 
-// x: (N, C, H, W) quint8 (any strides); out: (N, O, oh, ow) with contiguous
-// planes, of uint8 or float as `stage` says.
-void conv_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWeight& w, const Conv2dParams& p,
+// The GEMM form: x (N, C, H, W) quint8 (any strides); out (N, O, oh, ow)
+// with contiguous planes, of uint8 or float as `stage` says.
+void gemm_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWeight& w, const Conv2dParams& p,
                  const Conv2dShape& s, const QuantizedOutputStage& numbers, const QGemmOutput& stage,
                  size_t element_size) {
   const int64_t n_images = x.size(0);
   const ConvPlan plan(p, s, w.out_channels());
-  const auto& packs = w.groups(plan.p.groups);
+  const auto& packs = w.groups(plan.p.groups).gemm;
   const uint8_t* x_data = x.data<uint8_t>();
   const uint8_t zero_point = static_cast<uint8_t>(stage.a_zero_point);
   char* out_data = static_cast<char*>(out.data_ptr());
@@ -160,6 +164,105 @@ void conv_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWei
                 begin, end);
     });
   }
+}
+
+
+// image (C, H, W), any strides -> padded NCHW planes (C, padded_h, padded_w),
+// the border at the input's zero point.
+void pad_planes(const uint8_t* image, int64_t stride_c, int64_t stride_h, int64_t stride_w, const DirectQConvPlan& plan,
+                int64_t channels, uint8_t zero_point, uint8_t* padded) {
+  const Conv2dParams& p = plan.p;
+  const Conv2dShape& s = plan.s;
+  if (p.padding.h > 0 || p.padding.w > 0)
+    std::memset(padded, zero_point, static_cast<size_t>(channels * plan.padded_h * plan.padded_w));
+  for (int64_t c = 0; c < channels; ++c) {
+    for (int64_t y = 0; y < s.input.h; ++y) {
+      const uint8_t* src = image + c * stride_c + y * stride_h;
+      uint8_t* dst = padded + (c * plan.padded_h + y + p.padding.h) * plan.padded_w + p.padding.w;
+      if (stride_w == 1) {
+        std::memcpy(dst, src, static_cast<size_t>(s.input.w));
+      } else {
+        for (int64_t x = 0; x < s.input.w; ++x) dst[x] = src[x * stride_w];
+      }
+    }
+  }
+}
+
+// The direct form (Note [Direct int8 convolution with positions in the
+// lanes] in quantized_conv_direct.h), with gemm_driver's arguments.
+void direct_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWeight& w, const Conv2dParams& p,
+                   const Conv2dShape& s, const QuantizedOutputStage& numbers, const QGemmOutput& stage,
+                   size_t element_size) {
+  const DirectQConvWeight& dw = *w.groups(p.groups).direct;
+  const DirectQConvPlan plan = plan_direct_qconv(dw, p, s);
+  const int64_t n_images = x.size(0), channels = x.size(1);
+  const int64_t blocks = static_cast<int64_t>(plan.blocks.size());
+  const int64_t image_bytes = p.groups * plan.group_bytes;
+  // The output stage of every channel at once; each group's is a view of it.
+  QGemmOutput all = stage;
+  all.bias = numbers.bias;
+  all.float_bias = numbers.float_bias;
+  all.scale = numbers.scale;
+  const qgemm_detail::Epilogue e = qgemm_detail::make_epilogue(all, dw.colsum.data(), w.out_channels(), w.out_channels());
+  const uint8_t* x_data = x.data<uint8_t>();
+  const uint8_t zero_point = static_cast<uint8_t>(stage.a_zero_point);
+  char* out_data = static_cast<char*>(out.data_ptr());
+  const int64_t out_stride_n = out.stride(0) * static_cast<int64_t>(element_size);
+  const int64_t out_stride_c = out.stride(1);
+  auto pad_image = [&](int64_t n) {
+    uint8_t* padded = thread_scratch(kImageSlot, image_bytes + kDirectQConvSlack);
+    pad_planes(x_data + n * x.stride(0), x.stride(1), x.stride(2), x.stride(3), plan, channels, zero_point, padded);
+    return padded;
+  };
+  auto run = [&](const uint8_t* padded, int64_t n, int64_t b0, int64_t b1) {
+    for (int64_t g = 0; g < p.groups; ++g) {
+      const int64_t o0 = g * dw.group_out;
+      qgemm_detail::Epilogue eg = e;
+      eg.n = dw.group_out;
+      eg.offset = e.offset + o0;
+      eg.scale = e.scale ? e.scale + o0 : nullptr;
+      eg.float_bias = e.float_bias ? e.float_bias + o0 : nullptr;
+      eg.out = out_data + n * out_stride_n + o0 * out_stride_c * static_cast<int64_t>(element_size);
+      eg.stride_m = 1;
+      eg.stride_n = out_stride_c;
+      qconv_direct_avx512vbmi(plan, dw, g, padded + g * plan.group_bytes, b0, b1, eg);
+    }
+  };
+
+  const double macs_per_image =
+      double(s.output.h * s.output.w) * double(w.out_channels()) * double(dw.channels * dw.kh * dw.kw);
+  const int threads = threads_for_macs(macs_per_image * double(n_images), n_images * blocks);
+  if (n_images >= threads) {
+    parallel_for(0, n_images, std::max<int64_t>(1, n_images / threads), [&](int64_t begin, int64_t end) {
+      for (int64_t n = begin; n < end; ++n) run(pad_image(n), n, 0, blocks);
+    });
+    return;
+  }
+  for (int64_t n = 0; n < n_images; ++n) {
+    const uint8_t* padded = pad_image(n);
+    parallel_for(0, blocks, std::max<int64_t>(1, blocks / threads),
+                 [&](int64_t begin, int64_t end) { run(padded, n, begin, end); });
+  }
+}
+
+// The form this call runs (qconv_algorithm, direct_qconv_pays).
+void conv_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWeight& w, const Conv2dParams& p,
+                 const Conv2dShape& s, const QuantizedOutputStage& numbers, const QGemmOutput& stage,
+                 size_t element_size) {
+  const int64_t group_out = w.out_channels() / p.groups;
+  bool direct = false;
+  switch (qconv_algorithm()) {
+    case QConvAlgorithm::Auto: direct = direct_qconv_pays(w.path(), p, s, group_out); break;
+    case QConvAlgorithm::Gemm: direct = false; break;
+    case QConvAlgorithm::Direct:
+      KILN_CHECK(direct_qconv_supported(w.path(), p, s), "quantized conv2d: the direct form was forced but the ",
+                 qgemm_path_name(w.path()), " path cannot run it here (it needs AVX-512 VNNI and VBMI, and a stride ",
+                 p.stride.w, " with dilation ", p.dilation.w, " whose windows fit 64 bytes)");
+      direct = true;
+      break;
+  }
+  if (direct) direct_driver(out, x, w, p, s, numbers, stage, element_size);
+  else gemm_driver(out, x, w, p, s, numbers, stage, element_size);
 }
 
 }  // namespace

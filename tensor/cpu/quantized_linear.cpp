@@ -31,14 +31,15 @@ CpuPackedQuantizedWeight::CpuPackedQuantizedWeight(const Tensor& weight, QGemmPa
   one_group_ = pack_groups(1);
 }
 
-std::vector<std::shared_ptr<const PackedQWeight>> CpuPackedQuantizedWeight::pack_groups(int64_t groups) const {
+CpuPackedQuantizedWeight::Groups CpuPackedQuantizedWeight::pack_groups(int64_t groups) const {
   const Tensor w = weight_.contiguous();
   const int8_t* data = w.data<int8_t>();
   const int64_t out = w.size(0), group_out = out / groups;
-  std::vector<std::shared_ptr<const PackedQWeight>> packs;
+  Groups packs;
   if (w.dim() == 2) {
     const int64_t k = w.size(1);
-    for (int64_t g = 0; g < groups; ++g) packs.push_back(pack_qweight(data + g * group_out * k, group_out, k, k, path_));
+    for (int64_t g = 0; g < groups; ++g)
+      packs.gemm.push_back(pack_qweight(data + g * group_out * k, group_out, k, k, path_));
     return packs;
   }
   // (O, C/groups, kh, kw) -> per group (O/groups, kh, kw, C/groups): the
@@ -53,12 +54,13 @@ std::vector<std::shared_ptr<const PackedQWeight>> CpuPackedQuantizedWeight::pack
         for (int64_t tap = 0; tap < kh * kw; ++tap) dst[tap * cg + c] = src[c * kh * kw + tap];
       }
     }
-    packs.push_back(pack_qweight(reordered.data(), group_out, k, k, path_));
+    packs.gemm.push_back(pack_qweight(reordered.data(), group_out, k, k, path_));
   }
+  if (direct_qconv_available(path_)) packs.direct = pack_direct_qconv(w, groups);
   return packs;
 }
 
-const std::vector<std::shared_ptr<const PackedQWeight>>& CpuPackedQuantizedWeight::groups(int64_t groups) const {
+const CpuPackedQuantizedWeight::Groups& CpuPackedQuantizedWeight::groups(int64_t groups) const {
   if (groups == 1) return one_group_;
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& [count, packs] : other_groups_) {
@@ -190,7 +192,7 @@ namespace {
 // bytes `element_size`, rows stride_m elements apart).
 void linear_rows(const Tensor& x, const CpuPackedQuantizedWeight& w, const QGemmOutput& stage, size_t element_size) {
   const int64_t m = x.size(0), k = x.size(1);
-  const PackedQWeight& packed = *w.groups(1)[0];
+  const PackedQWeight& packed = *w.groups(1).gemm[0];
   const uint8_t* a = x.data<uint8_t>();
   const int64_t lda = x.stride(0);
   const int nthreads = threads_for_macs(double(m) * double(packed.n()) * double(k), m);

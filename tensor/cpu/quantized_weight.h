@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "tensor/cpu/qgemm.h"
+#include "tensor/cpu/quantized_conv_direct.h"
 #include "tensor/quant_math.h"
 #include "tensor/quantized_kernels.h"
 
@@ -54,20 +55,26 @@ class CpuPackedQuantizedWeight final : public PackedQuantizedWeight {
   const std::vector<float>& scales() const { return scales_; }
   QGemmPath path() const { return path_; }
 
-  // One packed GEMM weight per group, (O/groups, K) each; groups = 1 is
-  // packed up front, other counts on first use (a conv's groups is known
-  // only from its input's channels).
-  const std::vector<std::shared_ptr<const PackedQWeight>>& groups(int64_t groups) const;
+  // The weight packed for one group count: one GEMM weight per group,
+  // (O/groups, K) each, and for a conv weight on a path that has it the
+  // direct convolution's quads (quantized_conv_direct.h), else null.
+  struct Groups {
+    std::vector<std::shared_ptr<const PackedQWeight>> gemm;
+    std::shared_ptr<const DirectQConvWeight> direct;
+  };
+  // groups = 1 is packed up front, other counts on first use (a conv's
+  // groups is known only from its input's channels).
+  const Groups& groups(int64_t groups) const;
 
  private:
-  std::vector<std::shared_ptr<const PackedQWeight>> pack_groups(int64_t groups) const;
+  Groups pack_groups(int64_t groups) const;
 
   Tensor weight_;  // as given, for weight()
   std::vector<float> scales_;
   QGemmPath path_;
-  std::vector<std::shared_ptr<const PackedQWeight>> one_group_;
+  Groups one_group_;
   mutable std::mutex mutex_;
-  mutable std::list<std::pair<int64_t, std::vector<std::shared_ptr<const PackedQWeight>>>> other_groups_;
+  mutable std::list<std::pair<int64_t, Groups>> other_groups_;
 };
 
 // Packs for a given path; CpuQuantizedKernels::pack_weight packs for

@@ -17,7 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "tensor/cpu/cpu_features.h"
 #include "tensor/cpu/qgemm.h"
+#include "tensor/cpu/quantized_conv_direct.h"
 #include "tensor/cpu/quantized_weight.h"
 #include "tensor/ops.h"
 #include "tensor/quant_math.h"
@@ -360,7 +362,15 @@ struct ConvCase {
   int64_t zx, zy;
 };
 
-void check_conv(const ConvCase& c, uint64_t seed) {
+// One group's Conv2dShape for input x and weight w (O, C/groups, kh, kw).
+Conv2dShape group_shape(const Shape& x, const Shape& w, const Conv2dParams& p) {
+  return conv2d_shape(w[1], Size2d(x[2], x[3]), Size2d(w[2], w[3]), p);
+}
+
+// Runs the case on every path (with `algorithm`: Direct only on the paths
+// and params that support it) against the integer reference; returns how
+// many paths ran.
+int check_conv(const ConvCase& c, uint64_t seed, cpu::QConvAlgorithm algorithm = cpu::QConvAlgorithm::Auto) {
   Tensor x = random_activation(c.x, 0.05, c.zx, seed);
   Tensor w = random_weight(c.w, c.per_channel, seed + 1);
   Tensor bias = c.bias ? random_float({c.w[0]}, -2.0, 2.0, seed + 2) : Tensor();
@@ -372,16 +382,23 @@ void check_conv(const ConvCase& c, uint64_t seed) {
   const std::string what =
       detail::str("conv x=", c.x, " w=", c.w, " stride=", c.p.stride.h, "x", c.p.stride.w, " pad=", c.p.padding.h, "x",
                   c.p.padding.w, " dilation=", c.p.dilation.h, "x", c.p.dilation.w, " groups=", c.p.groups);
+  const cpu::ForceQConvAlgorithm force(algorithm);
+  const Conv2dShape shape = group_shape(c.x, c.w, c.p);
+  int ran = 0;
   for (cpu::QGemmPath path : cpu::qgemm_paths_available()) {
+    if (algorithm == cpu::QConvAlgorithm::Direct && !cpu::direct_qconv_supported(path, c.p, shape)) continue;
     auto packed = cpu::pack_quantized_weight(w, path);
     Tensor y = ops::quantized_conv2d(x, *packed, bias, c.p, out_scale, c.zy, c.relu);
-    ASSERT_EQ(y.dim(), 4);
+    EXPECT_EQ(y.dim(), 4);
+    if (y.dim() != 4) return ran;
     EXPECT_EQ(y.size(0), c.x[0]);
     EXPECT_EQ(y.size(1), c.w[0]);
-    ASSERT_TRUE(y.is_quantized());
+    EXPECT_TRUE(y.is_quantized());
     EXPECT_EQ(ops::q_zero_point(y), c.zy);
     expect_same_ints(ints<uint8_t>(y), want, what + " path=" + path_name(path));
+    ++ran;
   }
+  return ran;
 }
 
 TEST(QuantizedConv2d, MatchesIntegerReferenceOnEveryPath) {
@@ -409,6 +426,92 @@ TEST(QuantizedConv2d, MatchesIntegerReferenceOnEveryPath) {
   };
   uint64_t seed = 100;
   for (const ConvCase& c : cases) check_conv(c, seed += 5);
+}
+
+// The direct form (Note [Direct int8 convolution with positions in the
+// lanes]) on the shapes its tables are cut for: quads over one and two runs,
+// several 16-position blocks per row and a masked last one, strides and
+// dilations that widen the windows, padding at a far zero point, groups,
+// more than 16 output channels (cut into chunks), batch 1 split over threads.
+const ConvCase kDirectCases[] = {
+    {{1, 3, 32, 32}, {6, 3, 5, 5}, {}, true, true, true, 0, 0},         // LeNet conv1
+    {{2, 6, 14, 14}, {16, 6, 5, 5}, {}, true, true, false, 20, 128},   // LeNet conv2
+    {{2, 1, 9, 40}, {3, 1, 3, 3}, {}, false, true, false, 7, 128},     // one channel, rows of 38: 3 blocks
+    {{1, 2, 7, 17}, {1, 2, 2, 2}, {}, true, false, false, 250, 3},     // one output channel, 16 + 0 lanes
+    {{2, 4, 9, 7}, {5, 4, 3, 3}, {.padding = {1, 2}}, true, true, false, 200, 100},
+    {{2, 3, 11, 40}, {4, 3, 3, 3}, {.stride = {2, 3}, .padding = 1}, true, true, true, 90, 128},
+    {{1, 2, 12, 30}, {3, 2, 3, 2}, {.padding = {2, 1}, .dilation = {2, 3}}, true, false, true, 40, 60},
+    {{2, 6, 7, 20}, {4, 3, 3, 3}, {.padding = 1, .groups = 2}, true, true, false, 77, 128},
+    {{2, 8, 6, 6}, {8, 1, 3, 3}, {.stride = 2, .padding = 1, .groups = 8}, true, true, true, 128, 10},
+    {{1, 3, 10, 21}, {20, 3, 3, 3}, {.padding = 1}, true, true, false, 11, 128},   // 20 channels: 10 + 10
+    {{1, 5, 8, 8}, {7, 5, 1, 1}, {}, true, true, false, 50, 128},                 // 1x1: one tap per run
+    {{1, 2, 6, 9}, {3, 2, 1, 7}, {.padding = {0, 3}}, true, true, false, 99, 128},  // 1x7: 4 + 3 taps
+    {{0, 3, 8, 8}, {4, 3, 3, 3}, {}, true, true, false, 10, 10},
+};
+
+TEST(QuantizedConv2dDirect, MatchesIntegerReferenceOnEveryPathThatHasIt) {
+  if (!cpu::int8_features().avx512vbmi) GTEST_SKIP() << "this CPU has no AVX-512 VBMI: the direct form never runs";
+  uint64_t seed = 300;
+  for (const ConvCase& c : kDirectCases) {
+    EXPECT_GE(check_conv(c, seed += 5, cpu::QConvAlgorithm::Direct), 1) << "no path ran the direct form";
+    check_conv(c, seed, cpu::QConvAlgorithm::Gemm);
+  }
+}
+
+TEST(QuantizedConv2dDirect, ThreadsGiveTheSameBytes) {
+  if (!cpu::int8_features().avx512vbmi) GTEST_SKIP() << "this CPU has no AVX-512 VBMI: the direct form never runs";
+  const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Direct);
+  const int saved = get_num_threads();
+  Tensor w = random_weight({6, 3, 5, 5}, true, 350);
+  Tensor b = random_float({6}, -1, 1, 351);
+  auto packed = ops::pack_quantized_weight(w);
+  for (int64_t batch : {1, 5}) {
+    Tensor x = random_activation({batch, 3, 64, 64}, 0.05, 100, 352);
+    set_num_threads(1);
+    Tensor one = ops::quantized_conv2d(x, *packed, b, {}, 0.2, 20, true);
+    set_num_threads(std::max(saved, 2));
+    Tensor many = ops::quantized_conv2d(x, *packed, b, {}, 0.2, 20, true);
+    set_num_threads(saved);
+    EXPECT_EQ(ints<uint8_t>(one), ints<uint8_t>(many)) << "batch " << batch;
+  }
+}
+
+TEST(QuantizedConv2dDirect, AutoPicksItForFewOutputChannels) {
+  const Conv2dShape lenet1 = group_shape({1, 3, 32, 32}, {6, 3, 5, 5}, {});
+  const bool has = cpu::int8_features().avx512vbmi;
+  EXPECT_EQ(cpu::direct_qconv_pays(cpu::QGemmPath::Avx512Vnni, {}, lenet1, 6), has);
+  EXPECT_FALSE(cpu::direct_qconv_pays(cpu::QGemmPath::Avx512Vnni, {}, lenet1, 16));
+  EXPECT_FALSE(cpu::direct_qconv_pays(cpu::QGemmPath::Avx2, {}, lenet1, 6));
+  EXPECT_FALSE(cpu::direct_qconv_pays(cpu::QGemmPath::Scalar, {}, lenet1, 6));
+  // A stride of 4 with dilation 2: 3*2 + 15*4 + 1 = 67 bytes, past one window.
+  EXPECT_FALSE(cpu::direct_qconv_supported(cpu::QGemmPath::Avx512Vnni, {.stride = 4, .dilation = 2}, lenet1));
+}
+
+TEST(QuantizedConv2dDirect, ForcedWhereItCannotRunNamesWhy) {
+  const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Direct);
+  Tensor x = random_activation({1, 3, 8, 8}, 0.05, 10, 360);
+  Tensor w = random_weight({4, 3, 3, 3}, true, 361);
+  auto packed = cpu::pack_quantized_weight(w, cpu::QGemmPath::Scalar);
+  expect_error([&] { ops::quantized_conv2d(x, *packed, Tensor(), {}, 0.1, 0); },
+               "quantized conv2d: the direct form was forced but the scalar path cannot run it");
+}
+
+TEST(QuantizedConv2dDirect, DynamicMatchesTheGemmForm) {
+  if (!cpu::int8_features().avx512vbmi) GTEST_SKIP() << "this CPU has no AVX-512 VBMI: the direct form never runs";
+  Tensor x = random_float({2, 3, 20, 20}, -1.5, 2.5, 370);
+  Tensor w = random_weight({6, 3, 5, 5}, true, 371);
+  Tensor b = random_float({6}, -1, 1, 372);
+  auto packed = ops::pack_quantized_weight(w);
+  Tensor gemm, direct;
+  {
+    const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Gemm);
+    gemm = ops::quantized_conv2d_dynamic(x, *packed, b, {.padding = 2});
+  }
+  {
+    const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Direct);
+    direct = ops::quantized_conv2d_dynamic(x, *packed, b, {.padding = 2});
+  }
+  EXPECT_EQ(floats(gemm), floats(direct));
 }
 
 TEST(QuantizedConv2d, UnbatchedAndStridedInputs) {
