@@ -401,6 +401,25 @@ int check_conv(const ConvCase& c, uint64_t seed, cpu::QConvAlgorithm algorithm =
   return ran;
 }
 
+// One thread and several give the same bytes for weight shape w and image
+// shape (C, H, W): batch 1 splits the positions of the image, batch 5
+// spreads the images.
+void expect_threads_agree(const Shape& w_shape, const Shape& image, const Conv2dParams& p, uint64_t seed) {
+  const int saved = get_num_threads();
+  Tensor w = random_weight(w_shape, true, seed);
+  Tensor b = random_float({w_shape[0]}, -1, 1, seed + 1);
+  auto packed = ops::pack_quantized_weight(w);
+  for (int64_t batch : {1, 5}) {
+    Tensor x = random_activation({batch, image[0], image[1], image[2]}, 0.05, 100, seed + 2);
+    set_num_threads(1);
+    Tensor one = ops::quantized_conv2d(x, *packed, b, p, 0.2, 20, true);
+    set_num_threads(std::max(saved, 2));
+    Tensor many = ops::quantized_conv2d(x, *packed, b, p, 0.2, 20, true);
+    set_num_threads(saved);
+    EXPECT_EQ(ints<uint8_t>(one), ints<uint8_t>(many)) << "batch " << batch;
+  }
+}
+
 TEST(QuantizedConv2d, MatchesIntegerReferenceOnEveryPath) {
   const ConvCase cases[] = {
       // LeNet's two layers, batch 1 and 3.
@@ -461,19 +480,7 @@ TEST(QuantizedConv2dDirect, MatchesIntegerReferenceOnEveryPathThatHasIt) {
 TEST(QuantizedConv2dDirect, ThreadsGiveTheSameBytes) {
   if (!cpu::int8_features().avx512vbmi) GTEST_SKIP() << "this CPU has no AVX-512 VBMI: the direct form never runs";
   const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Direct);
-  const int saved = get_num_threads();
-  Tensor w = random_weight({6, 3, 5, 5}, true, 350);
-  Tensor b = random_float({6}, -1, 1, 351);
-  auto packed = ops::pack_quantized_weight(w);
-  for (int64_t batch : {1, 5}) {
-    Tensor x = random_activation({batch, 3, 64, 64}, 0.05, 100, 352);
-    set_num_threads(1);
-    Tensor one = ops::quantized_conv2d(x, *packed, b, {}, 0.2, 20, true);
-    set_num_threads(std::max(saved, 2));
-    Tensor many = ops::quantized_conv2d(x, *packed, b, {}, 0.2, 20, true);
-    set_num_threads(saved);
-    EXPECT_EQ(ints<uint8_t>(one), ints<uint8_t>(many)) << "batch " << batch;
-  }
+  expect_threads_agree({6, 3, 5, 5}, {3, 64, 64}, {}, 350);
 }
 
 TEST(QuantizedConv2dDirect, AutoPicksItForFewOutputChannels) {
@@ -532,20 +539,7 @@ TEST(QuantizedConv2d, UnbatchedAndStridedInputs) {
 }
 
 TEST(QuantizedConv2d, ThreadsGiveTheSameBytes) {
-  const int saved = get_num_threads();
-  Tensor w = random_weight({16, 8, 3, 3}, true, 50);
-  Tensor b = random_float({16}, -1, 1, 51);
-  auto packed = ops::pack_quantized_weight(w);
-  // Batch 1 splits the positions of the image; batch 5 spreads the images.
-  for (int64_t batch : {1, 5}) {
-    Tensor x = random_activation({batch, 8, 40, 40}, 0.05, 100, 52);
-    set_num_threads(1);
-    Tensor one = ops::quantized_conv2d(x, *packed, b, {.padding = 1}, 0.2, 20, true);
-    set_num_threads(std::max(saved, 2));
-    Tensor many = ops::quantized_conv2d(x, *packed, b, {.padding = 1}, 0.2, 20, true);
-    set_num_threads(saved);
-    EXPECT_EQ(ints<uint8_t>(one), ints<uint8_t>(many)) << "batch " << batch;
-  }
+  expect_threads_agree({16, 8, 3, 3}, {8, 40, 40}, {.padding = 1}, 50);
 }
 
 TEST(QuantizedConv2d, CloseToFloatConvOfDequantizedOperands) {
