@@ -166,7 +166,6 @@ void gemm_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWei
   }
 }
 
-
 // image (C, H, W), any strides -> padded NCHW planes (C, padded_h, padded_w),
 // the border at the input's zero point.
 void pad_planes(const uint8_t* image, int64_t stride_c, int64_t stride_h, int64_t stride_w, const DirectQConvPlan& plan,
