@@ -70,6 +70,19 @@ C clamp_value(C x, const std::optional<C>& lo, const std::optional<C>& hi) {
   return x;
 }
 
+// A contiguous run with the bounds known (HasLo, HasHi) and not NaN: plain
+// compares that the compiler vectorizes, and which let a NaN in x through as
+// clamp_value does (every compare with NaN is false).
+template <class T, class C, bool HasLo, bool HasHi>
+void clamp_run(T* o, const T* x, int64_t n, C lo, C hi) {
+  for (int64_t i = 0; i < n; ++i) {
+    C v = static_cast<C>(x[i]);
+    if constexpr (HasLo) v = v < lo ? lo : v;
+    if constexpr (HasHi) v = v > hi ? hi : v;
+    o[i] = static_cast<T>(v);
+  }
+}
+
 template <class T>
 void clamp_loop(const Tensor& out, const Tensor& in, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   using C = ComputeType<T>;
@@ -77,13 +90,18 @@ void clamp_loop(const Tensor& out, const Tensor& in, std::optional<Scalar> lo, s
   std::optional<C> lo_v, hi_v;
   if (lo) lo_v = static_cast<C>(lo->to<T>());
   if (hi) hi_v = static_cast<C>(hi->to<T>());
+  bool nan_bound = false;
+  if constexpr (std::is_floating_point_v<C>) nan_bound = (lo_v && std::isnan(*lo_v)) || (hi_v && std::isnan(*hi_v));
   StridedLoop<2> loop({&out, &in});
   loop.run(kGrain, [&](char** p, const int64_t* s, int64_t n) {
-    if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
+    if (s[0] == sizeof(T) && s[1] == sizeof(T) && !nan_bound) {
       T* o = reinterpret_cast<T*>(p[0]);
       const T* x = reinterpret_cast<const T*>(p[1]);
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(clamp_value(static_cast<C>(x[i]), lo_v, hi_v));
-      return;
+      const C l = lo_v.value_or(C{}), h = hi_v.value_or(C{});
+      if (lo_v && hi_v) return clamp_run<T, C, true, true>(o, x, n, l, h);
+      if (lo_v) return clamp_run<T, C, true, false>(o, x, n, l, h);
+      if (hi_v) return clamp_run<T, C, false, true>(o, x, n, l, h);
+      return clamp_run<T, C, false, false>(o, x, n, l, h);
     }
     for (int64_t i = 0; i < n; ++i) {
       C x = static_cast<C>(*reinterpret_cast<const T*>(p[1] + i * s[1]));

@@ -401,6 +401,19 @@ TEST(Elementwise, ClampBounds) {
   std::vector<double> got = values(clamp(t, -0.5, 0.5));
   std::vector<double> in = values(t);
   for (size_t k = 0; k < got.size(); ++k) EXPECT_EQ(got[k], std::clamp(in[k], -0.5, 0.5));
+  // A NaN bound gives NaN everywhere (the strided loop's case, not the
+  // plain compares of the contiguous one).
+  for (double v : values(clamp(x, nan, 1))) EXPECT_TRUE(std::isnan(v));
+  for (double v : values(clamp(x, std::nullopt, nan))) EXPECT_TRUE(std::isnan(v));
+  // A long uint8 run, as a quantized ReLU clamps it, each bound alone and both.
+  std::vector<uint8_t> bytes(1000);
+  for (size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<uint8_t>(k * 37 % 256);
+  Tensor u = from_vector<uint8_t>(bytes);
+  std::vector<double> u_lo = values(clamp(u, 100, std::nullopt)), u_both = values(clamp(u, 30, 200));
+  for (size_t k = 0; k < bytes.size(); ++k) {
+    EXPECT_EQ(u_lo[k], std::max<double>(bytes[k], 100));
+    EXPECT_EQ(u_both[k], std::clamp<double>(bytes[k], 30, 200));
+  }
   expect_error([&] { clamp(x, std::nullopt, std::nullopt); }, "clamp: at least one of min and max must be given");
 }
 
