@@ -205,27 +205,28 @@ Tensor FakeQuantLinear::forward(const Tensor& x) {
 
 // ---- FakeQuantAdd ----
 
-FakeQuantAdd::FakeQuantAdd(std::string name, const QConfig& qconfig) : FakeQuantModule(std::move(name), &qconfig) {}
+FakeQuantAdd::FakeQuantAdd(std::string name, const QConfig& qconfig, bool with_relu)
+    : FakeQuantModule(std::move(name), &qconfig), relu(with_relu) {}
 
 nn::TensorList FakeQuantAdd::forward_many(const nn::TensorList& inputs) {
   KILN_CHECK(inputs.size() == 2, where(), ": takes two tensors, got ", inputs.size());
   const Tensor& a = inputs[0];
   const Tensor& b = inputs[1];
   if (!fake_quant_enabled) {
-    Tensor y = a + b;
+    Tensor y = relu ? nn::functional::relu(a + b) : a + b;
     if (observer_enabled) (*output_observer_)(y.detach());
     return {y};
   }
   QParams ga = input_grid(a, "first input");
   QParams gb = input_grid(b, "second input");
-  Tensor y = a + b;
+  Tensor y = relu ? nn::functional::relu(a + b) : a + b;
   QParams gy = observe_output(y);
   Tensor exact;
   {
     NoGradGuard no_grad;
     Tensor aq = ops::quantize_per_tensor(a.detach(), ga.scales[0], ga.zero_points[0], DType::UInt8);
     Tensor bq = ops::quantize_per_tensor(b.detach(), gb.scales[0], gb.zero_points[0], DType::UInt8);
-    exact = ops::dequantize(ops::quantized_add(aq, bq, gy.scales[0], gy.zero_points[0]));
+    exact = ops::dequantize(ops::quantized_add(aq, bq, gy.scales[0], gy.zero_points[0], relu));
   }
   return {exact_output(y, exact, gy, /*mask_range=*/true)};
 }

@@ -125,11 +125,14 @@ class FakeQuantLinear : public FakeQuantModule {
   std::shared_ptr<Observer> weight_observer;
 };
 
-// nn::Add (a residual add): out = a + b onto the output grid.
+// nn::Add (a residual add): out = a + b onto the output grid; with relu
+// (from a fused AddReLU) relu(a + b), observed after the ReLU.
 class FakeQuantAdd : public FakeQuantModule {
  public:
-  FakeQuantAdd(std::string qualified_name, const QConfig& qconfig);
+  FakeQuantAdd(std::string qualified_name, const QConfig& qconfig, bool relu = false);
   nn::TensorList forward_many(const nn::TensorList& inputs) override;
+
+  const bool relu;
 };
 
 // nn::AvgPool2d and nn::AdaptiveAvgPool2d: the int8 average rounds onto the

@@ -6,6 +6,7 @@
 #include "autograd/ops.h"
 #include "nn/activation.h"
 #include "nn/functional.h"
+#include "nn/functional_modules.h"
 
 namespace kiln::quant {
 
@@ -29,6 +30,11 @@ LinearReLU::LinearReLU(std::shared_ptr<nn::Linear> linear_in) {
 }
 
 Tensor LinearReLU::forward(const Tensor& x) { return nn::functional::relu((*linear)(x)); }
+
+nn::TensorList AddReLU::forward_many(const nn::TensorList& inputs) {
+  KILN_CHECK(inputs.size() == 2, name(), ": takes two tensors, got ", inputs.size());
+  return {nn::functional::relu(inputs[0] + inputs[1])};
+}
 
 std::pair<Tensor, Tensor> fold_batch_norm(const Tensor& weight, const Tensor& bias, const nn::BatchNorm2d& bn) {
   KILN_CHECK(weight.dim() == 4 && weight.size(0) == bn.num_features, "fold_batch_norm: a conv weight of shape ",
@@ -69,7 +75,7 @@ void fuse(nn::Module& root, const std::vector<std::vector<std::string>>& groups,
              "); call ", qat ? "train()" : "eval()", " first");
   for (const auto& group : groups) {
     KILN_CHECK(group.size() == 2 || group.size() == 3, op, ": group ", group_text(group),
-               " must name 2 or 3 modules (Conv2d+BatchNorm2d[+ReLU], Conv2d+ReLU or Linear+ReLU)");
+               " must name 2 or 3 modules (Conv2d+BatchNorm2d[+ReLU], Conv2d+ReLU, Linear+ReLU or Add+ReLU)");
     std::vector<std::shared_ptr<nn::Module>> mods;
     for (const auto& path : group) {
       std::shared_ptr<nn::Module> m;
@@ -107,12 +113,14 @@ void fuse(nn::Module& root, const std::vector<std::vector<std::string>>& groups,
       fused = std::make_shared<ConvBnReLU2d>(conv, nullptr, true);
     } else if (linear && group.size() == 2 && relu_last) {
       fused = std::make_shared<LinearReLU>(linear);
+    } else if (std::dynamic_pointer_cast<nn::Add>(mods[0]) && group.size() == 2 && relu_last) {
+      fused = std::make_shared<AddReLU>();
     } else {
       std::ostringstream kinds;
       for (size_t i = 0; i < mods.size(); ++i) kinds << (i ? ", " : "") << mods[i]->name();
       KILN_FAIL(op, ": group ", group_text(group), " is (", kinds.str(),
-                "); the patterns that fuse are Conv2d+BatchNorm2d, Conv2d+BatchNorm2d+ReLU, Conv2d+ReLU and "
-                "Linear+ReLU");
+                "); the patterns that fuse are Conv2d+BatchNorm2d, Conv2d+BatchNorm2d+ReLU, Conv2d+ReLU, "
+                "Linear+ReLU and Add+ReLU");
     }
     fused->train(qat);
     replace_at(root, group[0], fused);

@@ -1,12 +1,15 @@
-// Fusing Conv2d + BatchNorm2d (+ ReLU), Conv2d + ReLU and Linear + ReLU into
-// one module before quantization, as torch.ao.quantization.fuse_modules and
-// fuse_modules_qat.
+// Fusing Conv2d + BatchNorm2d (+ ReLU), Conv2d + ReLU, Linear + ReLU and
+// nn::Add + ReLU into one module before quantization, as
+// torch.ao.quantization.fuse_modules and fuse_modules_qat (and, for the add,
+// torch's FloatFunctional.add_relu, which eager-mode ResNets call).
 //
 // A fused layer is quantized as one op: its int8 kernel applies the bias,
 // the ReLU and the requantization in the GEMM's output stage, so the
 // activation between conv and ReLU is never rounded to int8 (that would cost
 // accuracy and time), and a BatchNorm after a conv disappears into the conv's
-// weight and bias:
+// weight and bias (an add followed by a ReLU is likewise one int8 add that
+// clamps at its output's zero point, and its output is observed after the
+// ReLU, so the grid spends no codes on negative values):
 //   w' = w * gamma / sqrt(var + eps)            (per output channel)
 //   b' = (b - mean) * gamma / sqrt(var + eps) + beta
 //
@@ -53,6 +56,13 @@ class LinearReLU : public nn::Module {
   Tensor forward(const Tensor& x) override;
 
   std::shared_ptr<nn::Linear> linear;
+};
+
+// nn::Add followed by ReLU: {a, b} -> {relu(a + b)}. No children (neither
+// holds state).
+class AddReLU : public nn::Module {
+ public:
+  nn::TensorList forward_many(const nn::TensorList& inputs) override;
 };
 
 // A conv's weight and bias with the BatchNorm that follows it folded in (the

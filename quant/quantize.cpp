@@ -83,13 +83,14 @@ struct PrepareWalk {
     if (is_conv(child)) return with_mode(std::make_shared<FakeQuantConv2d>(path, *child, *qconfig));
     if (is_linear(child)) return with_mode(std::make_shared<FakeQuantLinear>(path, *child, *qconfig));
     if (is<nn::Add>(child)) return with_mode(std::make_shared<FakeQuantAdd>(path, *qconfig));
+    if (is<AddReLU>(child)) return with_mode(std::make_shared<FakeQuantAdd>(path, *qconfig, /*relu=*/true));
     if (is<nn::AvgPool2d>(child) || is<nn::AdaptiveAvgPool2d>(child)) {
       return with_mode(std::make_shared<FakeQuantAvgPool2d>(path, child));
     }
     if (keeps_grid(child) || !child->named_children().empty()) return nullptr;  // kept, or a container
     KILN_FAIL(qat ? "prepare_qat" : "prepare", ": ", path, " (", child->name(),
               ") cannot be quantized: the int8 layers are Conv2d, Linear, the fused Conv2d+BatchNorm2d(+ReLU), "
-              "Conv2d+ReLU and Linear+ReLU, nn::Add and average pooling (ReLU, MaxPool2d, Flatten, Identity and "
+              "Conv2d+ReLU, Linear+ReLU and Add+ReLU, nn::Add and average pooling (ReLU, MaxPool2d, Flatten, Identity and "
               "Dropout pass through). Fuse a BatchNorm2d into the conv before it (fuse_modules), or leave the layer "
               "in float32 with QConfigMapping::set_module_name(\"", path, "\", std::nullopt)");
   }
@@ -138,7 +139,7 @@ void convert_children(nn::Module& parent, const std::string& prefix) {
           linear->bias.defined() ? linear->bias.detach() : Tensor(), linear->relu, gy.scales[0], gy.zero_points[0]);
     } else if (auto add = std::dynamic_pointer_cast<FakeQuantAdd>(child)) {
       QParams gy = observer_qparams(*add->output_observer(), path + " (" + add->name() + ")");
-      out = std::make_shared<QuantizedAdd>(path, gy.scales[0], gy.zero_points[0]);
+      out = std::make_shared<QuantizedAdd>(path, gy.scales[0], gy.zero_points[0], add->relu);
     } else if (auto pool = std::dynamic_pointer_cast<FakeQuantAvgPool2d>(child)) {
       out = pool->pool;
     } else if (auto island = std::dynamic_pointer_cast<FakeQuantFloatLayer>(child)) {

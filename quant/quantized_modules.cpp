@@ -159,18 +159,24 @@ std::string QuantizedLinear::extra_repr() const {
 
 // ---- QuantizedAdd ----
 
-QuantizedAdd::QuantizedAdd(std::string name, double scale, int64_t zero_point)
-    : QuantizedModule(std::move(name), scale, zero_point) {}
+QuantizedAdd::QuantizedAdd(std::string name, double scale, int64_t zero_point, bool with_relu)
+    : QuantizedModule(std::move(name), scale, zero_point), relu(with_relu) {}
 
 nn::TensorList QuantizedAdd::forward_many(const nn::TensorList& inputs) {
   KILN_CHECK(inputs.size() == 2, where(), ": takes two tensors, got ", inputs.size());
   check_quantized_input(inputs[0], "first input");
   check_quantized_input(inputs[1], "second input");
   try {
-    return {ops::quantized_add(inputs[0], inputs[1], scale(), zero_point())};
+    return {ops::quantized_add(inputs[0], inputs[1], scale(), zero_point(), relu)};
   } catch (const Error& e) {
     KILN_FAIL(where(), ": ", e.what());
   }
+}
+
+std::string QuantizedAdd::extra_repr() const {
+  std::ostringstream os;
+  os << (relu ? "relu=True, " : "") << "scale=" << scale() << ", zero_point=" << zero_point();
+  return os.str();
 }
 
 // ---- FloatLayer ----

@@ -94,8 +94,12 @@ class QuantizedLinear : public QuantizedModule {
 // A residual add: two quantized tensors onto this layer's grid.
 class QuantizedAdd : public QuantizedModule {
  public:
-  QuantizedAdd(std::string qualified_name, double scale, int64_t zero_point);
+  // relu: clamp at the output's zero point (a fused AddReLU).
+  QuantizedAdd(std::string qualified_name, double scale, int64_t zero_point, bool relu = false);
   nn::TensorList forward_many(const nn::TensorList& inputs) override;
+  std::string extra_repr() const override;
+
+  const bool relu;
 };
 
 // A layer left in float32 inside the quantized region: dequantize, run the

@@ -93,6 +93,7 @@ std::vector<std::vector<std::string>> CifarResNet::fusion_groups(const std::stri
       std::string b = prefix + "layer" + std::to_string(stage) + "." + std::to_string(block) + ".";
       groups.push_back({b + "conv1", b + "bn1", b + "relu1"});
       groups.push_back({b + "conv2", b + "bn2"});
+      groups.push_back({b + "add", b + "relu2"});
       auto basic = std::dynamic_pointer_cast<resnet::BasicBlock>(get_submodule(b.substr(prefix.size(), b.size() - prefix.size() - 1)));
       if (basic && basic->has_downsample) groups.push_back({b + "downsample.0", b + "downsample.1"});
     }

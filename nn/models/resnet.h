@@ -92,10 +92,11 @@ class CifarResNet : public Module {
   const int64_t num_classes;
   const int64_t blocks_per_stage;
 
-  // The Conv2d, BatchNorm2d (and ReLU) runs of the forward, by module name
-  // below `prefix`, in the order they run: what quant::fuse_modules takes
-  // ({"conv1", "bn1", "relu"}, {"layer1.0.conv1", "layer1.0.bn1",
-  // "layer1.0.relu1"}, {"layer1.0.conv2", "layer1.0.bn2"}, ...,
+  // The Conv2d, BatchNorm2d (and ReLU) runs of the forward and each block's
+  // residual add with its ReLU, by module name below `prefix`, in the order
+  // they run: what quant::fuse_modules takes ({"conv1", "bn1", "relu"},
+  // {"layer1.0.conv1", "layer1.0.bn1", "layer1.0.relu1"}, {"layer1.0.conv2",
+  // "layer1.0.bn2"}, {"layer1.0.add", "layer1.0.relu2"}, ...,
   // {"layer2.0.downsample.0", "layer2.0.downsample.1"}, ...).
   std::vector<std::vector<std::string>> fusion_groups(const std::string& prefix = "") const;
 };

@@ -129,7 +129,11 @@ TEST(QuantStatic, ResNet20FusedFakeQuantEqualsConvertedBitForBit) {
   Tensor x = images(4, 8);
   auto [fake, converted] = fake_and_converted(*model, x);
   EXPECT_TRUE(same_bits(fake, converted));
-  EXPECT_NE(std::dynamic_pointer_cast<QuantizedAdd>(model->get_submodule("module.layer1.0.add")), nullptr);
+  // The residual add carries the block's last ReLU (fused Add+ReLU).
+  auto add = std::dynamic_pointer_cast<QuantizedAdd>(model->get_submodule("module.layer1.0.add"));
+  ASSERT_NE(add, nullptr);
+  EXPECT_TRUE(add->relu);
+  EXPECT_NE(std::dynamic_pointer_cast<nn::Identity>(model->get_submodule("module.layer1.0.relu2")), nullptr);
 }
 
 TEST(QuantFuse, EvalFusionFoldsBatchNormExactlyEnough) {
@@ -142,6 +146,7 @@ TEST(QuantFuse, EvalFusionFoldsBatchNormExactlyEnough) {
   Tensor after = (*model)(x);
   EXPECT_TRUE(allclose(before, after, 1e-4, 1e-4));
   EXPECT_NE(std::dynamic_pointer_cast<nn::Identity>(model->get_submodule("module.layer1.0.bn1")), nullptr);
+  EXPECT_NE(std::dynamic_pointer_cast<AddReLU>(model->get_submodule("module.layer3.2.add")), nullptr);
 }
 
 TEST(QuantFuse, BadGroupsAreErrorsNamingThem) {
