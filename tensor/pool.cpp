@@ -7,6 +7,7 @@
 
 #include "tensor/backend.h"
 #include "tensor/factory.h"
+#include "tensor/memory_layout.h"
 #include "tensor/quantize.h"
 #include "tensor/quantized_grid.h"
 #include "tensor/quantized_kernels.h"
@@ -119,9 +120,16 @@ Tensor quantized_pool(const Tensor& x, const Shape& out_shape, std::string_view 
   KILN_CHECK(params->scheme == QuantParams::Scheme::PerTensor, op, ": the input is quantized per channel (axis ",
              params->axis, "); quantized pooling takes per-tensor quantized inputs");
   QuantizedKernels& kernels = quantized_kernels_for(x.device(), op);
-  Tensor out = Tensor::empty(out_shape, {x.dtype(), x.device()});
+  // A channels-last input (an int8 convolution's output) is pooled as it
+  // lies, into a channels-last output (Note [Channels-last quantized
+  // activations] in tensor/memory_layout.h).
+  const bool channels_last = !x.is_contiguous() && is_channels_last(x);
+  Tensor out = channels_last ? empty_channels_last(out_shape, {x.dtype(), x.device()})
+                             : Tensor::empty(out_shape, {x.dtype(), x.device()});
   out.impl()->set_quant_params(params);
-  if (out.numel() > 0) run(kernels, as_planes(out), as_planes(x.contiguous()));
+  if (out.numel() == 0) return out;
+  if (channels_last) run(kernels, out, x);
+  else run(kernels, as_planes(out), as_planes(x.contiguous()));
   return out;
 }
 

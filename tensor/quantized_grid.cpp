@@ -3,7 +3,9 @@
 
 #include <algorithm>
 
+#include "tensor/backend.h"
 #include "tensor/elementwise.h"
+#include "tensor/memory_layout.h"
 
 namespace kiln::ops {
 namespace {
@@ -28,18 +30,38 @@ Tensor keep_grid(const Tensor& x, Tensor out) {
   return out;
 }
 
+// Per tensor, relu clamps at the zero point. A dense x (a convolution's
+// channels-last output among them) keeps its layout and is clamped as one
+// flat run (Note [Channels-last quantized activations] in
+// tensor/memory_layout.h); any other layout goes through the strided loop.
 Tensor quantized_relu(const Tensor& x) {
   const auto& params = x.impl()->quant_params();
-  Tensor out = params->scheme == QuantParams::Scheme::PerTensor
-                   ? clamp(x, Scalar(params->zero_points[0]), std::nullopt)
-                   : maximum(x, zero_points_along_axis(x, *params));
+  if (params->scheme == QuantParams::Scheme::PerChannel) {
+    Tensor out = maximum(x, zero_points_along_axis(x, *params));
+    out.impl()->set_quant_params(params);
+    return out;
+  }
+  const Scalar zero(params->zero_points[0]);
+  Tensor out;
+  if (dense_dim_order(x)) {
+    out = empty_like_layout(x, {x.dtype(), x.device()});
+    if (out.numel() > 0) backend_for(x.device()).clamp(flat_view(out, "relu"), flat_view(x, "relu"), zero, std::nullopt);
+  } else {
+    out = clamp(x, zero, std::nullopt);
+  }
   out.impl()->set_quant_params(params);
   return out;
 }
 
 Tensor& quantized_relu_(Tensor& x) {
   const auto& params = x.impl()->quant_params();
-  if (params->scheme == QuantParams::Scheme::PerTensor) return clamp_(x, Scalar(params->zero_points[0]), std::nullopt);
+  if (params->scheme == QuantParams::Scheme::PerTensor) {
+    const Scalar zero(params->zero_points[0]);
+    if (!dense_dim_order(x)) return clamp_(x, zero, std::nullopt);
+    Tensor flat = flat_view(x, "relu_");  // a view: its version counter is x's
+    clamp_(flat, zero, std::nullopt);
+    return x;
+  }
   x.copy_(maximum(x, zero_points_along_axis(x, *params)));
   return x;
 }

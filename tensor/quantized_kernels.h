@@ -67,9 +67,17 @@ class QuantizedKernels : public KernelGroup {
   virtual void linear_dynamic(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w,
                               const Tensor& bias, bool reduce_range) = 0;
   // Static: x quint8 (N, C, H, W), out quint8 (N, O, oh, ow); every group
-  // in one call (p.groups of them, s is one group's shape).
+  // in one call (p.groups of them, s is one group's shape). x may have any
+  // strides; out is NCHW, or channels-last where conv2d_channels_last says
+  // so (Note [Channels-last quantized activations] in tensor/memory_layout.h).
   virtual void conv2d(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
                       const Conv2dParams& p, const Conv2dShape& s, bool relu) = 0;
+  // Whether conv2d, given these operands, writes its output channels-last
+  // (the layout it stores fastest); the front-end allocates out so.
+  virtual bool conv2d_channels_last(const PackedQuantizedWeight& w, const Conv2dParams& p, const Conv2dShape& s) {
+    (void)w, (void)p, (void)s;
+    return false;
+  }
   // Dynamic, as linear_dynamic: x and out float32.
   virtual void conv2d_dynamic(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
                               const Conv2dParams& p, const Conv2dShape& s, bool reduce_range) = 0;

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "tensor/conv_shape.h"
+#include "tensor/memory_layout.h"
 #include "tensor/quant_math.h"
 #include "tensor/quantize.h"
 
@@ -193,14 +194,16 @@ Tensor quantized_conv2d(const Tensor& x, const PackedQuantizedWeight& w, const T
   check_output_grid(out_scale, out_zero_point, DType::UInt8, op);
   QuantizedKernels& kernels = quantized_kernels_for(x.device(), op);
 
-  const Shape shape = conv_output_shape(x, weight.size(0), s);
-  Tensor out = empty_quantized(shape, out_scale, out_zero_point, DType::UInt8, x.device());
-  if (out.numel() > 0) {
+  Shape shape = conv_output_shape(x, weight.size(0), s);
+  if (x.dim() == 3) shape.insert(shape.begin(), 1);  // (N, O, oh, ow)
+  Tensor out4 = kernels.conv2d_channels_last(w, p, s) ? empty_channels_last(shape, {DType::UInt8, x.device()})
+                                                      : Tensor::empty(shape, {DType::UInt8, x.device()});
+  out4.impl()->set_quant_params(per_tensor_params(out_scale, out_zero_point));
+  if (out4.numel() > 0) {
     Tensor x4 = with_params(x.dim() == 3 ? x.unsqueeze(0) : x, x.impl()->quant_params());  // (N, C, H, W)
-    Tensor out4 = with_params(x.dim() == 3 ? out.unsqueeze(0) : out, out.impl()->quant_params());
     kernels.conv2d(out4, x4, w, b, p, s, relu);
   }
-  return out;
+  return x.dim() == 3 ? with_params(out4.squeeze(0), out4.impl()->quant_params()) : out4;
 }
 
 Tensor quantized_conv2d_dynamic(const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
@@ -234,8 +237,18 @@ Tensor quantized_add(const Tensor& a, const Tensor& b, double out_scale, int64_t
   check_output_grid(out_scale, out_zero_point, a.dtype(), op);
   QuantizedKernels& kernels = quantized_kernels_for(a.device(), op);
 
-  Tensor out = empty_quantized(a.shape(), out_scale, out_zero_point, a.dtype(), a.device());
-  if (out.numel() > 0) {
+  // Two operands laid out alike (a convolution's channels-last outputs, say)
+  // give an output laid out as they are, and the kernel sees three flat runs
+  // (Note [Channels-last quantized activations] in tensor/memory_layout.h).
+  const bool alike = a.strides() == b.strides() && dense_dim_order(a).has_value();
+  Tensor out = alike ? empty_like_layout(a, {a.dtype(), a.device()}) : Tensor::empty(a.shape(), {a.dtype(), a.device()});
+  out.impl()->set_quant_params(per_tensor_params(out_scale, out_zero_point));
+  if (out.numel() == 0) return out;
+  if (alike) {
+    kernels.add(with_params(flat_view(out, op), out.impl()->quant_params()),
+                with_params(flat_view(a, op), a.impl()->quant_params()),
+                with_params(flat_view(b, op), b.impl()->quant_params()), relu);
+  } else {
     kernels.add(out, with_params(a, a.impl()->quant_params()), with_params(b, b.impl()->quant_params()), relu);
   }
   return out;

@@ -22,6 +22,7 @@ class CpuQuantizedKernels final : public QuantizedKernels {
                       bool reduce_range) override;
 
   // quantized_conv.cpp
+  bool conv2d_channels_last(const PackedQuantizedWeight& w, const Conv2dParams& p, const Conv2dShape& s) override;
   void conv2d(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
               const Conv2dParams& p, const Conv2dShape& s, bool relu) override;
   void conv2d_dynamic(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,

@@ -5,8 +5,9 @@
 // of W (16 groups of 4 k x 16 columns: one 1 KiB stretch of a 16-lane panel,
 // Note [Int8 GEMM packing]) give four tile multiplies. The finished tiles go
 // to memory, where the AVX-512 output stage adds the column offsets and
-// writes the outputs. Compiled with AMX-TILE, AMX-INT8 and AVX-512; reached
-// only after Linux granted the tile state (qgemm.cpp).
+// writes the outputs (the tile blocks are amx_tiles.h's). Compiled with
+// AMX-TILE, AMX-INT8 and AVX-512; reached only after Linux granted the tile
+// state (qgemm.cpp).
 // GCC 12's AVX-512 intrinsics start from a self-initialised "undefined"
 // register and so warn (GCC bug 105593, fixed in 12.3); the warning is about
 // the compiler's header, not this code.
@@ -18,58 +19,10 @@
 #include <cstring>
 #include <vector>
 
+#include "tensor/cpu/amx_tiles.h"
 #include "tensor/cpu/qgemm_simd.h"
 
 namespace kiln::cpu::qgemm_detail {
-namespace {
-
-// The 64-byte operand of ldtilecfg (palette 1).
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Tiles 0-3: C (row block r, column block c at 2r + c); 4, 5: A; 6, 7: W.
-// Every tile is 16 rows of 64 bytes.
-void configure_tiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.rows[t] = 16;
-    cfg.colsb[t] = 64;
-  }
-  _tile_loadconfig(&cfg);
-}
-
-// MM row tiles x NN column tiles over kblocks blocks of 64 k; writes the raw
-// dot products to c (MM*16 rows of NN*16 int32, row-major).
-template <int MM, int NN>
-void tile_block(const uint8_t* const* a, const int64_t* lda, const char* w, int64_t panel_bytes, int64_t kblocks,
-                int32_t* c) {
-  _tile_zero(0);
-  if constexpr (NN > 1) _tile_zero(1);
-  if constexpr (MM > 1) _tile_zero(2);
-  if constexpr (MM > 1 && NN > 1) _tile_zero(3);
-  for (int64_t kb = 0; kb < kblocks; ++kb) {
-    _tile_loadd(4, a[0] + kb * 64, lda[0]);
-    if constexpr (MM > 1) _tile_loadd(5, a[1] + kb * 64, lda[1]);
-    _tile_loadd(6, w + kb * 1024, 64);
-    if constexpr (NN > 1) _tile_loadd(7, w + panel_bytes + kb * 1024, 64);
-    _tile_dpbusd(0, 4, 6);
-    if constexpr (NN > 1) _tile_dpbusd(1, 4, 7);
-    if constexpr (MM > 1) _tile_dpbusd(2, 5, 6);
-    if constexpr (MM > 1 && NN > 1) _tile_dpbusd(3, 5, 7);
-  }
-  constexpr int ldc = NN * 16 * 4;
-  _tile_stored(0, c, ldc);
-  if constexpr (NN > 1) _tile_stored(1, c + 16, ldc);
-  if constexpr (MM > 1) _tile_stored(2, c + 16 * NN * 16, ldc);
-  if constexpr (MM > 1 && NN > 1) _tile_stored(3, c + 16 * NN * 16 + 16, ldc);
-}
-
-}  // namespace
 
 bool amx_pays(int64_t m, int64_t n, int64_t k) {
   // The tiles take 16 rows at a time: with fewer than two tiles of rows the
@@ -93,6 +46,9 @@ void qgemm_amx(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& w, 
   thread_local std::vector<uint8_t> edge;
   edge.resize(2 * 16 * std::max<int64_t>(kpad, 64));
   const int64_t a_end = (m - 1) * lda + k;  // bytes of A from a
+  thread_local std::vector<int64_t> koff;
+  koff.resize(static_cast<size_t>(kblocks));
+  for (int64_t kb = 0; kb < kblocks; ++kb) koff[static_cast<size_t>(kb)] = kb * 64;
   alignas(64) int32_t c[32 * 32];
   configure_tiles();
   for (int64_t i = 0; i < m; i += 32) {
@@ -117,10 +73,7 @@ void qgemm_amx(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& w, 
     for (int64_t p = 0; p < panels; p += 2) {
       const int nn = panels - p > 1 ? 2 : 1;
       const char* wp = wd + p * w.panel_bytes();
-      if (mm == 2 && nn == 2) tile_block<2, 2>(asrc, astride, wp, w.panel_bytes(), kblocks, c);
-      else if (mm == 2) tile_block<2, 1>(asrc, astride, wp, w.panel_bytes(), kblocks, c);
-      else if (nn == 2) tile_block<1, 2>(asrc, astride, wp, w.panel_bytes(), kblocks, c);
-      else tile_block<1, 1>(asrc, astride, wp, w.panel_bytes(), kblocks, c);
+      tile_block_any(mm, nn, asrc, astride, koff.data(), wp, w.panel_bytes(), kblocks, c);
       // The accumulators start at the columns' offsets on the other paths;
       // here they are added after the tiles.
       const int cols = nn * 16;

@@ -59,7 +59,10 @@ void add_run(T* out, const T* a, const T* b, int64_t n, const QuantizedAddGrids&
       float r = quant_math::quantize_value(sum, g.inv_scale_out, g.zero_point_out, g.lo, g.hi);
       out[i] = r >= 2147483648.0f ? INT32_MAX : static_cast<int32_t>(r);
     }
-  } else if (simd_level() >= SimdLevel::Avx2) {
+  } else if (simd_level() == SimdLevel::Avx512) {
+    if constexpr (std::is_same_v<T, uint8_t>) quantized_add_u8_avx512(out, a, b, n, g);
+    else quantized_add_s8_avx512(out, a, b, n, g);
+  } else if (simd_level() == SimdLevel::Avx2) {
     if constexpr (std::is_same_v<T, uint8_t>) quantized_add_u8_avx2(out, a, b, n, g);
     else quantized_add_s8_avx2(out, a, b, n, g);
   } else {

@@ -23,8 +23,11 @@ struct QuantizedAddGrids {
 
 void quantized_add_u8_scalar(uint8_t* out, const uint8_t* a, const uint8_t* b, int64_t n, const QuantizedAddGrids& g);
 void quantized_add_s8_scalar(int8_t* out, const int8_t* a, const int8_t* b, int64_t n, const QuantizedAddGrids& g);
-// quantized_binary_avx2.cpp; AVX-512 machines use these too.
+// quantized_binary_avx2.cpp
 void quantized_add_u8_avx2(uint8_t* out, const uint8_t* a, const uint8_t* b, int64_t n, const QuantizedAddGrids& g);
 void quantized_add_s8_avx2(int8_t* out, const int8_t* a, const int8_t* b, int64_t n, const QuantizedAddGrids& g);
+// quantized_binary_avx512.cpp
+void quantized_add_u8_avx512(uint8_t* out, const uint8_t* a, const uint8_t* b, int64_t n, const QuantizedAddGrids& g);
+void quantized_add_s8_avx512(int8_t* out, const int8_t* a, const int8_t* b, int64_t n, const QuantizedAddGrids& g);
 
 }  // namespace kiln::cpu

@@ -11,6 +11,7 @@
 #include "tensor/cpu/parallel.h"
 #include "tensor/cpu/qgemm_kernels.h"
 #include "tensor/cpu/quantized_conv_direct.h"
+#include "tensor/cpu/quantized_conv_implicit.h"
 #include "tensor/cpu/quantized_weight.h"
 #include "tensor/quant_math.h"
 
@@ -53,6 +54,14 @@ void pad_channels_last(const uint8_t* image, int64_t stride_c, int64_t stride_h,
   const Conv2dShape& s = plan.s;
   const int64_t cg = s.channels;
   if (p.padding.h > 0 || p.padding.w > 0) std::memset(padded, zero_point, static_cast<size_t>(plan.image_bytes));
+  if (p.groups == 1 && stride_c == 1 && (s.input.w == 1 || stride_w == cg)) {
+    // A channels-last image: each of its rows is one run of W*C bytes.
+    for (int64_t y = 0; y < s.input.h; ++y) {
+      std::memcpy(padded + ((y + p.padding.h) * plan.padded_w + p.padding.w) * cg, image + y * stride_h,
+                  static_cast<size_t>(s.input.w * cg));
+    }
+    return;
+  }
   for (int64_t group = 0; group < plan.p.groups; ++group) {
     uint8_t* plane = padded + group * plan.padded_h * plan.padded_w * cg;  // (padded_h, padded_w, C/groups)
     for (int64_t c = 0; c < cg; ++c) {
@@ -95,12 +104,19 @@ void build_patches(const uint8_t* plane, const ConvPlan& plan, int64_t begin, in
   }
 }
 
-// Positions [begin, end) of one image, every group: out_image is the image's
-// (O, oh*ow) output, planes out_stride_c elements apart.
+// Where one image's outputs go: element (o, position) of the (O, oh*ow)
+// result is at out_image + (o * stride_c + position * stride_position)
+// elements; NCHW planes have stride_position 1, channels-last stride_c 1.
+struct OutputImage {
+  char* data;
+  int64_t stride_c, stride_position;
+  size_t element_size;
+};
+
+// Positions [begin, end) of one image, every group.
 void conv_rows(const uint8_t* padded, const ConvPlan& plan,
                const std::vector<std::shared_ptr<const PackedQWeight>>& packs, const QuantizedOutputStage& numbers,
-               const QGemmOutput& stage, char* out_image, int64_t out_stride_c, size_t element_size, int64_t begin,
-               int64_t end) {
+               const QGemmOutput& stage, const OutputImage& image, int64_t begin, int64_t end) {
   const int64_t cg = plan.s.channels, plane_bytes = plan.padded_h * plan.padded_w * cg;
   uint8_t* rows = plan.pointwise ? nullptr : thread_scratch(kPatchSlot, std::min(plan.block_rows, end - begin) * plan.k);
   for (int64_t group = 0; group < plan.p.groups; ++group) {
@@ -110,11 +126,11 @@ void conv_rows(const uint8_t* padded, const ConvPlan& plan,
     if (numbers.bias) out.bias = numbers.bias + o0;
     if (numbers.float_bias) out.float_bias = numbers.float_bias + o0;
     out.scale = numbers.scale + o0;
-    out.stride_m = 1;
-    out.stride_n = out_stride_c;
+    out.stride_m = image.stride_position;
+    out.stride_n = image.stride_c;
     for (int64_t b = begin; b < end; b += plan.block_rows) {
       const int64_t e = std::min(end, b + plan.block_rows);
-      out.out = out_image + (o0 * out_stride_c + b) * static_cast<int64_t>(element_size);
+      out.out = image.data + (o0 * image.stride_c + b * image.stride_position) * static_cast<int64_t>(image.element_size);
       if (plan.pointwise) {
         qgemm(e - b, plane + b * cg, cg, *packs[group], out);
       } else {
@@ -125,8 +141,21 @@ void conv_rows(const uint8_t* padded, const ConvPlan& plan,
   }
 }
 
+// Image n of out (N, O, oh, ow), whose oh*ow positions must be evenly
+// strided: NCHW planes or channels-last pixels (Note [Channels-last
+// quantized activations] in tensor/memory_layout.h).
+OutputImage output_image(const Tensor& out, int64_t n, size_t element_size) {
+  const int64_t oh = out.size(2), ow = out.size(3);
+  const int64_t stride_position = ow > 1 ? out.stride(3) : oh > 1 ? out.stride(2) : 1;
+  KILN_CHECK(oh == 1 || ow == 1 || out.stride(2) == ow * out.stride(3),
+             "quantized conv2d: the output's rows must follow one another (NCHW or channels-last), got strides ",
+             out.strides(), " for shape ", out.shape());
+  char* data = static_cast<char*>(out.data_ptr()) + n * out.stride(0) * static_cast<int64_t>(element_size);
+  return OutputImage{data, out.stride(1), stride_position, element_size};
+}
+
 // The GEMM form: x (N, C, H, W) quint8 (any strides); out (N, O, oh, ow)
-// with contiguous planes, of uint8 or float as `stage` says.
+// as output_image takes it, of uint8 or float as `stage` says.
 void gemm_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWeight& w, const Conv2dParams& p,
                  const Conv2dShape& s, const QuantizedOutputStage& numbers, const QGemmOutput& stage,
                  size_t element_size) {
@@ -135,8 +164,6 @@ void gemm_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWei
   const auto& packs = w.groups(plan.p.groups).gemm;
   const uint8_t* x_data = x.data<uint8_t>();
   const uint8_t zero_point = static_cast<uint8_t>(stage.a_zero_point);
-  char* out_data = static_cast<char*>(out.data_ptr());
-  const int64_t out_stride_n = out.stride(0) * static_cast<int64_t>(element_size);
   const double macs_per_image = double(plan.positions) * double(w.out_channels()) * double(plan.k);
   auto pad_image = [&](int64_t n) {
     uint8_t* padded = thread_scratch(kImageSlot, plan.image_bytes);
@@ -149,8 +176,7 @@ void gemm_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWei
     // Whole images per thread.
     parallel_for(0, n_images, std::max<int64_t>(1, n_images / threads), [&](int64_t begin, int64_t end) {
       for (int64_t n = begin; n < end; ++n) {
-        conv_rows(pad_image(n), plan, packs, numbers, stage, out_data + n * out_stride_n, out.stride(1),
-                  element_size, 0, plan.positions);
+        conv_rows(pad_image(n), plan, packs, numbers, stage, output_image(out, n, element_size), 0, plan.positions);
       }
     });
     return;
@@ -159,9 +185,9 @@ void gemm_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWei
   // over the padded copy the calling thread made.
   for (int64_t n = 0; n < n_images; ++n) {
     const uint8_t* padded = pad_image(n);
+    const OutputImage image = output_image(out, n, element_size);
     parallel_for(0, plan.positions, std::max<int64_t>(1, plan.positions / threads), [&](int64_t begin, int64_t end) {
-      conv_rows(padded, plan, packs, numbers, stage, out_data + n * out_stride_n, out.stride(1), element_size,
-                begin, end);
+      conv_rows(padded, plan, packs, numbers, stage, image, begin, end);
     });
   }
 }
@@ -205,15 +231,16 @@ void direct_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedW
   const qgemm_detail::Epilogue e = qgemm_detail::make_epilogue(all, dw.colsum.data(), w.out_channels(), w.out_channels());
   const uint8_t* x_data = x.data<uint8_t>();
   const uint8_t zero_point = static_cast<uint8_t>(stage.a_zero_point);
-  char* out_data = static_cast<char*>(out.data_ptr());
-  const int64_t out_stride_n = out.stride(0) * static_cast<int64_t>(element_size);
-  const int64_t out_stride_c = out.stride(1);
   auto pad_image = [&](int64_t n) {
     uint8_t* padded = thread_scratch(kImageSlot, image_bytes + kDirectQConvSlack);
     pad_planes(x_data + n * x.stride(0), x.stride(1), x.stride(2), x.stride(3), plan, channels, zero_point, padded);
     return padded;
   };
   auto run = [&](const uint8_t* padded, int64_t n, int64_t b0, int64_t b1) {
+    const OutputImage image = output_image(out, n, element_size);
+    // The kernel stores 16 adjacent positions of one channel at a time.
+    KILN_CHECK(image.stride_position == 1, "quantized conv2d: the direct form writes NCHW planes, got an output "
+               "with strides ", out.strides());
     for (int64_t g = 0; g < p.groups; ++g) {
       const int64_t o0 = g * dw.group_out;
       qgemm_detail::Epilogue eg = e;
@@ -221,9 +248,9 @@ void direct_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedW
       eg.offset = e.offset + o0;
       eg.scale = e.scale ? e.scale + o0 : nullptr;
       eg.float_bias = e.float_bias ? e.float_bias + o0 : nullptr;
-      eg.out = out_data + n * out_stride_n + o0 * out_stride_c * static_cast<int64_t>(element_size);
+      eg.out = image.data + o0 * image.stride_c * static_cast<int64_t>(element_size);
       eg.stride_m = 1;
-      eg.stride_n = out_stride_c;
+      eg.stride_n = image.stride_c;
       qconv_direct_avx512vbmi(plan, dw, g, padded + g * plan.group_bytes, b0, b1, eg);
     }
   };
@@ -244,27 +271,103 @@ void direct_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedW
   }
 }
 
-// The form this call runs (qconv_algorithm, direct_qconv_pays).
-void conv_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWeight& w, const Conv2dParams& p,
-                 const Conv2dShape& s, const QuantizedOutputStage& numbers, const QGemmOutput& stage,
-                 size_t element_size) {
-  const int64_t group_out = w.out_channels() / p.groups;
-  bool direct = false;
+// The implicit form (Note [Implicit int8 convolution on AMX tiles] in
+// quantized_conv_implicit.h), with gemm_driver's arguments: the padded
+// channels-last image is itself the GEMM's A operand.
+void implicit_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWeight& w, const Conv2dParams& p,
+                     const Conv2dShape& s, const QuantizedOutputStage& numbers, const QGemmOutput& stage,
+                     size_t element_size) {
+  const ImplicitQConvWeight& iw = *w.groups(1).implicit;
+  const ImplicitQConvPlan plan = plan_implicit_qconv(iw, p, s);
+  const ConvPlan pad_plan(p, s, w.out_channels());
+  const int64_t n_images = x.size(0);
+  QGemmOutput all = stage;
+  all.bias = numbers.bias;
+  all.float_bias = numbers.float_bias;
+  all.scale = numbers.scale;
+  const auto& panels = static_cast<const qgemm_detail::PackedPanels&>(*iw.packed);
+  const qgemm_detail::Epilogue e = qgemm_detail::make_epilogue(all, iw.packed->colsum().data(), w.out_channels(),
+                                                               panels.panels() * panels.lanes());
+  const uint8_t* x_data = x.data<uint8_t>();
+  const uint8_t zero_point = static_cast<uint8_t>(stage.a_zero_point);
+  auto pad_image = [&](int64_t n) {
+    uint8_t* padded = thread_scratch(kImageSlot, plan.image_bytes);
+    // The tail room the last blocks' tile loads read: what is there meets
+    // zero weights or is never stored, and is set only so that every run
+    // reads the same bytes.
+    std::memset(padded + pad_plan.image_bytes, zero_point, static_cast<size_t>(plan.image_bytes - pad_plan.image_bytes));
+    pad_channels_last(x_data + n * x.stride(0), x.stride(1), x.stride(2), x.stride(3), pad_plan, zero_point, padded);
+    return padded;
+  };
+  auto run = [&](const uint8_t* padded, int64_t n, int64_t b0, int64_t b1) {
+    const OutputImage image = output_image(out, n, element_size);
+    qgemm_detail::Epilogue en = e;
+    en.out = image.data;
+    en.stride_m = image.stride_position;
+    en.stride_n = image.stride_c;
+    qgemm_detail::qconv_implicit_amx(plan, iw, padded, b0, b1, en);
+  };
+
+  const double macs_per_image = double(pad_plan.positions) * double(w.out_channels()) * double(pad_plan.k);
+  const int threads = threads_for_macs(macs_per_image * double(n_images), n_images * plan.blocks);
+  if (n_images >= threads) {
+    parallel_for(0, n_images, std::max<int64_t>(1, n_images / threads), [&](int64_t begin, int64_t end) {
+      for (int64_t n = begin; n < end; ++n) run(pad_image(n), n, 0, plan.blocks);
+    });
+    return;
+  }
+  for (int64_t n = 0; n < n_images; ++n) {
+    const uint8_t* padded = pad_image(n);
+    parallel_for(0, plan.blocks, std::max<int64_t>(1, plan.blocks / threads),
+                 [&](int64_t begin, int64_t end) { run(padded, n, begin, end); });
+  }
+}
+
+// The three forms a call can run.
+enum class Form { Gemm, Direct, Implicit };
+
+// The form this call runs (qconv_algorithm): the direct form where it pays,
+// else the implicit form where it pays, else the GEMM over patch rows.
+Form conv_form(const CpuPackedQuantizedWeight& w, const Conv2dParams& p, const Conv2dShape& s) {
+  const ImplicitQConvWeight* implicit = p.groups == 1 ? w.groups(1).implicit.get() : nullptr;
   switch (qconv_algorithm()) {
-    case QConvAlgorithm::Auto: direct = direct_qconv_pays(w.path(), p, s, group_out); break;
-    case QConvAlgorithm::Gemm: direct = false; break;
+    case QConvAlgorithm::Auto:
+      if (direct_qconv_pays(w.path(), p, s, w.out_channels() / p.groups)) return Form::Direct;
+      return implicit_qconv_pays(implicit, p) ? Form::Implicit : Form::Gemm;
+    case QConvAlgorithm::Gemm: return Form::Gemm;
     case QConvAlgorithm::Direct:
       KILN_CHECK(direct_qconv_supported(w.path(), p, s), "quantized conv2d: the direct form was forced but the ",
                  qgemm_path_name(w.path()), " path cannot run it here (it needs AVX-512 VNNI and VBMI, and a stride ",
                  p.stride.w, " with dilation ", p.dilation.w, " whose windows fit 64 bytes)");
-      direct = true;
-      break;
+      return Form::Direct;
+    case QConvAlgorithm::Implicit:
+      KILN_CHECK(implicit_qconv_pays(implicit, p), "quantized conv2d: the implicit form was forced but cannot run ",
+                 "here (it needs the amx path, got ", qgemm_path_name(w.path()), "; one group, got ", p.groups,
+                 "; dilation_w 1, got ", p.dilation.w, "; and kernel rows of ", w.weight().size(3), " x ",
+                 w.weight().size(1), " bytes whose 64-byte padding at most doubles them)");
+      return Form::Implicit;
   }
-  if (direct) direct_driver(out, x, w, p, s, numbers, stage, element_size);
-  else gemm_driver(out, x, w, p, s, numbers, stage, element_size);
+  return Form::Gemm;
+}
+
+void conv_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWeight& w, const Conv2dParams& p,
+                 const Conv2dShape& s, const QuantizedOutputStage& numbers, const QGemmOutput& stage,
+                 size_t element_size) {
+  switch (conv_form(w, p, s)) {
+    case Form::Direct: return direct_driver(out, x, w, p, s, numbers, stage, element_size);
+    case Form::Implicit: return implicit_driver(out, x, w, p, s, numbers, stage, element_size);
+    case Form::Gemm: return gemm_driver(out, x, w, p, s, numbers, stage, element_size);
+  }
 }
 
 }  // namespace
+
+bool CpuQuantizedKernels::conv2d_channels_last(const PackedQuantizedWeight& w, const Conv2dParams& p,
+                                               const Conv2dShape& s) {
+  // The GEMM and implicit forms write a pixel's channels together; the
+  // direct form a channel's positions.
+  return conv_form(cpu_packed_weight(w, "quantized conv2d"), p, s) != Form::Direct;
+}
 
 void CpuQuantizedKernels::conv2d(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
                                  const Conv2dParams& p, const Conv2dShape& s, bool relu) {

@@ -83,10 +83,12 @@ bool direct_qconv_supported(QGemmPath path, const Conv2dParams& p, const Conv2dS
 // (the Note).
 bool direct_qconv_pays(QGemmPath path, const Conv2dParams& p, const Conv2dShape& s, int64_t group_out);
 
-// Which algorithm the CPU's quantized conv2d runs: Auto is
-// direct_qconv_pays; Gemm and Direct force one, for the tests (Direct
-// throws where it is not supported). Process-wide.
-enum class QConvAlgorithm { Auto, Gemm, Direct };
+// Which algorithm the CPU's quantized conv2d runs: Auto is the direct form
+// where direct_qconv_pays, else the implicit form (quantized_conv_implicit.h)
+// where implicit_qconv_pays, else the GEMM over patch rows; Gemm, Direct and
+// Implicit force one, for the tests (Direct and Implicit throw where they
+// cannot run). Process-wide.
+enum class QConvAlgorithm { Auto, Gemm, Direct, Implicit };
 QConvAlgorithm qconv_algorithm();
 class ForceQConvAlgorithm {  // sets it for a scope
  public:

@@ -56,6 +56,8 @@ CpuPackedQuantizedWeight::Groups CpuPackedQuantizedWeight::pack_groups(int64_t g
     }
     packs.gemm.push_back(pack_qweight(reordered.data(), group_out, k, k, path_));
   }
+  if (groups == 1 && implicit_qconv_packable(path_, cg, kw))
+    packs.implicit = pack_implicit_qconv(reordered.data(), group_out, cg, kh, kw, path_);
   if (direct_qconv_available(path_)) packs.direct = pack_direct_qconv(w, groups);
   return packs;
 }

@@ -7,14 +7,20 @@
 //
 // The front-ends (tensor/pool.cpp) pass contiguous per-tensor quantized
 // tensors whose last two dims are (H, W) and whose leading dims are the
-// planes (N*C of them), as the float kernels see them.
+// planes (N*C of them), as the float kernels see them; or two 4-d
+// channels-last tensors (Note [Channels-last quantized activations] in
+// tensor/memory_layout.h), which are pooled a pixel at a time, every channel
+// of a tap in one inner loop. Both orders sum the same integers, so they
+// give the same bytes.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <vector>
 
 #include "tensor/cpu/cpu_quantized.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/memory_layout.h"
 #include "tensor/quant_math.h"
 
 namespace kiln::cpu {
@@ -23,8 +29,12 @@ namespace {
 // Output rows per thread below which the loops stay serial.
 constexpr int64_t kRowGrain = 64;
 
+// The input's geometry: `count` planes of h x w, or, channels-last, `count`
+// images of h x w pixels of `channels` values each.
 struct Planes {
   int64_t count, h, w;
+  bool channels_last = false;
+  int64_t channels = 1;
 };
 
 // Checks what the front-ends guarantee, and reads the plane geometry.
@@ -34,12 +44,22 @@ Planes check_pool_pair(const Tensor& out, const Tensor& x, const PoolGeometry* g
   KILN_CHECK(x.dtype() == out.dtype(), op, ": input ", x.dtype(), " but output ", out.dtype());
   const auto& params = *x.impl()->quant_params();
   KILN_CHECK(params.scheme == QuantParams::Scheme::PerTensor, op, ": per-tensor quantized inputs only");
-  KILN_CHECK(x.is_contiguous() && out.is_contiguous(), op, ": the CPU kernel expects contiguous tensors");
   KILN_CHECK(x.dim() >= 2 && out.dim() == x.dim(), op, ": expected (..., H, W) tensors, got ", x.shape(), " and ",
              out.shape());
   Planes p{x.numel() / std::max<int64_t>(1, x.size(-2) * x.size(-1)), x.size(-2), x.size(-1)};
-  KILN_CHECK(out.numel() == p.count * out.size(-2) * out.size(-1), op, ": input ", x.shape(), " and output ",
-             out.shape(), " have different leading dims");
+  if (!(x.is_contiguous() && out.is_contiguous())) {
+    KILN_CHECK(is_channels_last(x) && is_channels_last(out), op,
+               ": the CPU kernel expects contiguous or channels-last tensors, got strides ", x.strides(), " and ",
+               out.strides());
+    KILN_CHECK(x.size(0) == out.size(0) && x.size(1) == out.size(1), op, ": input ", x.shape(), " and output ",
+               out.shape(), " have different leading dims");
+    p.count = x.size(0);
+    p.channels = x.size(1);
+    p.channels_last = true;
+  } else {
+    KILN_CHECK(out.numel() == p.count * out.size(-2) * out.size(-1), op, ": input ", x.shape(), " and output ",
+               out.shape(), " have different leading dims");
+  }
   if (g != nullptr) {
     KILN_CHECK(g->height == p.h && g->width == p.w && g->out_h == out.size(-2) && g->out_w == out.size(-1), op,
                ": the geometry (", g->height, "x", g->width, " -> ", g->out_h, "x", g->out_w,
@@ -190,13 +210,94 @@ void adaptive_avg_pool_typed(T* out, const T* x, const Planes& p, int64_t oh, in
   });
 }
 
+// ---- channels-last: x (N, H, W, C) and out (N, oh, ow, C) in memory ----
+
+// Calls fn(dst, image, oy, ox) for every output pixel, dst its C values.
+template <class T, class Fn>
+void for_each_output_pixel(T* out, const Planes& p, int64_t oh, int64_t ow, const Fn& fn) {
+  parallel_for(0, p.count * oh, std::max<int64_t>(1, kRowGrain / std::max<int64_t>(1, ow)), [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      const int64_t image = r / oh, oy = r % oh;
+      for (int64_t ox = 0; ox < ow; ++ox) fn(out + (r * ow + ox) * p.channels, image, oy, ox);
+    }
+  });
+}
+
+template <class T>
+void max_pool_channels_last(T* out, const T* x, const Planes& p, const PoolGeometry& g) {
+  const T lowest = std::numeric_limits<T>::lowest();
+  const int64_t c = p.channels;
+  for_each_output_pixel(out, p, g.out_h, g.out_w, [&](T* dst, int64_t image, int64_t oy, int64_t ox) {
+    std::fill(dst, dst + c, lowest);
+    TapRange ry = taps_inside(oy, g.stride_h, g.pad_h, g.kernel_h, g.dilation_h, p.h);
+    TapRange rx = taps_inside(ox, g.stride_w, g.pad_w, g.kernel_w, g.dilation_w, p.w);
+    for (int64_t ky = 0; ky < ry.count; ++ky) {
+      for (int64_t kx = 0; kx < rx.count; ++kx) {
+        const T* src = x + ((image * p.h + ry.first + ky * g.dilation_h) * p.w + rx.first + kx * g.dilation_w) * c;
+        for (int64_t i = 0; i < c; ++i) dst[i] = std::max(dst[i], src[i]);
+      }
+    }
+  });
+}
+
+// Sums q - zero_point over the window rows [ys, ye) x cols [xs, xe) of one
+// image into sum (C values), then rounds each mean onto the grid.
+template <class T>
+void average_pixel(T* dst, const T* x, const Planes& p, int64_t image, int64_t ys, int64_t ye, int64_t xs, int64_t xe,
+                   int32_t divisor, int32_t zero_point, float zp, float lo, float hi) {
+  const int64_t c = p.channels;
+  thread_local std::vector<int32_t> sum;
+  sum.assign(static_cast<size_t>(c), 0);
+  for (int64_t iy = ys; iy < ye; ++iy) {
+    for (int64_t ix = xs; ix < xe; ++ix) {
+      const T* src = x + ((image * p.h + iy) * p.w + ix) * c;
+      for (int64_t i = 0; i < c; ++i) sum[i] += static_cast<int32_t>(src[i]) - zero_point;
+    }
+  }
+  for (int64_t i = 0; i < c; ++i) dst[i] = static_cast<T>(quant_math::average_value(sum[i], divisor, zp, lo, hi));
+}
+
+template <class T>
+void avg_pool_channels_last(T* out, const T* x, const Planes& p, const PoolGeometry& g, bool count_include_pad,
+                            std::optional<int64_t> divisor_override, int32_t zero_point, quant_math::QRange range) {
+  const float zp = static_cast<float>(zero_point), lo = static_cast<float>(range.lo),
+              hi = static_cast<float>(range.hi);
+  for_each_output_pixel(out, p, g.out_h, g.out_w, [&](T* dst, int64_t image, int64_t oy, int64_t ox) {
+    const int64_t y0 = oy * g.stride_h - g.pad_h, x0 = ox * g.stride_w - g.pad_w;
+    const int64_t rows = window_count(y0, g.kernel_h, g.pad_h, p.h, count_include_pad);
+    const int64_t cols = window_count(x0, g.kernel_w, g.pad_w, p.w, count_include_pad);
+    if (rows == 0 || cols == 0) {
+      std::fill(dst, dst + p.channels, static_cast<T>(zero_point));  // no element inside the input: real 0
+      return;
+    }
+    auto divisor = static_cast<int32_t>(divisor_override ? *divisor_override : rows * cols);
+    average_pixel(dst, x, p, image, std::max<int64_t>(y0, 0), std::min(y0 + g.kernel_h, p.h), std::max<int64_t>(x0, 0),
+                  std::min(x0 + g.kernel_w, p.w), divisor, zero_point, zp, lo, hi);
+  });
+}
+
+template <class T>
+void adaptive_avg_pool_channels_last(T* out, const T* x, const Planes& p, int64_t oh, int64_t ow, int32_t zero_point,
+                                     quant_math::QRange range) {
+  const float zp = static_cast<float>(zero_point), lo = static_cast<float>(range.lo),
+              hi = static_cast<float>(range.hi);
+  for_each_output_pixel(out, p, oh, ow, [&](T* dst, int64_t image, int64_t oy, int64_t ox) {
+    const Window wy = adaptive_window(oy, oh, p.h), wx = adaptive_window(ox, ow, p.w);
+    auto divisor = static_cast<int32_t>((wy.end - wy.start) * (wx.end - wx.start));
+    average_pixel(dst, x, p, image, wy.start, wy.end, wx.start, wx.end, divisor, zero_point, zp, lo, hi);
+  });
+}
+
 }  // namespace
 
 void CpuQuantizedKernels::max_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g) {
   constexpr std::string_view op = "quantized max_pool2d";
   Planes p = check_pool_pair(out, x, &g, op);
   visit_pool_dtype(x.dtype(), /*allow_int32=*/true, op, [&]<class T>() {
-    max_pool_typed(static_cast<T*>(out.data_ptr()), static_cast<const T*>(x.data_ptr()), p, g);
+    T* dst = static_cast<T*>(out.data_ptr());
+    const T* src = static_cast<const T*>(x.data_ptr());
+    if (p.channels_last) max_pool_channels_last(dst, src, p, g);
+    else max_pool_typed(dst, src, p, g);
   });
 }
 
@@ -207,8 +308,13 @@ void CpuQuantizedKernels::avg_pool2d(const Tensor& out, const Tensor& x, const P
   KILN_CHECK(!divisor_override || *divisor_override != 0, op, ": divisor_override must be non-zero");
   const auto zp = static_cast<int32_t>(x.impl()->quant_params()->zero_points[0]);
   visit_pool_dtype(x.dtype(), /*allow_int32=*/false, op, [&]<class T>() {
-    avg_pool_typed(static_cast<T*>(out.data_ptr()), static_cast<const T*>(x.data_ptr()), p, g, count_include_pad,
-                   divisor_override, zp, quant_math::qrange(x.dtype()));
+    T* dst = static_cast<T*>(out.data_ptr());
+    const T* src = static_cast<const T*>(x.data_ptr());
+    if (p.channels_last) {
+      avg_pool_channels_last(dst, src, p, g, count_include_pad, divisor_override, zp, quant_math::qrange(x.dtype()));
+    } else {
+      avg_pool_typed(dst, src, p, g, count_include_pad, divisor_override, zp, quant_math::qrange(x.dtype()));
+    }
   });
 }
 
@@ -217,8 +323,13 @@ void CpuQuantizedKernels::adaptive_avg_pool2d(const Tensor& out, const Tensor& x
   Planes p = check_pool_pair(out, x, nullptr, op);
   const auto zp = static_cast<int32_t>(x.impl()->quant_params()->zero_points[0]);
   visit_pool_dtype(x.dtype(), /*allow_int32=*/false, op, [&]<class T>() {
-    adaptive_avg_pool_typed(static_cast<T*>(out.data_ptr()), static_cast<const T*>(x.data_ptr()), p, out.size(-2),
-                            out.size(-1), zp, quant_math::qrange(x.dtype()));
+    T* dst = static_cast<T*>(out.data_ptr());
+    const T* src = static_cast<const T*>(x.data_ptr());
+    if (p.channels_last) {
+      adaptive_avg_pool_channels_last(dst, src, p, out.size(-2), out.size(-1), zp, quant_math::qrange(x.dtype()));
+    } else {
+      adaptive_avg_pool_typed(dst, src, p, out.size(-2), out.size(-1), zp, quant_math::qrange(x.dtype()));
+    }
   });
 }
 

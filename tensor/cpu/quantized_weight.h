@@ -8,11 +8,20 @@
 // activations as the uint8 A operand (qgemm.h fixes the signs: A unsigned,
 // W signed), so A's rows are output positions and its columns the patch:
 //   A (P = oh*ow, K = kh*kw*C/groups) x W^T (K, O/groups) -> out (P, O/groups)
-// and the GEMM writes out[p][o] at p * 1 + o * (oh*ow), which is NCHW.
+// and the GEMM writes out[p][o] at p * O + o: one output pixel's channels
+// together, channels-last (Note [Channels-last quantized activations] in
+// tensor/memory_layout.h; an NCHW output, p + o * (oh*ow), works too and is
+// what the dynamic form's float output gets).
 // - The input image is first copied into a padded, channels-last buffer
 //   (groups, H + 2*pad_h, W + 2*pad_w, C/groups), its border filled with the
 //   input's zero point: a padded tap then contributes (zx - zx) * w = 0, as
-//   float zero padding does, and building A needs no bounds checks.
+//   float zero padding does, and building A needs no bounds checks. A
+//   channels-last input (the previous convolution's output) is copied a row
+//   at a time; an NCHW one is transposed byte by byte.
+// - On the Amx path, with one group, the padded buffer is A itself: the
+//   implicit form (Note [Implicit int8 convolution on AMX tiles] in
+//   quantized_conv_implicit.h) loads its tiles from it, and no patch rows
+//   below are built.
 // - Channels last, one patch row is kh runs of kw*C/groups contiguous bytes
 //   (dilation 1), where the NCHW order (c, ky, kx) would be C*kh runs of kw
 //   bytes: three times fewer, longer copies for a 3-channel input. The weight
@@ -35,6 +44,7 @@
 
 #include "tensor/cpu/qgemm.h"
 #include "tensor/cpu/quantized_conv_direct.h"
+#include "tensor/cpu/quantized_conv_implicit.h"
 #include "tensor/quant_math.h"
 #include "tensor/quantized_kernels.h"
 
@@ -56,11 +66,14 @@ class CpuPackedQuantizedWeight final : public PackedQuantizedWeight {
   QGemmPath path() const { return path_; }
 
   // The weight packed for one group count: one GEMM weight per group,
-  // (O/groups, K) each, and for a conv weight on a path that has it the
-  // direct convolution's quads (quantized_conv_direct.h), else null.
+  // (O/groups, K) each, and for a conv weight on a path that has them the
+  // direct convolution's quads (quantized_conv_direct.h) and, for one group,
+  // the implicit convolution's kernel rows (quantized_conv_implicit.h), else
+  // null.
   struct Groups {
     std::vector<std::shared_ptr<const PackedQWeight>> gemm;
     std::shared_ptr<const DirectQConvWeight> direct;
+    std::shared_ptr<const ImplicitQConvWeight> implicit;
   };
   // groups = 1 is packed up front, other counts on first use (a conv's
   // groups is known only from its input's channels).

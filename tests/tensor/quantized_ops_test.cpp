@@ -21,6 +21,7 @@
 #include "tensor/cpu/qgemm.h"
 #include "tensor/cpu/quantized_conv_direct.h"
 #include "tensor/cpu/quantized_weight.h"
+#include "tensor/memory_layout.h"
 #include "tensor/ops.h"
 #include "tensor/quant_math.h"
 #include "tensor/quantize.h"
@@ -387,10 +388,17 @@ int check_conv(const ConvCase& c, uint64_t seed, cpu::QConvAlgorithm algorithm =
   int ran = 0;
   for (cpu::QGemmPath path : cpu::qgemm_paths_available()) {
     if (algorithm == cpu::QConvAlgorithm::Direct && !cpu::direct_qconv_supported(path, c.p, shape)) continue;
+    if (algorithm == cpu::QConvAlgorithm::Implicit && path != cpu::QGemmPath::Amx) continue;
     auto packed = cpu::pack_quantized_weight(w, path);
     Tensor y = ops::quantized_conv2d(x, *packed, bias, c.p, out_scale, c.zy, c.relu);
     EXPECT_EQ(y.dim(), 4);
     if (y.dim() != 4) return ran;
+    // The GEMM and implicit forms write channels-last, the direct form NCHW
+    // (Note [Channels-last quantized activations]).
+    const bool direct = algorithm == cpu::QConvAlgorithm::Direct ||
+                        (algorithm == cpu::QConvAlgorithm::Auto && cpu::direct_qconv_pays(path, c.p, shape, c.w[0] / c.p.groups));
+    EXPECT_TRUE(direct ? y.is_contiguous() : is_channels_last(y))
+        << what << " path=" << path_name(path) << detail::str(" strides ", y.strides());
     EXPECT_EQ(y.size(0), c.x[0]);
     EXPECT_EQ(y.size(1), c.w[0]);
     EXPECT_TRUE(y.is_quantized());
@@ -520,6 +528,110 @@ TEST(QuantizedConv2dDirect, DynamicMatchesTheGemmForm) {
     direct = ops::quantized_conv2d_dynamic(x, *packed, b, {.padding = 2});
   }
   EXPECT_EQ(floats(gemm), floats(direct));
+}
+
+// The implicit form (Note [Implicit int8 convolution on AMX tiles]) on the
+// shapes its blocks and kernel rows are cut for: ResNet-20's layers (3x3 at
+// 16, 32 and 64 channels: kernel rows of 48, 96 and 192 bytes in 64, 128
+// and 192), pitched blocks that cross row ends and the image's end, stride-2
+// row blocks with a masked last one, 1x1 convolutions, dilation in height,
+// uneven padding at a far zero point, channel counts off the 16-lane panels.
+const ConvCase kImplicitCases[] = {
+    {{2, 16, 12, 12}, {16, 16, 3, 3}, {.padding = 1}, true, false, true, 128, 30},  // layer1
+    {{1, 32, 9, 9}, {32, 32, 3, 3}, {.padding = 1}, true, false, true, 50, 0},       // layer2
+    {{2, 64, 5, 6}, {64, 64, 3, 3}, {.padding = 1}, true, true, false, 0, 128},      // layer3
+    {{2, 16, 17, 35}, {32, 16, 3, 3}, {.stride = 2, .padding = 1}, true, false, false, 7, 128},  // rows of 18: 16 + 2
+    {{1, 32, 8, 8}, {64, 32, 1, 1}, {.stride = 2}, true, false, false, 90, 128},     // a ResNet downsample
+    {{2, 64, 7, 5}, {20, 64, 1, 1}, {}, true, true, true, 200, 10},                   // 20 channels: panels of 16 + 4
+    {{1, 32, 11, 10}, {48, 32, 3, 3}, {.padding = {2, 1}, .dilation = {2, 1}}, true, true, false, 250, 128},
+    {{1, 16, 6, 7}, {16, 16, 3, 3}, {.padding = {0, 2}}, false, true, true, 3, 60},  // per-tensor weight
+    {{3, 24, 4, 4}, {16, 24, 2, 3}, {.padding = 1}, true, true, false, 100, 100},    // rows of 72 in 128
+};
+
+TEST(QuantizedConv2dImplicit, MatchesIntegerReferenceOnTheAmxPath) {
+  const auto paths = cpu::qgemm_paths_available();
+  if (std::find(paths.begin(), paths.end(), cpu::QGemmPath::Amx) == paths.end())
+    GTEST_SKIP() << "this CPU (or its kernel) gives no AMX tiles: the implicit form never runs";
+  uint64_t seed = 500;
+  for (const ConvCase& c : kImplicitCases) {
+    EXPECT_EQ(check_conv(c, seed += 5, cpu::QConvAlgorithm::Implicit), 1) << "the amx path did not run it";
+    check_conv(c, seed, cpu::QConvAlgorithm::Gemm);
+  }
+}
+
+TEST(QuantizedConv2dImplicit, ThreadsGiveTheSameBytes) {
+  const auto paths = cpu::qgemm_paths_available();
+  if (std::find(paths.begin(), paths.end(), cpu::QGemmPath::Amx) == paths.end())
+    GTEST_SKIP() << "this CPU (or its kernel) gives no AMX tiles: the implicit form never runs";
+  const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Implicit);
+  expect_threads_agree({32, 16, 3, 3}, {16, 30, 30}, {.padding = 1}, 550);
+}
+
+TEST(QuantizedConv2dImplicit, AutoPicksItOnAmxWhereTheRowsPay) {
+  const auto paths = cpu::qgemm_paths_available();
+  if (std::find(paths.begin(), paths.end(), cpu::QGemmPath::Amx) == paths.end())
+    GTEST_SKIP() << "this CPU (or its kernel) gives no AMX tiles: the implicit form never runs";
+  // 3x3 at 16 channels: 48-byte rows in 64; 3 channels: 9 bytes in 64, too
+  // much padding; 1x1 at 16: 16 in 64, too.
+  EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 16, 3));
+  EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 3, 3));
+  EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 16, 1));
+  EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 32, 1));
+  EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Avx512Vnni, 16, 3));
+  auto packed = cpu::pack_quantized_weight(random_weight({16, 16, 3, 3}, true, 560), cpu::QGemmPath::Amx);
+  const cpu::ImplicitQConvWeight* w = packed->groups(1).implicit.get();
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->row_bytes, 64);
+  EXPECT_TRUE(cpu::implicit_qconv_pays(w, {.padding = 1}));
+  EXPECT_FALSE(cpu::implicit_qconv_pays(w, {.padding = 1, .dilation = {1, 2}}));
+  EXPECT_FALSE(cpu::implicit_qconv_pays(nullptr, {}));
+}
+
+TEST(QuantizedConv2dImplicit, ForcedWhereItCannotRunNamesWhy) {
+  const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Implicit);
+  Tensor x = random_activation({1, 16, 8, 8}, 0.05, 10, 570);
+  Tensor w = random_weight({16, 16, 3, 3}, true, 571);
+  auto packed = cpu::pack_quantized_weight(w, cpu::QGemmPath::Scalar);
+  expect_error([&] { ops::quantized_conv2d(x, *packed, Tensor(), {.padding = 1}, 0.1, 0); },
+               "quantized conv2d: the implicit form was forced but cannot run here (it needs the amx path, got scalar");
+  Tensor wg = random_weight({16, 8, 3, 3}, true, 572);
+  auto grouped = ops::pack_quantized_weight(wg);
+  expect_error([&] { ops::quantized_conv2d(x, *grouped, Tensor(), {.padding = 1, .groups = 2}, 0.1, 0); },
+               "quantized conv2d: the implicit form was forced but cannot run here");
+}
+
+TEST(QuantizedConv2dImplicit, DynamicMatchesTheGemmForm) {
+  const auto paths = cpu::qgemm_paths_available();
+  if (std::find(paths.begin(), paths.end(), cpu::QGemmPath::Amx) == paths.end())
+    GTEST_SKIP() << "this CPU (or its kernel) gives no AMX tiles: the implicit form never runs";
+  Tensor x = random_float({2, 32, 10, 10}, -1.5, 2.5, 580);
+  Tensor w = random_weight({32, 32, 3, 3}, true, 581);
+  Tensor b = random_float({32}, -1, 1, 582);
+  auto packed = cpu::pack_quantized_weight(w, cpu::QGemmPath::Amx);
+  Tensor gemm, implicit;
+  {
+    const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Gemm);
+    gemm = ops::quantized_conv2d_dynamic(x, *packed, b, {.padding = 1});
+  }
+  {
+    const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Implicit);
+    implicit = ops::quantized_conv2d_dynamic(x, *packed, b, {.padding = 1});
+  }
+  EXPECT_TRUE(implicit.is_contiguous());  // a float output stays NCHW
+  EXPECT_EQ(floats(gemm), floats(implicit));
+}
+
+// A convolution's channels-last output fed to the next convolution (as in
+// every int8 network) gives the bytes of its contiguous copy.
+TEST(QuantizedConv2d, ChainsChannelsLastOutputs) {
+  Tensor x = random_activation({2, 16, 10, 10}, 0.05, 100, 590);
+  auto w1 = ops::pack_quantized_weight(random_weight({16, 16, 3, 3}, true, 591));
+  auto w2 = ops::pack_quantized_weight(random_weight({32, 16, 3, 3}, true, 592));
+  Tensor h = ops::quantized_conv2d(x, *w1, Tensor(), {.padding = 1}, 0.3, 10, true);
+  EXPECT_TRUE(is_channels_last(h) && !h.is_contiguous());
+  Tensor y = ops::quantized_conv2d(h, *w2, Tensor(), {.stride = 2, .padding = 1}, 0.4, 128);
+  Tensor y_contiguous = ops::quantized_conv2d(h.contiguous(), *w2, Tensor(), {.stride = 2, .padding = 1}, 0.4, 128);
+  EXPECT_EQ(ints<uint8_t>(y), ints<uint8_t>(y_contiguous));
 }
 
 TEST(QuantizedConv2d, UnbatchedAndStridedInputs) {

@@ -18,9 +18,11 @@
 #include "tensor/cpu/cpu_features.h"
 #include "tensor/cpu/cpu_quantized.h"
 #include "tensor/cpu/quantized_binary_simd.h"
+#include "tensor/memory_layout.h"
 #include "tensor/ops.h"
 #include "tensor/quant_math.h"
 #include "tensor/quantize.h"
+#include "tensor/quantized_ops.h"
 #include "tensor/safetensors.h"
 #include "tests/tensor/test_util.h"
 
@@ -197,6 +199,45 @@ TEST(QuantizedPool, AdaptiveAvgPoolMatchesTheReference) {
                "quantized adaptive_avg_pool2d: int32 inputs are not supported (quint8 or qint8");
 }
 
+// ---- channels-last inputs ----------------------------------------------------------------
+
+// q with channels-last strides (Note [Channels-last quantized activations]
+// in tensor/memory_layout.h), as an int8 convolution writes it.
+Tensor channels_last(const Tensor& q) { return q.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2}); }
+
+// Every pooling of a channels-last input gives the integers of the same
+// pooling of its contiguous copy, in a channels-last output on its grid.
+TEST(QuantizedPool, ChannelsLastInputsGiveTheSameIntegersInTheirLayout) {
+  const MaxPool2dOptions max_options[] = {
+      {.kernel = 2},
+      {.kernel = 3, .stride = Size2d(2), .padding = 1, .ceil_mode = true},
+      {.kernel = {3, 2}, .stride = Size2d(1, 2), .padding = {1, 0}, .dilation = {2, 1}},
+  };
+  const AvgPool2dOptions avg_options[] = {
+      {.kernel = 2},
+      {.kernel = 3, .stride = Size2d(2), .padding = 1, .ceil_mode = true, .count_include_pad = false},
+      {.kernel = {2, 3}, .stride = Size2d(1, 2), .padding = {1, 1}, .divisor_override = 4},
+  };
+  auto expect_same = [](const Tensor& got, const Tensor& want, const std::string& what) {
+    EXPECT_TRUE(is_channels_last(got) && !got.is_contiguous()) << what << detail::str(": strides ", got.strides());
+    EXPECT_EQ(got.impl()->quant_params(), want.impl()->quant_params()) << what;
+    EXPECT_EQ(ints(got), ints(want)) << what;
+  };
+  for (DType dtype : {DType::UInt8, DType::Int8}) {
+    Tensor q = ops::quantize_per_tensor(random_floats({2, 5, 9, 7}, 11), 0.03, dtype == DType::UInt8 ? 90 : -4, dtype);
+    Tensor cl = channels_last(q);
+    ASSERT_TRUE(is_channels_last(cl) && !cl.is_contiguous());
+    for (const auto& o : max_options) expect_same(ops::max_pool2d(cl, o), ops::max_pool2d(q, o), "max_pool2d");
+    for (const auto& o : avg_options) expect_same(ops::avg_pool2d(cl, o), ops::avg_pool2d(q, o), "avg_pool2d");
+    for (Size2d size : {Size2d(3, 2), Size2d(9, 7), Size2d(4, 4)}) {
+      expect_same(ops::adaptive_avg_pool2d(cl, size), ops::adaptive_avg_pool2d(q, size), "adaptive_avg_pool2d");
+    }
+    // To one pixel, as ResNet's global pooling: both layouts at once.
+    Tensor global = ops::adaptive_avg_pool2d(cl, 1);
+    EXPECT_EQ(ints(global), ints(ops::adaptive_avg_pool2d(q, 1)));
+  }
+}
+
 // ---- add ----------------------------------------------------------------------------------
 
 Tensor with_grid(Tensor t, double scale, int64_t zp) {
@@ -243,29 +284,68 @@ TEST(QuantizedAdd, MatchesAddValueWithAndWithoutRelu) {
   EXPECT_EQ(ints(out), (std::vector<int64_t>{5, 2}));  // relu: at least the zero point
 }
 
-TEST(QuantizedAdd, TheAvx2LoopMatchesTheScalarOneBitForBit) {
+// ops::add and relu on two channels-last operands keep the layout and give
+// the integers of the contiguous ones; mixed layouts still add right.
+TEST(QuantizedAdd, ChannelsLastOperandsKeepTheirLayout) {
+  Tensor a = ops::quantize_per_tensor(random_floats({2, 6, 5, 4}, 21), 0.02, 120, DType::UInt8);
+  Tensor b = ops::quantize_per_tensor(random_floats({2, 6, 5, 4}, 22), 0.03, 130, DType::UInt8);
+  Tensor ca = channels_last(a), cb = channels_last(b);
+  for (bool relu : {false, true}) {
+    Tensor want = ops::quantized_add(a, b, 0.045, 100, relu);
+    Tensor got = ops::quantized_add(ca, cb, 0.045, 100, relu);
+    EXPECT_TRUE(is_channels_last(got) && !got.is_contiguous()) << detail::str("strides ", got.strides());
+    EXPECT_EQ(ints(got), ints(want)) << "relu " << relu;
+    EXPECT_EQ(ints(ops::quantized_add(ca, b, 0.045, 100, relu)), ints(want)) << "mixed, relu " << relu;
+  }
+  Tensor r = ops::relu(ca);
+  EXPECT_TRUE(is_channels_last(r) && !r.is_contiguous());
+  EXPECT_EQ(r.impl()->quant_params(), ca.impl()->quant_params());
+  EXPECT_EQ(ints(r), ints(ops::relu(a)));
+  Tensor in_place = channels_last(a);
+  ops::relu_(in_place);
+  EXPECT_EQ(ints(in_place), ints(ops::relu(a)));
+  for (int64_t v : ints(r)) EXPECT_GE(v, 120);
+}
+
+// Each SIMD loop this CPU runs (AVX2, AVX-512) gives the scalar loop's bytes.
+TEST(QuantizedAdd, TheSimdLoopsMatchTheScalarOneBitForBit) {
+  using U8Loop = void (*)(uint8_t*, const uint8_t*, const uint8_t*, int64_t, const cpu::QuantizedAddGrids&);
+  using S8Loop = void (*)(int8_t*, const int8_t*, const int8_t*, int64_t, const cpu::QuantizedAddGrids&);
+  struct Level {
+    const char* name;
+    cpu::SimdLevel level;
+    U8Loop u8;
+    S8Loop s8;
+  };
+  const Level levels[] = {
+      {"avx2", cpu::SimdLevel::Avx2, cpu::quantized_add_u8_avx2, cpu::quantized_add_s8_avx2},
+      {"avx512", cpu::SimdLevel::Avx512, cpu::quantized_add_u8_avx512, cpu::quantized_add_s8_avx512},
+  };
   if (cpu::simd_level() < cpu::SimdLevel::Avx2) GTEST_SKIP() << "this CPU has no AVX2: only the scalar loop exists";
-  for (int64_t n : {0, 1, 31, 32, 33, 100, 4097}) {
-    std::vector<double> ra = pseudo_random(n, 0, 256, 3), rb = pseudo_random(n, 0, 256, 4);
-    std::vector<uint8_t> a(n), b(n);
-    for (int64_t i = 0; i < n; ++i) a[i] = static_cast<uint8_t>(ra[i]), b[i] = static_cast<uint8_t>(rb[i]);
-    const cpu::QuantizedAddGrids grids[] = {{128, 0.02f, 120, 0.03f, 1.0f / 0.045f, 100.0f, 0.0f, 255.0f},
-                                            {0, 1.0f, 0, 1.0f, 2.0f, 0.0f, 0.0f, 255.0f},  // exact halves
-                                            {128, 0.02f, 120, 0.03f, 1.0f / 0.045f, 100.0f, 100.0f, 255.0f},
-                                            {10, 0.7f, 250, 0.01f, 1.0f / 0.001f, 3.0f, 0.0f, 255.0f}};
-    for (const auto& g : grids) {
-      std::vector<uint8_t> ref(n), simd(n);
-      cpu::quantized_add_u8_scalar(ref.data(), a.data(), b.data(), n, g);
-      cpu::quantized_add_u8_avx2(simd.data(), a.data(), b.data(), n, g);
-      EXPECT_EQ(ref, simd) << "u8 n=" << n;
-      const auto* sa = reinterpret_cast<const int8_t*>(a.data());
-      const auto* sb = reinterpret_cast<const int8_t*>(b.data());
-      cpu::QuantizedAddGrids sg = g;
-      sg.zero_point_a -= 128, sg.zero_point_b -= 128, sg.zero_point_out -= 128, sg.lo -= 128, sg.hi -= 128;
-      std::vector<int8_t> sref(n), ssimd(n);
-      cpu::quantized_add_s8_scalar(sref.data(), sa, sb, n, sg);
-      cpu::quantized_add_s8_avx2(ssimd.data(), sa, sb, n, sg);
-      EXPECT_EQ(sref, ssimd) << "s8 n=" << n;
+  for (const Level& level : levels) {
+    if (cpu::simd_level() < level.level) continue;
+    for (int64_t n : {0, 1, 15, 16, 17, 31, 32, 33, 100, 4097}) {
+      std::vector<double> ra = pseudo_random(n, 0, 256, 3), rb = pseudo_random(n, 0, 256, 4);
+      std::vector<uint8_t> a(n), b(n);
+      for (int64_t i = 0; i < n; ++i) a[i] = static_cast<uint8_t>(ra[i]), b[i] = static_cast<uint8_t>(rb[i]);
+      const cpu::QuantizedAddGrids grids[] = {{128, 0.02f, 120, 0.03f, 1.0f / 0.045f, 100.0f, 0.0f, 255.0f},
+                                              {0, 1.0f, 0, 1.0f, 2.0f, 0.0f, 0.0f, 255.0f},  // exact halves
+                                              {128, 0.02f, 120, 0.03f, 1.0f / 0.045f, 100.0f, 100.0f, 255.0f},
+                                              {10, 0.7f, 250, 0.01f, 1.0f / 0.001f, 3.0f, 0.0f, 255.0f}};
+      for (const auto& g : grids) {
+        std::vector<uint8_t> ref(n), simd(n);
+        cpu::quantized_add_u8_scalar(ref.data(), a.data(), b.data(), n, g);
+        level.u8(simd.data(), a.data(), b.data(), n, g);
+        EXPECT_EQ(ref, simd) << level.name << " u8 n=" << n;
+        const auto* sa = reinterpret_cast<const int8_t*>(a.data());
+        const auto* sb = reinterpret_cast<const int8_t*>(b.data());
+        cpu::QuantizedAddGrids sg = g;
+        sg.zero_point_a -= 128, sg.zero_point_b -= 128, sg.zero_point_out -= 128, sg.lo -= 128, sg.hi -= 128;
+        std::vector<int8_t> sref(n), ssimd(n);
+        cpu::quantized_add_s8_scalar(sref.data(), sa, sb, n, sg);
+        level.s8(ssimd.data(), sa, sb, n, sg);
+        EXPECT_EQ(sref, ssimd) << level.name << " s8 n=" << n;
+      }
     }
   }
 }

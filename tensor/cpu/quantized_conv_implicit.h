@@ -1,0 +1,84 @@
+// The implicit int8 convolution on AMX tiles: the GEMM of Note [Quantized
+// convolution on the int8 GEMM] with its A operand read straight from the
+// padded channels-last image, so that no patch rows are built.
+//
+// Note [Implicit int8 convolution on AMX tiles]
+// An AMX tile load takes 16 rows of 64 bytes at any one stride. In a padded
+// channels-last image (hp, wp, C), the inputs of output pixel (y, x) under
+// kernel row ky are one run of kw*C bytes,
+//   image[((y*stride_h + ky*dil_h) * wp + x*stride_w) * C ...],
+// and the runs of 16 neighbouring pixels of an output row are stride_w*C
+// bytes apart. So if K is laid out per kernel row as that run rounded up to
+// whole 64-byte blocks (R bytes, the weight zero past kw*C), block j of
+// kernel row ky for 16 pixels is one tile load at
+//   base(pixel 0) + ky*dil_h*wp*C + 64*j,  rows stride_w*C apart,
+// and the whole convolution is the GEMM's tile loop over kh*R/64 blocks
+// with the A tile loaded from the image. The bytes a row reads past its run
+// belong to the next pixels (or to the buffer's tail room) and meet zero
+// weights. The weight is packed once into these rows: (O, kh*R), the
+// (ky, kx, c) order of the GEMM form with each kernel row zero-padded.
+// - Blocks of pixels: with stride 1 the runs of consecutive pixels of the
+//   padded grid are C bytes apart across row ends too, so a block is 16
+//   consecutive pixels of the padded width (y*wp + x); the wp - ow pixels of
+//   each row past the output's width are computed and not stored ("pitched"
+//   blocks, 6% extra work for a 32x32 image with padding 1, 20% for 8x8).
+//   With a larger stride a block is up to 16 pixels of one output row.
+// - The price is the zero tail of each kernel row: for 3x3 kernels 25% of
+//   the multiplies at 16 or 32 channels, none at 64. Tiles are cheap and the
+//   patch rows were not (a third of the int8 ResNet-20's time); the form is
+//   used (implicit_qconv_pays) where the tail is at most as long as the run
+//   (R <= 2*kw*C), with groups 1 and dilation_w 1, on the Amx path.
+// The accumulators meet the GEMM's offsets and output stage (finish_zmm), so
+// every byte equals the GEMM form's and the scalar reference's.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tensor/conv.h"
+#include "tensor/cpu/qgemm.h"
+
+namespace kiln::cpu {
+
+// The weight in kernel rows of R bytes (the Note), packed for the Amx path.
+struct ImplicitQConvWeight {
+  int64_t out_channels = 0, channels = 0, kh = 0, kw = 0;
+  int64_t row_bytes = 0;  // R: kw*C rounded up to a multiple of 64
+  std::shared_ptr<const PackedQWeight> packed;  // (O, kh*R)
+};
+
+// Whether a (O, C, kh, kw) weight is worth packing this way on `path`: Amx,
+// and a zero tail no longer than the run (R <= 2*kw*C).
+bool implicit_qconv_packable(QGemmPath path, int64_t channels, int64_t kw);
+// reordered: (O, kh, kw, C) int8, the GEMM form's order of K.
+std::shared_ptr<const ImplicitQConvWeight> pack_implicit_qconv(const int8_t* reordered, int64_t out_channels,
+                                                               int64_t channels, int64_t kh, int64_t kw,
+                                                               QGemmPath path);
+// Whether a call can run on the packed weight w (which may be null): groups
+// 1 and dilation_w 1.
+bool implicit_qconv_pays(const ImplicitQConvWeight* w, const Conv2dParams& p);
+
+// One call's blocks of pixels and where their tiles are read (the Note).
+struct ImplicitQConvPlan {
+  int64_t channels = 0, padded_h = 0, padded_w = 0, out_h = 0, out_w = 0;
+  int64_t stride_h = 1, stride_w = 1;
+  bool pitched = false;          // stride 1: blocks of 16 pixels of the padded width
+  int64_t blocks_per_row = 0;    // otherwise: ceil(out_w / 16) blocks per output row
+  int64_t blocks = 0;            // per image
+  std::vector<int64_t> koff;     // byte offset of each 64-byte k block from a pixel's base
+  int64_t image_bytes = 0;       // the padded image and the tail room its tile loads read
+};
+ImplicitQConvPlan plan_implicit_qconv(const ImplicitQConvWeight& w, const Conv2dParams& p, const Conv2dShape& s);
+
+namespace qgemm_detail {
+struct Epilogue;
+// Blocks [b0, b1) of one padded channels-last image (padded_h, padded_w, C)
+// with plan.image_bytes readable; e.out is the image's output, element
+// (position, o) at position * e.stride_m + o * e.stride_n, position =
+// y * out_w + x. In quantized_conv_implicit_amx.cpp.
+void qconv_implicit_amx(const ImplicitQConvPlan& plan, const ImplicitQConvWeight& w, const uint8_t* padded,
+                        int64_t b0, int64_t b1, const Epilogue& e);
+}  // namespace qgemm_detail
+
+}  // namespace kiln::cpu
