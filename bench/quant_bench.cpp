@@ -7,7 +7,8 @@
 //
 //   build/bench/quant_bench --model lenet --weights lenet.safetensors --data ../shared/data/cifar10-jpeg.tar.gz
 //       [--modes dynamic,static,qat] [--calib-images 512] [--test-images 10000] [--qat-epochs 1]
-//       [--profile-seconds S]   (then run each quantized mode's batch-64 forward S seconds more, for perf)
+//       [--profile-seconds S] [--profile-batch 1|64]   (then run each quantized mode's forward S seconds
+//       more at that batch size, for perf)
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
       else if (arg == "--qat-images") o.qat_images = std::stoll(value);
       else if (arg == "--seed") o.seed = std::stoull(value);
       else if (arg == "--profile-seconds") o.profile_seconds = std::stod(value);
+      else if (arg == "--profile-batch") o.profile_batch = std::stoll(value);
       else if (arg == "--modes") {
         o.modes.clear();
         std::stringstream ss(value);

@@ -38,7 +38,12 @@ Tensor empty_like_layout(const Tensor& t, TensorOptions options) {
 
 Tensor empty_channels_last(const Shape& nchw, TensorOptions options) {
   KILN_CHECK(nchw.size() == 4, "empty_channels_last: expected an (N, C, H, W) shape, got ", nchw);
-  return Tensor::empty({nchw[0], nchw[2], nchw[3], nchw[1]}, options).permute({0, 3, 1, 2});
+  // The (N, H, W, C) allocation under NCHW sizes and NHWC strides: a tensor
+  // of its own (the NHWC handle is dropped), not a recorded view of one.
+  const Tensor nhwc = Tensor::empty({nchw[0], nchw[2], nchw[3], nchw[1]}, options);
+  const int64_t c = nchw[1], w = nchw[3];
+  return Tensor(std::make_shared<TensorImpl>(nhwc.storage(), nhwc.dtype(), nchw,
+                                             Shape{nchw[2] * w * c, 1, w * c, c}, nhwc.storage_offset()));
 }
 
 bool is_channels_last(const Tensor& t) {

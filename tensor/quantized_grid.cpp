@@ -43,7 +43,7 @@ Tensor quantized_relu(const Tensor& x) {
   }
   const Scalar zero(params->zero_points[0]);
   Tensor out;
-  if (dense_dim_order(x)) {
+  if (!x.is_contiguous() && dense_dim_order(x)) {
     out = empty_like_layout(x, {x.dtype(), x.device()});
     if (out.numel() > 0) backend_for(x.device()).clamp(flat_view(out, "relu"), flat_view(x, "relu"), zero, std::nullopt);
   } else {
@@ -57,7 +57,7 @@ Tensor& quantized_relu_(Tensor& x) {
   const auto& params = x.impl()->quant_params();
   if (params->scheme == QuantParams::Scheme::PerTensor) {
     const Scalar zero(params->zero_points[0]);
-    if (!dense_dim_order(x)) return clamp_(x, zero, std::nullopt);
+    if (x.is_contiguous() || !dense_dim_order(x)) return clamp_(x, zero, std::nullopt);
     Tensor flat = flat_view(x, "relu_");  // a view: its version counter is x's
     clamp_(flat, zero, std::nullopt);
     return x;

@@ -240,7 +240,7 @@ Tensor quantized_add(const Tensor& a, const Tensor& b, double out_scale, int64_t
   // Two operands laid out alike (a convolution's channels-last outputs, say)
   // give an output laid out as they are, and the kernel sees three flat runs
   // (Note [Channels-last quantized activations] in tensor/memory_layout.h).
-  const bool alike = a.strides() == b.strides() && dense_dim_order(a).has_value();
+  const bool alike = !a.is_contiguous() && a.strides() == b.strides() && dense_dim_order(a).has_value();
   Tensor out = alike ? empty_like_layout(a, {a.dtype(), a.device()}) : Tensor::empty(a.shape(), {a.dtype(), a.device()});
   out.impl()->set_quant_params(per_tensor_params(out_scale, out_zero_point));
   if (out.numel() == 0) return out;

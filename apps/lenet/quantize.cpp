@@ -204,13 +204,13 @@ QuantizeReport quantization_report(const QuantizeReportOptions& o, std::ostream&
     }
     report.rows.push_back(measure(mode, *m, int8_path()));
     if (o.profile_seconds > 0) {
-      log << "profiling window: " << mode << " at batch " << b64.size(0) << " for " << o.profile_seconds << " s\n"
+      const Tensor& batch = o.profile_batch == 1 ? b1 : b64;
+      log << "profiling window: " << mode << " at batch " << batch.size(0) << " for " << o.profile_seconds << " s\n"
           << std::flush;
       QuantizeReportOptions window = o;
       window.warmup = 0;
-      window.b64_runs = 1;
       window.min_seconds = o.profile_seconds;
-      median_ms(*m, b64, window, 1);
+      median_ms(*m, batch, window, 1);
     }
   }
   return report;

@@ -31,9 +31,11 @@ struct QuantizeReportOptions {
   int64_t b1_runs = 200;
   int64_t b64_runs = 30;
   double min_seconds = 1.0;
-  // After timing each quantized mode, run its batch-64 forward for this
-  // long more: a window for a profiler (perf record) on that mode alone.
+  // After timing each quantized mode, run its forward at batch 1 or 64
+  // (profile_batch) for this long more: a window for a profiler (perf
+  // record) on that mode alone.
   double profile_seconds = 0;
+  int64_t profile_batch = 64;
 };
 
 struct QuantizeRow {

@@ -5,6 +5,7 @@
 // channels, the direct form over padded NCHW planes (Note [Direct int8
 // convolution with positions in the lanes] in quantized_conv_direct.h).
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "tensor/cpu/cpu_quantized.h"
@@ -213,13 +214,41 @@ void pad_planes(const uint8_t* image, int64_t stride_c, int64_t stride_h, int64_
   }
 }
 
+// plan_direct_qconv's tables depend only on the weight's shape, the params
+// and the input size, which a model repeats at every call of a layer: the
+// calling thread keeps the plans of the last few (kPlans) shapes it met.
+const DirectQConvPlan& cached_direct_plan(const DirectQConvWeight& w, const Conv2dParams& p, const Conv2dShape& s) {
+  struct Entry {
+    std::array<int64_t, 18> key;
+    std::shared_ptr<const DirectQConvPlan> plan;
+  };
+  constexpr size_t kPlans = 8;
+  thread_local std::vector<Entry> entries;
+  thread_local size_t next = 0;
+  const std::array<int64_t, 18> key = {w.groups,      w.group_out,    w.channels,     w.kh,          w.kw,
+                                       p.stride.h,    p.stride.w,     p.padding.h,    p.padding.w,   p.dilation.h,
+                                       p.dilation.w,  p.groups,       s.channels,     s.input.h,     s.input.w,
+                                       s.kernel.h * s.kernel.w,       s.output.h,     s.output.w};
+  for (const Entry& e : entries)
+    if (e.key == key) return *e.plan;
+  auto plan = std::make_shared<const DirectQConvPlan>(plan_direct_qconv(w, p, s));
+  if (entries.size() < kPlans) {
+    entries.push_back({key, std::move(plan)});
+    return *entries.back().plan;
+  }
+  entries[next] = {key, std::move(plan)};
+  const DirectQConvPlan& found = *entries[next].plan;
+  next = (next + 1) % kPlans;
+  return found;
+}
+
 // The direct form (Note [Direct int8 convolution with positions in the
 // lanes] in quantized_conv_direct.h), with gemm_driver's arguments.
 void direct_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWeight& w, const Conv2dParams& p,
                    const Conv2dShape& s, const QuantizedOutputStage& numbers, const QGemmOutput& stage,
                    size_t element_size) {
   const DirectQConvWeight& dw = *w.groups(p.groups).direct;
-  const DirectQConvPlan plan = plan_direct_qconv(dw, p, s);
+  const DirectQConvPlan& plan = cached_direct_plan(dw, p, s);
   const int64_t n_images = x.size(0), channels = x.size(1);
   const int64_t blocks = static_cast<int64_t>(plan.blocks.size());
   const int64_t image_bytes = p.groups * plan.group_bytes;

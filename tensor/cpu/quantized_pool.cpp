@@ -98,6 +98,17 @@ TapRange taps_inside(int64_t o, int64_t stride, int64_t pad, int64_t kernel, int
   return {start + k0 * dilation, std::max<int64_t>(0, k1 - k0 + 1)};
 }
 
+// One output row of a 2x2 / stride 2 window from input rows r0 and r1. The
+// pointers do not alias, which lets the compiler vectorize the loop.
+template <class T>
+void max_2x2_row(T* __restrict dst, const T* __restrict r0, const T* __restrict r1, int64_t ow) {
+  for (int64_t ox = 0; ox < ow; ++ox) {
+    const T a = r0[2 * ox] > r0[2 * ox + 1] ? r0[2 * ox] : r0[2 * ox + 1];
+    const T b = r1[2 * ox] > r1[2 * ox + 1] ? r1[2 * ox] : r1[2 * ox + 1];
+    dst[ox] = a > b ? a : b;
+  }
+}
+
 template <class T>
 void max_pool_typed(T* out, const T* x, const Planes& p, const PoolGeometry& g) {
   // A window with no tap inside the input (possible only with dilation)
@@ -113,12 +124,7 @@ void max_pool_typed(T* out, const T* x, const Planes& p, const PoolGeometry& g) 
       if (plain_2x2) {
         // The common 2x2 / stride 2 window with no edge: two rows, pairwise.
         const T* row0 = src + (2 * oy) * p.w;
-        const T* row1 = row0 + p.w;
-        for (int64_t ox = 0; ox < g.out_w; ++ox) {
-          T a = std::max(row0[2 * ox], row0[2 * ox + 1]);
-          T b = std::max(row1[2 * ox], row1[2 * ox + 1]);
-          dst[ox] = std::max(a, b);
-        }
+        max_2x2_row(dst, row0, row0 + p.w, g.out_w);
         continue;
       }
       TapRange ry = taps_inside(oy, g.stride_h, g.pad_h, g.kernel_h, g.dilation_h, p.h);
@@ -223,6 +229,13 @@ void for_each_output_pixel(T* out, const Planes& p, int64_t oh, int64_t ow, cons
   });
 }
 
+// dst[i] = max(dst[i], src[i]) for i < c; the pointers do not alias (the
+// output is not the input), so the loop vectorizes.
+template <class T>
+void max_into(T* __restrict dst, const T* __restrict src, int64_t c) {
+  for (int64_t i = 0; i < c; ++i) dst[i] = dst[i] > src[i] ? dst[i] : src[i];
+}
+
 template <class T>
 void max_pool_channels_last(T* out, const T* x, const Planes& p, const PoolGeometry& g) {
   const T lowest = std::numeric_limits<T>::lowest();
@@ -233,8 +246,7 @@ void max_pool_channels_last(T* out, const T* x, const Planes& p, const PoolGeome
     TapRange rx = taps_inside(ox, g.stride_w, g.pad_w, g.kernel_w, g.dilation_w, p.w);
     for (int64_t ky = 0; ky < ry.count; ++ky) {
       for (int64_t kx = 0; kx < rx.count; ++kx) {
-        const T* src = x + ((image * p.h + ry.first + ky * g.dilation_h) * p.w + rx.first + kx * g.dilation_w) * c;
-        for (int64_t i = 0; i < c; ++i) dst[i] = std::max(dst[i], src[i]);
+        max_into(dst, x + ((image * p.h + ry.first + ky * g.dilation_h) * p.w + rx.first + kx * g.dilation_w) * c, c);
       }
     }
   });
@@ -248,10 +260,11 @@ void average_pixel(T* dst, const T* x, const Planes& p, int64_t image, int64_t y
   const int64_t c = p.channels;
   thread_local std::vector<int32_t> sum;
   sum.assign(static_cast<size_t>(c), 0);
+  int32_t* __restrict acc = sum.data();
   for (int64_t iy = ys; iy < ye; ++iy) {
     for (int64_t ix = xs; ix < xe; ++ix) {
-      const T* src = x + ((image * p.h + iy) * p.w + ix) * c;
-      for (int64_t i = 0; i < c; ++i) sum[i] += static_cast<int32_t>(src[i]) - zero_point;
+      const T* __restrict src = x + ((image * p.h + iy) * p.w + ix) * c;
+      for (int64_t i = 0; i < c; ++i) acc[i] += static_cast<int32_t>(src[i]) - zero_point;
     }
   }
   for (int64_t i = 0; i < c; ++i) dst[i] = static_cast<T>(quant_math::average_value(sum[i], divisor, zp, lo, hi));
