@@ -33,17 +33,19 @@ inline void configure_tiles() {
   _tile_loadconfig(&cfg);
 }
 
-// MM row tiles x NN column tiles over kblocks blocks of 64 k; writes the raw
-// dot products to c (MM*16 rows of NN*16 int32, row-major). Block kb of row
-// tile t is read at a[t] + koff[kb], its rows lda[t] bytes apart; block kb
-// of column tile v at w + v * panel_bytes + kb * 1024.
+// MM row tiles x NN column tiles over kblocks blocks of 64 k; writes the dot
+// products plus init (the 16 or 32 columns' starting values, every row
+// alike: one row loaded with stride 0) to c (MM*16 rows of NN*16 int32,
+// row-major). Block kb of row tile t is read at a[t] + koff[kb], its rows
+// lda[t] bytes apart; block kb of column tile v at w + v * panel_bytes +
+// kb * 1024.
 template <int MM, int NN>
 void tile_block(const uint8_t* const* a, const int64_t* lda, const int64_t* koff, const char* w, int64_t panel_bytes,
-                int64_t kblocks, int32_t* c) {
-  _tile_zero(0);
-  if constexpr (NN > 1) _tile_zero(1);
-  if constexpr (MM > 1) _tile_zero(2);
-  if constexpr (MM > 1 && NN > 1) _tile_zero(3);
+                int64_t kblocks, const int32_t* init, int32_t* c) {
+  _tile_loadd(0, init, 0);
+  if constexpr (NN > 1) _tile_loadd(1, init + 16, 0);
+  if constexpr (MM > 1) _tile_loadd(2, init, 0);
+  if constexpr (MM > 1 && NN > 1) _tile_loadd(3, init + 16, 0);
   for (int64_t kb = 0; kb < kblocks; ++kb) {
     _tile_loadd(4, a[0] + koff[kb], lda[0]);
     if constexpr (MM > 1) _tile_loadd(5, a[1] + koff[kb], lda[1]);
@@ -63,11 +65,11 @@ void tile_block(const uint8_t* const* a, const int64_t* lda, const int64_t* koff
 
 // Runs tile_block for mm (1 or 2) row tiles and nn (1 or 2) column tiles.
 inline void tile_block_any(int mm, int nn, const uint8_t* const* a, const int64_t* lda, const int64_t* koff,
-                           const char* w, int64_t panel_bytes, int64_t kblocks, int32_t* c) {
-  if (mm == 2 && nn == 2) tile_block<2, 2>(a, lda, koff, w, panel_bytes, kblocks, c);
-  else if (mm == 2) tile_block<2, 1>(a, lda, koff, w, panel_bytes, kblocks, c);
-  else if (nn == 2) tile_block<1, 2>(a, lda, koff, w, panel_bytes, kblocks, c);
-  else tile_block<1, 1>(a, lda, koff, w, panel_bytes, kblocks, c);
+                           const char* w, int64_t panel_bytes, int64_t kblocks, const int32_t* init, int32_t* c) {
+  if (mm == 2 && nn == 2) tile_block<2, 2>(a, lda, koff, w, panel_bytes, kblocks, init, c);
+  else if (mm == 2) tile_block<2, 1>(a, lda, koff, w, panel_bytes, kblocks, init, c);
+  else if (nn == 2) tile_block<1, 2>(a, lda, koff, w, panel_bytes, kblocks, init, c);
+  else tile_block<1, 1>(a, lda, koff, w, panel_bytes, kblocks, init, c);
 }
 
 }  // namespace

@@ -3,9 +3,9 @@
 // columns lives in four int32 tiles C; per 64 values of k, two tiles of A
 // (16 rows x 64 bytes, loaded straight from A with its row stride) and two
 // of W (16 groups of 4 k x 16 columns: one 1 KiB stretch of a 16-lane panel,
-// Note [Int8 GEMM packing]) give four tile multiplies. The finished tiles go
-// to memory, where the AVX-512 output stage adds the column offsets and
-// writes the outputs (the tile blocks are amx_tiles.h's). Compiled with
+// Note [Int8 GEMM packing]) give four tile multiplies, on tiles that start
+// at the column offsets. The finished tiles go to memory, where the AVX-512
+// output stage writes the outputs (the tile blocks are amx_tiles.h's). Compiled with
 // AMX-TILE, AMX-INT8 and AVX-512; reached only after Linux granted the tile
 // state (qgemm.cpp).
 // GCC 12's AVX-512 intrinsics start from a self-initialised "undefined"
@@ -73,20 +73,10 @@ void qgemm_amx(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& w, 
     for (int64_t p = 0; p < panels; p += 2) {
       const int nn = panels - p > 1 ? 2 : 1;
       const char* wp = wd + p * w.panel_bytes();
-      tile_block_any(mm, nn, asrc, astride, koff.data(), wp, w.panel_bytes(), kblocks, c);
-      // The accumulators start at the columns' offsets on the other paths;
-      // here they are added after the tiles.
+      // The accumulators start at the columns' offsets, as on the other paths.
+      tile_block_any(mm, nn, asrc, astride, koff.data(), wp, w.panel_bytes(), kblocks, e.offset + p * 16, c);
       const int cols = nn * 16;
-      for (int t = 0; t < mm; ++t) {
-        int32_t* ct = c + t * 16 * cols;
-        for (int r = 0; r < arows[t]; ++r)
-          for (int v = 0; v < nn; ++v) {
-            int32_t* cv = ct + r * cols + v * 16;
-            const __m512i off = _mm512_loadu_si512(e.offset + (p + v) * 16);
-            _mm512_store_si512(cv, _mm512_add_epi32(_mm512_load_si512(cv), off));
-          }
-        finish_zmm(ct, arows[t], nn, i + 16 * t, p * 16, e);
-      }
+      for (int t = 0; t < mm; ++t) finish_zmm(c + t * 16 * cols, arows[t], nn, i + 16 * t, p * 16, e);
     }
   }
   _tile_release();

@@ -338,16 +338,17 @@ void implicit_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantize
   };
 
   const double macs_per_image = double(pad_plan.positions) * double(w.out_channels()) * double(pad_plan.k);
-  const int threads = threads_for_macs(macs_per_image * double(n_images), n_images * plan.blocks);
+  const int64_t blocks = static_cast<int64_t>(plan.blocks.size());
+  const int threads = threads_for_macs(macs_per_image * double(n_images), n_images * blocks);
   if (n_images >= threads) {
     parallel_for(0, n_images, std::max<int64_t>(1, n_images / threads), [&](int64_t begin, int64_t end) {
-      for (int64_t n = begin; n < end; ++n) run(pad_image(n), n, 0, plan.blocks);
+      for (int64_t n = begin; n < end; ++n) run(pad_image(n), n, 0, blocks);
     });
     return;
   }
   for (int64_t n = 0; n < n_images; ++n) {
     const uint8_t* padded = pad_image(n);
-    parallel_for(0, plan.blocks, std::max<int64_t>(1, plan.blocks / threads),
+    parallel_for(0, blocks, std::max<int64_t>(1, blocks / threads),
                  [&](int64_t begin, int64_t end) { run(padded, n, begin, end); });
   }
 }

@@ -43,32 +43,39 @@ bool implicit_qconv_pays(const ImplicitQConvWeight* w, const Conv2dParams& p) {
 
 ImplicitQConvPlan plan_implicit_qconv(const ImplicitQConvWeight& w, const Conv2dParams& p, const Conv2dShape& s) {
   ImplicitQConvPlan plan;
-  plan.channels = w.channels;
-  plan.padded_h = s.input.h + 2 * p.padding.h;
-  plan.padded_w = s.input.w + 2 * p.padding.w;
-  plan.out_h = s.output.h;
-  plan.out_w = s.output.w;
-  plan.stride_h = p.stride.h;
-  plan.stride_w = p.stride.w;
   const int64_t c = w.channels, chunks = w.row_bytes / 64;
+  const int64_t padded_h = s.input.h + 2 * p.padding.h, padded_w = s.input.w + 2 * p.padding.w;
+  const int64_t out_h = s.output.h, out_w = s.output.w;
   for (int64_t ky = 0; ky < w.kh; ++ky)
-    for (int64_t j = 0; j < chunks; ++j) plan.koff.push_back(ky * p.dilation.h * plan.padded_w * c + 64 * j);
-  // The last block's first pixel, from which its 16 rows are read.
-  int64_t last_base = 0, lda = 0;
+    for (int64_t j = 0; j < chunks; ++j) plan.koff.push_back(ky * p.dilation.h * padded_w * c + 64 * j);
   plan.pitched = p.stride == Size2d(1);
   if (plan.pitched) {
-    const int64_t span = (plan.out_h - 1) * plan.padded_w + plan.out_w;  // pixels of the padded grid to cover
-    plan.blocks = (span + 15) / 16;
-    last_base = (plan.blocks - 1) * 16 * c;
-    lda = c;
+    // 16 consecutive pixels y * padded_w + x of the padded grid per block,
+    // up to the last output pixel.
+    const int64_t span = (out_h - 1) * padded_w + out_w;
+    int64_t y = 0, x = 0;
+    for (int64_t first = 0; first < span; first += 16) {
+      ImplicitQConvBlock block{first * c, c, {}};
+      for (int i = 0; i < 16; ++i) {
+        block.position[i] = y < out_h && x < out_w ? y * out_w + x : -1;
+        if (++x == padded_w) x = 0, ++y;
+      }
+      plan.blocks.push_back(block);
+    }
   } else {
-    plan.blocks_per_row = (plan.out_w + 15) / 16;
-    plan.blocks = plan.out_h * plan.blocks_per_row;
-    last_base = ((plan.out_h - 1) * p.stride.h * plan.padded_w + (plan.blocks_per_row - 1) * 16 * p.stride.w) * c;
-    lda = p.stride.w * c;
+    // Up to 16 pixels of one output row per block.
+    for (int64_t y = 0; y < out_h; ++y) {
+      for (int64_t x0 = 0; x0 < out_w; x0 += 16) {
+        ImplicitQConvBlock block{(y * p.stride.h * padded_w + x0 * p.stride.w) * c, p.stride.w * c, {}};
+        for (int i = 0; i < 16; ++i) block.position[i] = x0 + i < out_w ? y * out_w + x0 + i : -1;
+        plan.blocks.push_back(block);
+      }
+    }
   }
-  const int64_t last_read = last_base + 15 * lda + plan.koff.back() + 64;
-  plan.image_bytes = std::max(plan.padded_h * plan.padded_w * c, last_read);
+  // What the last block's 16 rows read past its first pixel.
+  const int64_t last_read =
+      plan.blocks.empty() ? 0 : plan.blocks.back().base + 15 * plan.blocks.back().lda + plan.koff.back() + 64;
+  plan.image_bytes = std::max(padded_h * padded_w * c, last_read);
   return plan;
 }
 

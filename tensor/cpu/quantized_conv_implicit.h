@@ -59,15 +59,21 @@ std::shared_ptr<const ImplicitQConvWeight> pack_implicit_qconv(const int8_t* reo
 // 1 and dilation_w 1.
 bool implicit_qconv_pays(const ImplicitQConvWeight* w, const Conv2dParams& p);
 
-// One call's blocks of pixels and where their tiles are read (the Note).
+// One block of 16 pixels: where its tile rows start and lie apart in the
+// padded image, and which output position each row is (-1: a pixel past the
+// output's width, or past its end).
+struct ImplicitQConvBlock {
+  int64_t base, lda;
+  int64_t position[16];
+};
+
+// One call's blocks of pixels and where their tiles are read (the Note);
+// the same for every image of the call.
 struct ImplicitQConvPlan {
-  int64_t channels = 0, padded_h = 0, padded_w = 0, out_h = 0, out_w = 0;
-  int64_t stride_h = 1, stride_w = 1;
-  bool pitched = false;          // stride 1: blocks of 16 pixels of the padded width
-  int64_t blocks_per_row = 0;    // otherwise: ceil(out_w / 16) blocks per output row
-  int64_t blocks = 0;            // per image
-  std::vector<int64_t> koff;     // byte offset of each 64-byte k block from a pixel's base
-  int64_t image_bytes = 0;       // the padded image and the tail room its tile loads read
+  bool pitched = false;                     // stride 1: blocks of 16 pixels of the padded width
+  std::vector<ImplicitQConvBlock> blocks;   // per image
+  std::vector<int64_t> koff;                // byte offset of each 64-byte k block from a pixel's base
+  int64_t image_bytes = 0;                  // the padded image and the tail room its tile loads read
 };
 ImplicitQConvPlan plan_implicit_qconv(const ImplicitQConvWeight& w, const Conv2dParams& p, const Conv2dShape& s);
 

@@ -17,39 +17,11 @@
 namespace kiln::cpu::qgemm_detail {
 namespace {
 
-// One block: where its 16 tile rows start and lie apart in the image, and
-// which output position each row is (-1: a pixel past the output's width,
-// or past its end).
-struct Block {
-  int64_t base, lda;
-  int64_t position[16];
-};
-
-Block block_at(const ImplicitQConvPlan& plan, int64_t b) {
-  Block block;
-  const int64_t c = plan.channels;
-  if (plan.pitched) {
-    const int64_t first = b * 16;  // on the padded grid, y * padded_w + x
-    block.base = first * c;
-    block.lda = c;
-    int64_t y = first / plan.padded_w, x = first % plan.padded_w;
-    for (int i = 0; i < 16; ++i) {
-      block.position[i] = y < plan.out_h && x < plan.out_w ? y * plan.out_w + x : -1;
-      if (++x == plan.padded_w) x = 0, ++y;
-    }
-  } else {
-    const int64_t y = b / plan.blocks_per_row, x0 = (b % plan.blocks_per_row) * 16;
-    block.base = (y * plan.stride_h * plan.padded_w + x0 * plan.stride_w) * c;
-    block.lda = plan.stride_w * c;
-    for (int i = 0; i < 16; ++i) block.position[i] = x0 + i < plan.out_w ? y * plan.out_w + x0 + i : -1;
-  }
-  return block;
-}
-
 // The output stage of one tile of rows (16 x nn*16 int32 at c, rows
-// nn*16 apart) for panel columns from n0: each run of rows whose positions
-// follow one another goes through finish_zmm at once.
-void finish_block(int32_t* c, const Block& block, int nn, int64_t n0, const Epilogue& e) {
+// nn*16 apart, the offsets already in) for panel columns from n0: each run
+// of rows whose positions follow one another goes through finish_zmm at
+// once.
+void finish_block(const int32_t* c, const ImplicitQConvBlock& block, int nn, int64_t n0, const Epilogue& e) {
   const int cols = nn * 16;
   for (int i = 0; i < 16;) {
     if (block.position[i] < 0) {
@@ -58,14 +30,7 @@ void finish_block(int32_t* c, const Block& block, int nn, int64_t n0, const Epil
     }
     int run = 1;
     while (i + run < 16 && block.position[i + run] == block.position[i] + run) ++run;
-    int32_t* rows = c + i * cols;
-    for (int r = 0; r < run; ++r)
-      for (int v = 0; v < nn; ++v) {
-        int32_t* cv = rows + r * cols + v * 16;
-        const __m512i off = _mm512_loadu_si512(e.offset + n0 + v * 16);
-        _mm512_store_si512(cv, _mm512_add_epi32(_mm512_load_si512(cv), off));
-      }
-    finish_zmm(rows, run, nn, block.position[i], n0, e);
+    finish_zmm(c + i * cols, run, nn, block.position[i], n0, e);
     i += run;
   }
 }
@@ -81,14 +46,15 @@ void qconv_implicit_amx(const ImplicitQConvPlan& plan, const ImplicitQConvWeight
   configure_tiles();
   for (int64_t b = b0; b < b1; b += 2) {
     const int mm = b + 1 < b1 ? 2 : 1;
-    Block blocks[2] = {block_at(plan, b), mm == 2 ? block_at(plan, b + 1) : Block{}};
-    const uint8_t* a[2] = {padded + blocks[0].base, padded + (mm == 2 ? blocks[1].base : 0)};
-    const int64_t lda[2] = {blocks[0].lda, blocks[1].lda};
+    const ImplicitQConvBlock* blocks[2] = {&plan.blocks[b], &plan.blocks[mm == 2 ? b + 1 : b]};
+    const uint8_t* a[2] = {padded + blocks[0]->base, padded + blocks[1]->base};
+    const int64_t lda[2] = {blocks[0]->lda, blocks[1]->lda};
     for (int64_t p = 0; p < panels.panels(); p += 2) {
       const int nn = panels.panels() - p > 1 ? 2 : 1;
+      // The accumulators start at the columns' offsets (Note [Int8 GEMM packing]).
       tile_block_any(mm, nn, a, lda, plan.koff.data(), wd + p * panels.panel_bytes(), panels.panel_bytes(), kblocks,
-                     c);
-      for (int t = 0; t < mm; ++t) finish_block(c + t * 16 * nn * 16, blocks[t], nn, p * 16, e);
+                     e.offset + p * 16, c);
+      for (int t = 0; t < mm; ++t) finish_block(c + t * 16 * nn * 16, *blocks[t], nn, p * 16, e);
     }
   }
   _tile_release();
