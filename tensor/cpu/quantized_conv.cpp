@@ -155,6 +155,26 @@ OutputImage output_image(const Tensor& out, int64_t n, size_t element_size) {
   return OutputImage{data, out.stride(1), stride_position, element_size};
 }
 
+// Runs a convolution of n_images over `threads`: whole images per thread,
+// or with fewer images than threads (batch 1) each image's `units` (rows of
+// positions, or blocks of them) split instead, over the padded copy the
+// calling thread made. pad(n) returns image n padded; run(padded, n, begin,
+// end) computes its units [begin, end).
+template <class Pad, class Run>
+void spread_over_threads(int64_t n_images, int64_t units, int threads, const Pad& pad, const Run& run) {
+  if (n_images >= threads) {
+    parallel_for(0, n_images, std::max<int64_t>(1, n_images / threads), [&](int64_t begin, int64_t end) {
+      for (int64_t n = begin; n < end; ++n) run(pad(n), n, 0, units);
+    });
+    return;
+  }
+  for (int64_t n = 0; n < n_images; ++n) {
+    const uint8_t* padded = pad(n);
+    parallel_for(0, units, std::max<int64_t>(1, units / threads),
+                 [&](int64_t begin, int64_t end) { run(padded, n, begin, end); });
+  }
+}
+
 // The GEMM form: x (N, C, H, W) quint8 (any strides); out (N, O, oh, ow)
 // as output_image takes it, of uint8 or float as `stage` says.
 void gemm_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWeight& w, const Conv2dParams& p,
@@ -172,25 +192,11 @@ void gemm_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWei
     return padded;
   };
 
-  const int threads = threads_for_macs(macs_per_image * double(n_images), n_images * plan.positions);
-  if (n_images >= threads) {
-    // Whole images per thread.
-    parallel_for(0, n_images, std::max<int64_t>(1, n_images / threads), [&](int64_t begin, int64_t end) {
-      for (int64_t n = begin; n < end; ++n) {
-        conv_rows(pad_image(n), plan, packs, numbers, stage, output_image(out, n, element_size), 0, plan.positions);
-      }
-    });
-    return;
-  }
-  // Fewer images than threads: each image's positions are split instead,
-  // over the padded copy the calling thread made.
-  for (int64_t n = 0; n < n_images; ++n) {
-    const uint8_t* padded = pad_image(n);
-    const OutputImage image = output_image(out, n, element_size);
-    parallel_for(0, plan.positions, std::max<int64_t>(1, plan.positions / threads), [&](int64_t begin, int64_t end) {
-      conv_rows(padded, plan, packs, numbers, stage, image, begin, end);
-    });
-  }
+  auto run = [&](const uint8_t* padded, int64_t n, int64_t begin, int64_t end) {
+    conv_rows(padded, plan, packs, numbers, stage, output_image(out, n, element_size), begin, end);
+  };
+  spread_over_threads(n_images, plan.positions,
+                      threads_for_macs(macs_per_image * double(n_images), n_images * plan.positions), pad_image, run);
 }
 
 // image (C, H, W), any strides -> padded NCHW planes (C, padded_h, padded_w),
@@ -286,18 +292,8 @@ void direct_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedW
 
   const double macs_per_image =
       double(s.output.h * s.output.w) * double(w.out_channels()) * double(dw.channels * dw.kh * dw.kw);
-  const int threads = threads_for_macs(macs_per_image * double(n_images), n_images * blocks);
-  if (n_images >= threads) {
-    parallel_for(0, n_images, std::max<int64_t>(1, n_images / threads), [&](int64_t begin, int64_t end) {
-      for (int64_t n = begin; n < end; ++n) run(pad_image(n), n, 0, blocks);
-    });
-    return;
-  }
-  for (int64_t n = 0; n < n_images; ++n) {
-    const uint8_t* padded = pad_image(n);
-    parallel_for(0, blocks, std::max<int64_t>(1, blocks / threads),
-                 [&](int64_t begin, int64_t end) { run(padded, n, begin, end); });
-  }
+  spread_over_threads(n_images, blocks, threads_for_macs(macs_per_image * double(n_images), n_images * blocks),
+                      pad_image, run);
 }
 
 // The implicit form (Note [Implicit int8 convolution on AMX tiles] in
@@ -339,18 +335,8 @@ void implicit_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantize
 
   const double macs_per_image = double(pad_plan.positions) * double(w.out_channels()) * double(pad_plan.k);
   const int64_t blocks = static_cast<int64_t>(plan.blocks.size());
-  const int threads = threads_for_macs(macs_per_image * double(n_images), n_images * blocks);
-  if (n_images >= threads) {
-    parallel_for(0, n_images, std::max<int64_t>(1, n_images / threads), [&](int64_t begin, int64_t end) {
-      for (int64_t n = begin; n < end; ++n) run(pad_image(n), n, 0, blocks);
-    });
-    return;
-  }
-  for (int64_t n = 0; n < n_images; ++n) {
-    const uint8_t* padded = pad_image(n);
-    parallel_for(0, blocks, std::max<int64_t>(1, blocks / threads),
-                 [&](int64_t begin, int64_t end) { run(padded, n, begin, end); });
-  }
+  spread_over_threads(n_images, blocks, threads_for_macs(macs_per_image * double(n_images), n_images * blocks),
+                      pad_image, run);
 }
 
 // The three forms a call can run.
