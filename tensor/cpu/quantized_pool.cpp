@@ -16,10 +16,13 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
+#include "tensor/cpu/cpu_features.h"
 #include "tensor/cpu/cpu_quantized.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/cpu/quantized_pool_simd.h"
 #include "tensor/memory_layout.h"
 #include "tensor/quant_math.h"
 
@@ -98,10 +101,14 @@ TapRange taps_inside(int64_t o, int64_t stride, int64_t pad, int64_t kernel, int
   return {start + k0 * dilation, std::max<int64_t>(0, k1 - k0 + 1)};
 }
 
-// One output row of a 2x2 / stride 2 window from input rows r0 and r1. The
-// pointers do not alias, which lets the compiler vectorize the loop.
+// One output row of a 2x2 / stride 2 window from input rows r0 and r1, on
+// AVX-512 for the 8-bit dtypes (quantized_pool_simd.h).
 template <class T>
 void max_2x2_row(T* __restrict dst, const T* __restrict r0, const T* __restrict r1, int64_t ow) {
+  if (simd_level() == SimdLevel::Avx512) {
+    if constexpr (std::is_same_v<T, uint8_t>) return max_pool_2x2_row_u8_avx512(dst, r0, r1, ow);
+    if constexpr (std::is_same_v<T, int8_t>) return max_pool_2x2_row_s8_avx512(dst, r0, r1, ow);
+  }
   for (int64_t ox = 0; ox < ow; ++ox) {
     const T a = r0[2 * ox] > r0[2 * ox + 1] ? r0[2 * ox] : r0[2 * ox + 1];
     const T b = r1[2 * ox] > r1[2 * ox + 1] ? r1[2 * ox] : r1[2 * ox + 1];

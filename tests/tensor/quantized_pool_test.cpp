@@ -18,6 +18,7 @@
 #include "tensor/cpu/cpu_features.h"
 #include "tensor/cpu/cpu_quantized.h"
 #include "tensor/cpu/quantized_binary_simd.h"
+#include "tensor/cpu/quantized_pool_simd.h"
 #include "tensor/memory_layout.h"
 #include "tensor/ops.h"
 #include "tensor/quant_math.h"
@@ -72,6 +73,32 @@ TEST(QuantizedPool, MaxPoolEqualsFloatMaxPoolOfTheDequantizedInput) {
     }
     Tensor three_d = ops::max_pool2d(q.select(0, 1), {.kernel = 2});  // (C, H, W) input
     EXPECT_TRUE(equal(ops::dequantize(three_d), ops::max_pool2d(ops::dequantize(q.select(0, 1)), {.kernel = 2})));
+  }
+}
+
+// The AVX-512 row loop of the 2x2 max pool against the plain one, for
+// widths around its 32-output blocks, both 8-bit dtypes and extreme values.
+TEST(QuantizedPool, TheAvx512TwoByTwoRowMatchesThePlainLoop) {
+  if (cpu::simd_level() < cpu::SimdLevel::Avx512) GTEST_SKIP() << "this CPU has no AVX-512: only the plain loop exists";
+  for (int64_t ow : {1, 5, 14, 31, 32, 33, 64, 100}) {
+    std::vector<double> r = pseudo_random(4 * ow + 2, 0, 256, 40 + ow);
+    std::vector<uint8_t> u(r.size());
+    for (size_t i = 0; i < r.size(); ++i) u[i] = static_cast<uint8_t>(r[i]);
+    u[0] = 255, u[1] = 0;  // the extremes, in either dtype
+    const uint8_t* r0 = u.data();
+    const uint8_t* r1 = u.data() + 2 * ow + 1;  // an odd row pitch: the last column is never read
+    std::vector<uint8_t> want(ow), got(ow, 7);
+    std::vector<int8_t> want_s(ow), got_s(ow, 7);
+    const auto* s0 = reinterpret_cast<const int8_t*>(r0);
+    const auto* s1 = reinterpret_cast<const int8_t*>(r1);
+    for (int64_t x = 0; x < ow; ++x) {
+      want[x] = std::max({r0[2 * x], r0[2 * x + 1], r1[2 * x], r1[2 * x + 1]});
+      want_s[x] = std::max({s0[2 * x], s0[2 * x + 1], s1[2 * x], s1[2 * x + 1]});
+    }
+    cpu::max_pool_2x2_row_u8_avx512(got.data(), r0, r1, ow);
+    cpu::max_pool_2x2_row_s8_avx512(got_s.data(), s0, s1, ow);
+    EXPECT_EQ(got, want) << "quint8, width " << ow;
+    EXPECT_EQ(got_s, want_s) << "qint8, width " << ow;
   }
 }
 
