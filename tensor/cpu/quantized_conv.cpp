@@ -286,7 +286,8 @@ void direct_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedW
       eg.out = image.data + o0 * image.stride_c * static_cast<int64_t>(element_size);
       eg.stride_m = 1;
       eg.stride_n = image.stride_c;
-      qconv_direct_avx512vbmi(plan, dw, g, padded + g * plan.group_bytes, b0, b1, eg);
+      if (w.path() == QGemmPath::Amx) qconv_direct_amx(plan, dw, g, padded + g * plan.group_bytes, b0, b1, eg);
+      else qconv_direct_avx512vbmi(plan, dw, g, padded + g * plan.group_bytes, b0, b1, eg);
     }
   };
 

@@ -86,6 +86,16 @@ std::shared_ptr<const DirectQConvWeight> pack_direct_qconv(const Tensor& weight,
       std::memcpy(&d.weight[(g * nq + q) * d.group_out + og], bytes, 4);
     }
   }
+  // The A tiles of the Amx kernel: weight (g, q, og) at tile og / 16, k block
+  // q / 16, row og % 16, column q % 16.
+  const int64_t tiles = (d.group_out + 15) / 16, kblocks = (nq + 15) / 16;
+  d.amx_weight.assign(static_cast<size_t>(groups * tiles * kblocks * 256), 0);
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t q = 0; q < nq; ++q)
+      for (int64_t og = 0; og < d.group_out; ++og) {
+        const int64_t tile = (g * tiles + og / 16) * kblocks + q / 16;
+        d.amx_weight[static_cast<size_t>(tile * 256 + (og % 16) * 16 + q % 16)] = d.weight[(g * nq + q) * d.group_out + og];
+      }
   return packed;
 }
 

@@ -36,6 +36,11 @@
 //   own output stage (store_column_zmm in qgemm_simd.h): the int32 sums and
 //   so every output byte equal the GEMM path's, which the tests check
 //   against the scalar reference on every shape.
+// - On AMX the quads' vectors are not multiplied at once but stored: 16 of
+//   them are the 16 rows of a B tile (16 positions x 4 bytes each), and one
+//   tdpbsud (weights signed in A, activations unsigned in B) does 16 quads
+//   for up to 16 channels, the A and C tiles configured with as many rows as
+//   there are channels. C's rows are the VNNI kernel's accumulators.
 // It is used (direct_qconv_pays) where the GEMM's lanes would go unfilled:
 // fewer than 16 output channels per group, on the Avx512Vnni and Amx paths
 // of a CPU with VBMI (Zen 4 and later, Ice Lake and later); elsewhere the
@@ -67,6 +72,10 @@ struct DirectQConvWeight {
   // (groups, quads, O/groups): the quad's 4 weights as one int32, byte e
   // the weight of taps[e] (0 past count).
   std::vector<int32_t> weight;
+  // The same weights as AMX A tiles, for the Amx path: (groups, ceil(O/groups
+  // / 16) channel tiles, ceil(quads / 16) k blocks, 16 channels, 16 quads),
+  // zero past the channels and the quads.
+  std::vector<int32_t> amx_weight;
   std::vector<int32_t> colsum;  // (O): sum of every tap's weight, per output channel
 };
 
@@ -137,6 +146,12 @@ struct Epilogue;
 // when direct_qconv_supported.
 void qconv_direct_avx512vbmi(const DirectQConvPlan& plan, const DirectQConvWeight& w, int64_t group,
                              const uint8_t* image, int64_t b0, int64_t b1, const qgemm_detail::Epilogue& e);
+// The same on AMX tiles (quantized_conv_direct_amxvbmi.cpp): 16 quads of a
+// block of 16 positions are one B tile, and tdpbsud multiplies it by up to
+// 16 channels' weights (w.amx_weight) at once. Call only on the Amx path
+// when direct_qconv_supported.
+void qconv_direct_amx(const DirectQConvPlan& plan, const DirectQConvWeight& w, int64_t group, const uint8_t* image,
+                      int64_t b0, int64_t b1, const qgemm_detail::Epilogue& e);
 // Bytes of slack past the padded planes that the windows may read.
 constexpr int64_t kDirectQConvSlack = 64;
 
