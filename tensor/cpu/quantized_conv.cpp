@@ -220,32 +220,55 @@ void pad_planes(const uint8_t* image, int64_t stride_c, int64_t stride_h, int64_
   }
 }
 
-// plan_direct_qconv's tables depend only on the weight's shape, the params
-// and the input size, which a model repeats at every call of a layer: the
-// calling thread keeps the plans of the last few (kPlans) shapes it met.
-const DirectQConvPlan& cached_direct_plan(const DirectQConvWeight& w, const Conv2dParams& p, const Conv2dShape& s) {
+// A form's plan (its tables for one call) depends only on the weight's
+// shape, the params and the input size, which a model repeats at every call
+// of a layer: the calling thread keeps the plans of the last kPlans keys it
+// met, per kind of plan. make() builds a plan for a key not kept.
+template <class Plan, size_t N, class Make>
+const Plan& cached_plan(const std::array<int64_t, N>& key, const Make& make) {
   struct Entry {
-    std::array<int64_t, 18> key;
-    std::shared_ptr<const DirectQConvPlan> plan;
+    std::array<int64_t, N> key;
+    std::shared_ptr<const Plan> plan;
   };
   constexpr size_t kPlans = 8;
   thread_local std::vector<Entry> entries;
   thread_local size_t next = 0;
-  const std::array<int64_t, 18> key = {w.groups,      w.group_out,    w.channels,     w.kh,          w.kw,
-                                       p.stride.h,    p.stride.w,     p.padding.h,    p.padding.w,   p.dilation.h,
-                                       p.dilation.w,  p.groups,       s.channels,     s.input.h,     s.input.w,
-                                       s.kernel.h * s.kernel.w,       s.output.h,     s.output.w};
   for (const Entry& e : entries)
     if (e.key == key) return *e.plan;
-  auto plan = std::make_shared<const DirectQConvPlan>(plan_direct_qconv(w, p, s));
+  auto plan = std::make_shared<const Plan>(make());
   if (entries.size() < kPlans) {
     entries.push_back({key, std::move(plan)});
     return *entries.back().plan;
   }
   entries[next] = {key, std::move(plan)};
-  const DirectQConvPlan& found = *entries[next].plan;
+  const Plan& found = *entries[next].plan;
   next = (next + 1) % kPlans;
   return found;
+}
+
+// The numbers a conv call's plan depends on, besides the weight's shape.
+std::array<int64_t, 13> call_key(const Conv2dParams& p, const Conv2dShape& s) {
+  return {p.stride.h,  p.stride.w,  p.padding.h, p.padding.w, p.dilation.h, p.dilation.w, p.groups,
+          s.channels,  s.input.h,   s.input.w,   s.kernel.h * s.kernel.w,   s.output.h,   s.output.w};
+}
+
+template <size_t A, size_t B>
+std::array<int64_t, A + B> join_keys(const std::array<int64_t, A>& a, const std::array<int64_t, B>& b) {
+  std::array<int64_t, A + B> key;
+  std::copy(a.begin(), a.end(), key.begin());
+  std::copy(b.begin(), b.end(), key.begin() + A);
+  return key;
+}
+
+const DirectQConvPlan& cached_direct_plan(const DirectQConvWeight& w, const Conv2dParams& p, const Conv2dShape& s) {
+  const std::array<int64_t, 5> shape = {w.groups, w.group_out, w.channels, w.kh, w.kw};
+  return cached_plan<DirectQConvPlan>(join_keys(shape, call_key(p, s)), [&] { return plan_direct_qconv(w, p, s); });
+}
+
+const ImplicitQConvPlan& cached_implicit_plan(const ImplicitQConvWeight& w, const Conv2dParams& p,
+                                              const Conv2dShape& s) {
+  const std::array<int64_t, 5> shape = {w.out_channels, w.channels, w.kh, w.kw, w.row_bytes};
+  return cached_plan<ImplicitQConvPlan>(join_keys(shape, call_key(p, s)), [&] { return plan_implicit_qconv(w, p, s); });
 }
 
 // The direct form (Note [Direct int8 convolution with positions in the
@@ -304,7 +327,7 @@ void implicit_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantize
                      const Conv2dShape& s, const QuantizedOutputStage& numbers, const QGemmOutput& stage,
                      size_t element_size) {
   const ImplicitQConvWeight& iw = *w.groups(1).implicit;
-  const ImplicitQConvPlan plan = plan_implicit_qconv(iw, p, s);
+  const ImplicitQConvPlan& plan = cached_implicit_plan(iw, p, s);
   const ConvPlan pad_plan(p, s, w.out_channels());
   const int64_t n_images = x.size(0);
   QGemmOutput all = stage;
