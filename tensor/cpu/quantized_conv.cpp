@@ -1,9 +1,15 @@
-// CPU quantized conv2d, static and dynamic, in one of two forms: a padded
-// channels-last copy of each image, its patches as the uint8 rows of an int8
-// GEMM, and the GEMM's output stage storing NCHW (Note [Quantized
-// convolution on the int8 GEMM] in quantized_weight.h); or, with few output
-// channels, the direct form over padded NCHW planes (Note [Direct int8
-// convolution with positions in the lanes] in quantized_conv_direct.h).
+// CPU quantized conv2d, static and dynamic, in one of three forms (conv_form
+// picks one):
+// - the GEMM form: a padded channels-last copy of each image, its patches as
+//   the uint8 rows of an int8 GEMM, and the GEMM's output stage storing each
+//   pixel's channels (Note [Quantized convolution on the int8 GEMM] in
+//   quantized_weight.h);
+// - on AMX, the implicit form: the same GEMM with its tiles loaded straight
+//   from the padded copy, no patches (Note [Implicit int8 convolution on AMX
+//   tiles] in quantized_conv_implicit.h);
+// - with few output channels, the direct form over padded NCHW planes (Note
+//   [Direct int8 convolution with positions in the lanes] in
+//   quantized_conv_direct.h), writing NCHW.
 #include <algorithm>
 #include <array>
 #include <cstring>
