@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tensor/cpu/cpu_features.h"
+#include "tensor/cpu/cpu_quantized.h"
 #include "tensor/cpu/qgemm.h"
 #include "tensor/cpu/quantized_conv_direct.h"
 #include "tensor/cpu/quantized_weight.h"
@@ -623,6 +624,43 @@ TEST(QuantizedConv2dImplicit, DynamicMatchesTheGemmForm) {
 
 // A convolution's channels-last output fed to the next convolution (as in
 // every int8 network) gives the bytes of its contiguous copy.
+// The kernel takes an output in either layout its forms write, and names
+// what is wrong with any other: rows that do not follow one another, or a
+// channels-last output for the direct form, which stores NCHW planes.
+TEST(QuantizedConv2d, KernelRejectsOutputsItCannotStore) {
+  cpu::CpuQuantizedKernels kernels;
+  Tensor x = random_activation({1, 16, 6, 6}, 0.05, 100, 600);
+  auto packed = ops::pack_quantized_weight(random_weight({16, 16, 3, 3}, true, 601));
+  const Conv2dParams p{.padding = 1};
+  const Conv2dShape s = group_shape({1, 16, 6, 6}, {16, 16, 3, 3}, p);
+  auto grid = [](Tensor t) {
+    auto params = std::make_shared<QuantParams>();
+    params->scales = {0.2};
+    params->zero_points = {10};
+    t.impl()->set_quant_params(std::move(params));
+    return t;
+  };
+  // NCHW rows with a gap after each: a narrowed view of wider planes.
+  Tensor gapped = grid(Tensor::empty({1, 16, 6, 8}, DType::UInt8).narrow(3, 0, 6));
+  {
+    const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Gemm);
+    expect_error([&] { kernels.conv2d(gapped, x, *packed, Tensor(), p, s, false); },
+                 "quantized conv2d: the output's rows must follow one another (NCHW or channels-last)");
+    // NCHW output from the GEMM form: the same bytes as its channels-last one.
+    Tensor nchw = grid(Tensor::empty({1, 16, 6, 6}, DType::UInt8));
+    Tensor nhwc = grid(empty_channels_last({1, 16, 6, 6}, DType::UInt8));
+    kernels.conv2d(nchw, x, *packed, Tensor(), p, s, false);
+    kernels.conv2d(nhwc, x, *packed, Tensor(), p, s, false);
+    EXPECT_EQ(ints<uint8_t>(nchw), ints<uint8_t>(nhwc));
+  }
+  if (cpu::direct_qconv_supported(cpu::qgemm_path(), p, s)) {
+    const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Direct);
+    Tensor nhwc = grid(empty_channels_last({1, 16, 6, 6}, DType::UInt8));
+    expect_error([&] { kernels.conv2d(nhwc, x, *packed, Tensor(), p, s, false); },
+                 "quantized conv2d: the direct form writes NCHW planes");
+  }
+}
+
 TEST(QuantizedConv2d, ChainsChannelsLastOutputs) {
   Tensor x = random_activation({2, 16, 10, 10}, 0.05, 100, 590);
   auto w1 = ops::pack_quantized_weight(random_weight({16, 16, 3, 3}, true, 591));
