@@ -390,7 +390,7 @@ Form conv_form(const CpuPackedQuantizedWeight& w, const Conv2dParams& p, const C
       KILN_CHECK(implicit_qconv_pays(implicit, p), "quantized conv2d: the implicit form was forced but cannot run ",
                  "here (it needs the amx path, got ", qgemm_path_name(w.path()), "; one group, got ", p.groups,
                  "; dilation_w 1, got ", p.dilation.w, "; and kernel rows of ", w.weight().size(3), " x ",
-                 w.weight().size(1), " bytes whose 64-byte padding at most doubles them)");
+                 w.weight().size(1), " bytes whose 64-byte padding at most triples them)");
       return Form::Implicit;
   }
   return Form::Gemm;

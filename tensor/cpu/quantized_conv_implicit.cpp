@@ -14,7 +14,7 @@ int64_t row_bytes_for(int64_t channels, int64_t kw) { return (kw * channels + 63
 }  // namespace
 
 bool implicit_qconv_packable(QGemmPath path, int64_t channels, int64_t kw) {
-  return path == QGemmPath::Amx && row_bytes_for(channels, kw) <= 2 * kw * channels;
+  return path == QGemmPath::Amx && row_bytes_for(channels, kw) <= 3 * kw * channels;
 }
 
 std::shared_ptr<const ImplicitQConvWeight> pack_implicit_qconv(const int8_t* reordered, int64_t out_channels,

@@ -547,6 +547,7 @@ const ConvCase kImplicitCases[] = {
     {{1, 32, 11, 10}, {48, 32, 3, 3}, {.padding = {2, 1}, .dilation = {2, 1}}, true, true, false, 250, 128},
     {{1, 16, 6, 7}, {16, 16, 3, 3}, {.padding = {0, 2}}, false, true, true, 3, 60},  // per-tensor weight
     {{3, 24, 4, 4}, {16, 24, 2, 3}, {.padding = 1}, true, true, false, 100, 100},    // rows of 72 in 128
+    {{2, 6, 14, 14}, {16, 6, 5, 5}, {}, true, true, false, 20, 128},               // LeNet conv2: 30 in 64
 };
 
 TEST(QuantizedConv2dImplicit, MatchesIntegerReferenceOnTheAmxPath) {
@@ -572,9 +573,10 @@ TEST(QuantizedConv2dImplicit, AutoPicksItOnAmxWhereTheRowsPay) {
   const auto paths = cpu::qgemm_paths_available();
   if (std::find(paths.begin(), paths.end(), cpu::QGemmPath::Amx) == paths.end())
     GTEST_SKIP() << "this CPU (or its kernel) gives no AMX tiles: the implicit form never runs";
-  // 3x3 at 16 channels: 48-byte rows in 64; 3 channels: 9 bytes in 64, too
-  // much padding; 1x1 at 16: 16 in 64, too.
+  // 3x3 at 16 channels: 48-byte rows in 64; LeNet's 5x5 at 6: 30 in 64;
+  // 3 channels: 9 bytes in 64, too much padding; 1x1 at 16: 16 in 64, too.
   EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 16, 3));
+  EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 6, 5));
   EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 3, 3));
   EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 16, 1));
   EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 32, 1));
