@@ -1,6 +1,8 @@
 // The AMX tile blocks the int8 GEMM (qgemm_amx.cpp) and the implicit int8
-// convolution (quantized_conv_implicit_amx.cpp) share. Include only from
-// *_amx.cpp files: it uses AMX-TILE and AMX-INT8 intrinsics.
+// convolution (quantized_conv_implicit_amx.cpp) share, and the tile
+// configuration the direct convolution's tiles use too
+// (quantized_conv_direct_amxvbmi.cpp). Include only from *_amx.cpp and
+// *_amxvbmi.cpp files: it uses AMX-TILE and AMX-INT8 intrinsics.
 //
 // Tiles 0-3 hold C (row block r, column block c at 2r + c), 4 and 5 the two
 // blocks of 16 A rows (16 rows x 64 bytes of k each), 6 and 7 two 1 KiB

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <vector>
 
+#include "tensor/cpu/amx_tiles.h"
 #include "tensor/cpu/qgemm_simd.h"
 #include "tensor/cpu/quantized_conv_direct.h"
 
@@ -25,14 +26,7 @@ namespace kiln::cpu {
 namespace {
 
 using qgemm_detail::Epilogue;
-
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
+using qgemm_detail::TileConfig;
 
 // Tiles 0, 1: C of two blocks (`channels` rows); 2: A, the weights
 // (`channels` rows); 3, 4: B of the two blocks (16 quads). Every row 64 bytes.
