@@ -24,13 +24,13 @@
 //   blocks, 6% extra work for a 32x32 image with padding 1, 20% for 8x8).
 //   With a larger stride a block is up to 16 pixels of one output row.
 // - The price is the zero tail of each kernel row: for 3x3 kernels 25% of
-//   the multiplies at 16 or 32 channels, none at 64. Tiles are cheap and the
-//   patch rows were not (a third of the int8 ResNet-20's time); the form is
-//   used (implicit_qconv_pays) where a kernel row padded to 64-byte blocks is
-//   at most three times the run (R <= 3*kw*C: LeNet's second layer, 6
-//   channels 5 wide, 30 bytes in 64, measured 10% faster as a whole model
-//   this way; a 3-channel 3x3 row, 9 bytes in 64, keeps the patches), with
-//   groups 1 and dilation_w 1, on the Amx path.
+//   the multiplies at 16 or 32 channels, none at 64. Tile multiplies are
+//   cheap beside building patch rows, so the form is used
+//   (implicit_qconv_pays) where a kernel row padded to 64-byte blocks is at
+//   most three times the run (R <= 3*kw*C: a 6-channel 5-wide row, 30 bytes
+//   in 64, still gains; a 3-channel 3x3 row, 9 bytes in 64, keeps the patch
+//   rows; docs/BENCHMARKS.md has both), with groups 1 and dilation_w 1, on
+//   the Amx path.
 // The accumulators meet the GEMM's offsets and output stage (finish_zmm), so
 // every byte equals the GEMM form's and the scalar reference's.
 #pragma once
