@@ -57,9 +57,17 @@ bool is_channels_last(const Tensor& t) {
 Tensor flat_view(const Tensor& t, std::string_view op) {
   KILN_CHECK(dense_dim_order(t).has_value(), op, ": expected a tensor whose elements fill their memory densely, got "
              "shape ", t.shape(), " with strides ", t.strides());
-  // The dense span starts at the element with every index 0 whose dims all
-  // have non-negative strides (dense_dim_order only admits those).
-  return t.as_strided({t.numel()}, {1}, t.storage_offset());
+  const auto& params = t.impl()->quant_params();
+  KILN_CHECK(!params || params->scheme == QuantParams::Scheme::PerTensor, op,
+             ": a tensor quantized per channel has no flat view (its channels would be lost)");
+  // The dense span starts at the element with every index 0 (dense_dim_order
+  // admits only positive strides). One handle on the same storage and
+  // version counter, as a view has, built directly: the ops that flatten
+  // run on tensors that need no gradient, and this is their per-call cost.
+  auto impl = std::make_shared<TensorImpl>(t.storage(), t.dtype(), Shape{t.numel()}, Shape{1}, t.storage_offset(),
+                                           t.impl()->version_counter());
+  impl->set_quant_params(params);
+  return Tensor(std::move(impl));
 }
 
 }  // namespace kiln

@@ -48,9 +48,11 @@ Tensor empty_channels_last(const Shape& nchw, TensorOptions options = {});
 bool is_channels_last(const Tensor& t);
 
 // The elements of a dense t as one (numel) run with stride 1, in memory
-// order, sharing t's storage. Two dense tensors with the same dim order and
-// shape have their elements at the same flat positions. Throws naming `op`
-// when t is not dense.
+// order, sharing t's storage, version counter and per-tensor QuantParams. Two
+// dense tensors with the same dim order and shape have their elements at the
+// same flat positions. Not an autograd view: for tensors that need no
+// gradient (the quantized ops). Throws naming `op` when t is not dense or is
+// quantized per channel.
 Tensor flat_view(const Tensor& t, std::string_view op);
 
 }  // namespace kiln

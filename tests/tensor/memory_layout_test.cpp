@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "tensor/ops.h"
+#include "tensor/quantize.h"
 #include "tests/tensor/test_util.h"
 
 namespace kiln {
@@ -61,6 +62,11 @@ TEST(MemoryLayout, FlatViewWalksMemoryOrderAndRejectsGaps) {
   // Shares storage: a write through the flat view is seen through cl.
   flat.fill_(Scalar(7.0));
   EXPECT_EQ(cl.at<int64_t>({1, 2, 3, 4}), 7);
+  // Per-tensor params come along; per-channel ones would lose their axis.
+  Tensor q = ops::quantize_per_tensor(Tensor::empty({2, 3}).fill_(Scalar(0.5)), 0.1, 3, DType::UInt8);
+  EXPECT_EQ(flat_view(q.t(), "test op").impl()->quant_params(), q.impl()->quant_params());
+  Tensor pc = ops::quantize_per_channel(Tensor::empty({2, 3}).fill_(Scalar(0.5)), {0.1, 0.2}, {0, 0}, 0, DType::Int8);
+  expect_error([&] { flat_view(pc, "test op"); }, "test op: a tensor quantized per channel has no flat view");
   expect_error([] { flat_view(iota_tensor({4, 6}).narrow(1, 1, 3), "test op"); },
                "test op: expected a tensor whose elements fill their memory densely, got shape [4, 3] with strides "
                "[6, 1]");
