@@ -245,9 +245,8 @@ Tensor quantized_add(const Tensor& a, const Tensor& b, double out_scale, int64_t
   out.impl()->set_quant_params(per_tensor_params(out_scale, out_zero_point));
   if (out.numel() == 0) return out;
   if (alike) {
-    kernels.add(with_params(flat_view(out, op), out.impl()->quant_params()),
-                with_params(flat_view(a, op), a.impl()->quant_params()),
-                with_params(flat_view(b, op), b.impl()->quant_params()), relu);
+    // flat_view carries each operand's own (checked, per-tensor) params.
+    kernels.add(flat_view(out, op), flat_view(a, op), flat_view(b, op), relu);
   } else {
     kernels.add(out, with_params(a, a.impl()->quant_params()), with_params(b, b.impl()->quant_params()), relu);
   }

@@ -60,15 +60,22 @@ void pad_channels_last(const uint8_t* image, int64_t stride_c, int64_t stride_h,
   const Conv2dParams& p = plan.p;
   const Conv2dShape& s = plan.s;
   const int64_t cg = s.channels;
-  if (p.padding.h > 0 || p.padding.w > 0) std::memset(padded, zero_point, static_cast<size_t>(plan.image_bytes));
   if (p.groups == 1 && stride_c == 1 && (s.input.w == 1 || stride_w == cg)) {
-    // A channels-last image: each of its rows is one run of W*C bytes.
+    // A channels-last image: each of its rows is one run of W*C bytes, and
+    // only the border around the runs is set to the zero point.
+    const int64_t row = plan.padded_w * cg, left = p.padding.w * cg, run = s.input.w * cg;
+    const int64_t below = plan.padded_h - p.padding.h - s.input.h;
+    std::memset(padded, zero_point, static_cast<size_t>(p.padding.h * row));
     for (int64_t y = 0; y < s.input.h; ++y) {
-      std::memcpy(padded + ((y + p.padding.h) * plan.padded_w + p.padding.w) * cg, image + y * stride_h,
-                  static_cast<size_t>(s.input.w * cg));
+      uint8_t* dst = padded + (y + p.padding.h) * row;
+      std::memset(dst, zero_point, static_cast<size_t>(left));
+      std::memcpy(dst + left, image + y * stride_h, static_cast<size_t>(run));
+      std::memset(dst + left + run, zero_point, static_cast<size_t>(row - left - run));
     }
+    std::memset(padded + (p.padding.h + s.input.h) * row, zero_point, static_cast<size_t>(below * row));
     return;
   }
+  if (p.padding.h > 0 || p.padding.w > 0) std::memset(padded, zero_point, static_cast<size_t>(plan.image_bytes));
   for (int64_t group = 0; group < plan.p.groups; ++group) {
     uint8_t* plane = padded + group * plan.padded_h * plan.padded_w * cg;  // (padded_h, padded_w, C/groups)
     for (int64_t c = 0; c < cg; ++c) {
