@@ -9,18 +9,23 @@
 //       [--modes dynamic,static,qat] [--calib-images 512] [--test-images 10000] [--qat-epochs 1]
 //       [--profile-seconds S] [--profile-batch 1|64]   (then run each quantized mode's forward S seconds
 //       more at that batch size, for perf)
+//       [--qconv auto|gemm|implicit|direct]   (force one int8 convolution form, for before/after figures;
+//       a form that cannot run a layer is an error naming it)
 #include <cstdlib>
+#include <optional>
 #include <iostream>
 #include <sstream>
 #include <string>
 
 #include "apps/lenet/quantize.h"
+#include "tensor/cpu/quantized_conv_direct.h"
 #include "tensor/error.h"
 
 int main(int argc, char** argv) {
   using kiln::apps::lenet::QuantizeReportOptions;
   QuantizeReportOptions o;
   o.modes = {"dynamic", "static", "qat"};
+  std::optional<kiln::cpu::ForceQConvAlgorithm> force;
   try {
     for (int i = 1; i < argc; ++i) {
       std::string arg = argv[i];
@@ -36,7 +41,16 @@ int main(int argc, char** argv) {
       else if (arg == "--seed") o.seed = std::stoull(value);
       else if (arg == "--profile-seconds") o.profile_seconds = std::stod(value);
       else if (arg == "--profile-batch") o.profile_batch = std::stoll(value);
-      else if (arg == "--modes") {
+      else if (arg == "--qconv") {
+        using kiln::cpu::QConvAlgorithm;
+        const QConvAlgorithm a = value == "gemm"       ? QConvAlgorithm::Gemm
+                                 : value == "implicit" ? QConvAlgorithm::Implicit
+                                 : value == "direct"   ? QConvAlgorithm::Direct
+                                                       : QConvAlgorithm::Auto;
+        KILN_CHECK(value == "auto" || a != QConvAlgorithm::Auto, "quant_bench: --qconv ", value,
+                   ": expected auto, gemm, implicit or direct");
+        force.emplace(a);
+      } else if (arg == "--modes") {
         o.modes.clear();
         std::stringstream ss(value);
         for (std::string m; std::getline(ss, m, ',');) o.modes.push_back(m);

@@ -235,24 +235,34 @@ std::shared_ptr<const PackedQWeight> pack_qweight(const int8_t* w, int64_t n, in
 
 namespace {
 
-void run_qgemm(int64_t m, const uint8_t* a, int64_t lda, const PackedQWeight& w, const QGemmOutput& out,
-               bool size_rule) {
+// Checks one call's arguments (named for `op`) and whether it has work.
+bool check_call(std::string_view op, int64_t m, const uint8_t* a, int64_t lda, int64_t k, const PackedQWeight& w,
+                const QGemmOutput& out) {
   using Kind = QGemmOutput::Kind;
-  const int64_t n = w.n(), k = w.k();
-  KILN_CHECK(m >= 0, "qgemm: negative row count m=", m);
-  KILN_CHECK(lda >= k, "qgemm: leading dimension lda=", lda, " is smaller than k=", k);
-  KILN_CHECK(a != nullptr || m * k == 0, "qgemm: null A for ", m, " rows of k=", k);
-  KILN_CHECK(out.out != nullptr || m * n == 0, "qgemm: null output for a ", m, " x ", n, " result");
+  const int64_t n = w.n();
+  KILN_CHECK(m >= 0, op, ": negative row count m=", m);
+  KILN_CHECK(lda >= k, op, ": leading dimension lda=", lda, " is smaller than k=", k);
+  KILN_CHECK(a != nullptr || m * w.k() == 0, op, ": null A for ", m, " rows of k=", w.k());
+  KILN_CHECK(out.out != nullptr || m * n == 0, op, ": null output for a ", m, " x ", n, " result");
   if (out.kind != Kind::Int32)
-    KILN_CHECK(out.scale != nullptr, "qgemm: the ", out.kind == Kind::Float ? "float" : "uint8",
+    KILN_CHECK(out.scale != nullptr, op, ": the ", out.kind == Kind::Float ? "float" : "uint8",
                " output stage needs a scale");
   if (out.kind == Kind::UInt8)
-    KILN_CHECK(0 <= out.lo && out.lo <= out.hi && out.hi <= 255, "qgemm: uint8 output range [", out.lo, ", ",
+    KILN_CHECK(0 <= out.lo && out.lo <= out.hi && out.hi <= 255, op, ": uint8 output range [", out.lo, ", ",
                out.hi, "] is not inside [0, 255]");
-  if (m == 0 || n == 0) return;
-  const auto& packed = static_cast<const qgemm_detail::PackedPanels&>(w);
+  return m > 0 && n > 0;
+}
 
-  const qgemm_detail::Epilogue e = qgemm_detail::make_epilogue(out, w.colsum().data(), n, packed.panels() * packed.lanes());
+qgemm_detail::Epilogue epilogue_for(const qgemm_detail::PackedPanels& w, const QGemmOutput& out) {
+  return qgemm_detail::make_epilogue(out, w.colsum().data(), w.n(), w.panels() * w.lanes());
+}
+
+void run_qgemm(int64_t m, const uint8_t* a, int64_t lda, const PackedQWeight& w, const QGemmOutput& out,
+               bool size_rule) {
+  if (!check_call("qgemm", m, a, lda, w.k(), w, out)) return;
+  const int64_t n = w.n(), k = w.k();
+  const auto& packed = static_cast<const qgemm_detail::PackedPanels&>(w);
+  const qgemm_detail::Epilogue e = epilogue_for(packed, out);
 
   switch (w.path()) {
     case QGemmPath::Scalar: qgemm_detail::qgemm_scalar(m, a, lda, packed, e); return;
@@ -271,6 +281,24 @@ void run_qgemm(int64_t m, const uint8_t* a, int64_t lda, const PackedQWeight& w,
 
 void qgemm(int64_t m, const uint8_t* a, int64_t lda, const PackedQWeight& w, const QGemmOutput& out) {
   run_qgemm(m, a, lda, w, out, true);
+}
+
+bool qgemm_runs_supported(QGemmPath path) {
+  return path == QGemmPath::AvxVnni || path == QGemmPath::Avx512Vnni || path == QGemmPath::Amx;
+}
+
+void qgemm_runs(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, const PackedQWeight& w,
+                const QGemmOutput& out) {
+  KILN_CHECK(qgemm_runs_supported(w.path()), "qgemm_runs: the ", qgemm_path_name(w.path()),
+             " path cannot read A in runs (it needs avxvnni, avx512vnni or amx)");
+  KILN_CHECK(runs.count > 0 && runs.offset != nullptr && runs.groups >= 0 && runs.count * runs.groups * 4 == w.k(),
+             "qgemm_runs: ", runs.count, " runs of ", runs.groups, " groups of 4 do not make k=", w.k());
+  // A row's first run starts at offset[0]; lda bounds only whole rows.
+  if (!check_call("qgemm_runs", m, a, lda, 0, w, out)) return;
+  const auto& packed = static_cast<const qgemm_detail::PackedPanels&>(w);
+  const qgemm_detail::Epilogue e = epilogue_for(packed, out);
+  if (w.path() == QGemmPath::AvxVnni) qgemm_detail::qgemm_runs_avxvnni(m, a, lda, runs, packed, e);
+  else qgemm_detail::qgemm_runs_avx512vnni(m, a, lda, runs, packed, e);
 }
 
 void qgemm_detail::qgemm_own_kernel(int64_t m, const uint8_t* a, int64_t lda, const PackedQWeight& w,

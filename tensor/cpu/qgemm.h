@@ -90,4 +90,24 @@ struct QGemmOutput {
 // row blocks): M rows of A against every column of the packed W.
 void qgemm(int64_t m, const uint8_t* a, int64_t lda, const PackedQWeight& w, const QGemmOutput& out);
 
+// Where one row of A keeps its K values when they are not one contiguous
+// row: `count` runs of `groups` * 4 values each, run r starting offset[r]
+// elements after the row's start, K = count * groups * 4 in that order. An
+// implicit convolution reads its patch rows this way straight from the
+// padded image, one run per kernel row (Note [Implicit int8 convolution on
+// the VNNI paths] in quantized_conv_implicit.h).
+struct ARuns {
+  const int64_t* offset = nullptr;
+  int count = 0;
+  int64_t groups = 0;
+};
+
+// qgemm with row i of A read as `runs` from a + i * lda. Only the paths that
+// read A's bytes as they are: w packed for AvxVnni, Avx512Vnni or Amx (whose
+// panels the Avx512Vnni kernels read); throws for others or when the runs do
+// not add up to w.k().
+bool qgemm_runs_supported(QGemmPath path);
+void qgemm_runs(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, const PackedQWeight& w,
+                const QGemmOutput& out);
+
 }  // namespace kiln::cpu

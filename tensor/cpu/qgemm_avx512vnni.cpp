@@ -49,4 +49,9 @@ void qgemm_avx512vnni(int64_t m, const uint8_t* a, int64_t lda, const PackedPane
   run_tiles<Zmm>(m, a, lda, w.k(), w, 0, e);
 }
 
+void qgemm_runs_avx512vnni(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, const PackedPanels& w,
+                        const Epilogue& e) {
+  run_tiles<Zmm>(m, a, lda, runs, 0, w, 0, e);
+}
+
 }  // namespace kiln::cpu::qgemm_detail

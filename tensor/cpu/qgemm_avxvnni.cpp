@@ -42,4 +42,9 @@ void qgemm_avxvnni(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels&
   run_tiles<Ymm>(m, a, lda, w.k(), w, 0, e);
 }
 
+void qgemm_runs_avxvnni(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, const PackedPanels& w,
+                        const Epilogue& e) {
+  run_tiles<Ymm>(m, a, lda, runs, 0, w, 0, e);
+}
+
 }  // namespace kiln::cpu::qgemm_detail

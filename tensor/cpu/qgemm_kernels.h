@@ -88,6 +88,11 @@ void qgemm_avx2(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& w,
 void qgemm_avxvnni(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& w, const Epilogue& e);
 void qgemm_avx512vnni(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& w, const Epilogue& e);
 void qgemm_amx(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& w, const Epilogue& e);
+// The same with each row's K in runs (qgemm_runs).
+void qgemm_runs_avxvnni(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, const PackedPanels& w,
+                        const Epilogue& e);
+void qgemm_runs_avx512vnni(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, const PackedPanels& w,
+                           const Epilogue& e);
 
 // Whether qgemm on an Amx-packed weight multiplies m rows with the tiles or
 // hands them to the Avx512Vnni kernels, which read the same panels: the

@@ -243,10 +243,11 @@ inline void finish_ymm(const int32_t* c, int rows, int nv, int64_t m0, int64_t n
 #endif
 
 // One register tile: MR rows of A against NV panels (NV * kLanes columns),
-// the whole K at once, then the output stage.
+// the whole K at once, then the output stage. Row i's K lies in runs (ARuns
+// in qgemm_kernels.h) from a + i * lda; ktail values follow the last run.
 template <class Isa, int MR, int NV>
-void tile(const typename Isa::AElem* a, int64_t lda, int64_t kfull, int ktail, const char* w, int64_t panel_bytes,
-          int64_t m0, int64_t n0, const Epilogue& e) {
+void tile(const typename Isa::AElem* a, int64_t lda, const ARuns& runs, int ktail, const char* w,
+          int64_t panel_bytes, int64_t m0, int64_t n0, const Epilogue& e) {
   using V = typename Isa::V;
   constexpr int L = Isa::kLanes;
   constexpr int G = Isa::kGroup;
@@ -260,15 +261,19 @@ void tile(const typename Isa::AElem* a, int64_t lda, int64_t kfull, int ktail, c
     for (int i = 0; i < MR; ++i) acc[i][j] = off;
   }
   const char* wp = w;
-  for (int64_t g = 0; g < kfull; ++g, wp += Isa::kGroupBytes) {
-    V wv[NV];
+  const typename Isa::AElem* ar = a;
+  for (int r = 0; r < runs.count; ++r) {
+    ar = a + runs.offset[r];
+    for (int64_t g = 0; g < runs.groups; ++g, wp += Isa::kGroupBytes) {
+      V wv[NV];
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) wv[j] = Isa::load_w(wp + j * panel_bytes);
+      for (int j = 0; j < NV; ++j) wv[j] = Isa::load_w(wp + j * panel_bytes);
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
-      const V ai = Isa::broadcast(a + i * lda + g * G);
+      for (int i = 0; i < MR; ++i) {
+        const V ai = Isa::broadcast(ar + i * lda + g * G);
 #pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) acc[i][j] = Isa::dot(acc[i][j], ai, wv[j]);
+        for (int j = 0; j < NV; ++j) acc[i][j] = Isa::dot(acc[i][j], ai, wv[j]);
+      }
     }
   }
   if (ktail) {
@@ -277,7 +282,7 @@ void tile(const typename Isa::AElem* a, int64_t lda, int64_t kfull, int ktail, c
     for (int j = 0; j < NV; ++j) wv[j] = Isa::load_w(wp + j * panel_bytes);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
-      const V ai = Isa::broadcast_tail(a + i * lda + kfull * G, ktail);
+      const V ai = Isa::broadcast_tail(ar + i * lda + runs.groups * G, ktail);
 #pragma GCC unroll 4
       for (int j = 0; j < NV; ++j) acc[i][j] = Isa::dot(acc[i][j], ai, wv[j]);
     }
@@ -292,8 +297,8 @@ void tile(const typename Isa::AElem* a, int64_t lda, int64_t kfull, int ktail, c
 }
 
 template <class Isa>
-using TileFn = void (*)(const typename Isa::AElem*, int64_t, int64_t, int, const char*, int64_t, int64_t, int64_t,
-                        const Epilogue&);
+using TileFn = void (*)(const typename Isa::AElem*, int64_t, const ARuns&, int, const char*, int64_t, int64_t,
+                        int64_t, const Epilogue&);
 
 template <class Isa, int NV, size_t... R>
 constexpr std::array<TileFn<Isa>, sizeof...(R)> tiles_for_rows(std::index_sequence<R...>) {
@@ -319,29 +324,40 @@ TileFn<Isa> pick_tile(int nv, int rows) {
   return t1[rows - 1];
 }
 
-// Rows [0, m) of A (k values each, rows lda apart) against every panel of w,
-// written as output rows m_base + i. Panel blocks outer, so that the block
-// of W stays in L1 while the rows stream past it.
+// Rows [0, m) of A (each row's K in `runs`, then ktail values; rows lda
+// apart) against every panel of w, written as output rows m_base + i. Panel
+// blocks outer, so that the block of W stays in L1 while the rows stream
+// past it.
 template <class Isa>
-void run_tiles(int64_t m, const typename Isa::AElem* a, int64_t lda, int64_t k, const PackedPanels& w,
-               int64_t m_base, const Epilogue& e) {
-  const int64_t kfull = k / Isa::kGroup;
-  const int ktail = static_cast<int>(k % Isa::kGroup);
+void run_tiles(int64_t m, const typename Isa::AElem* a, int64_t lda, const ARuns& runs, int ktail,
+               const PackedPanels& w, int64_t m_base, const Epilogue& e) {
   const char* wd = static_cast<const char*>(w.data());
   const int64_t panels = w.panels();
   for (int64_t p = 0; p < panels;) {
     // Spread the panels evenly over blocks of at most kMaxNV (6 panels as 3
-    // + 3 rather than 4 + 2).
+    // + 3 rather than 4 + 2), and the rows evenly over tiles of at most
+    // rows(nv) (16 rows as 8 + 8 rather than 12 + 4: a short tile loads
+    // W's vectors for few rows).
     const int64_t blocks = (panels - p + Isa::kMaxNV - 1) / Isa::kMaxNV;
     const int nv = static_cast<int>((panels - p + blocks - 1) / blocks);
-    const int mr = Isa::rows(nv);
+    const int64_t tiles = (m + Isa::rows(nv) - 1) / Isa::rows(nv);
+    const int64_t mr = tiles > 0 ? (m + tiles - 1) / tiles : 1;
     for (int64_t i = 0; i < m; i += mr) {
       const int rows = static_cast<int>(std::min<int64_t>(mr, m - i));
-      pick_tile<Isa>(nv, rows)(a + i * lda, lda, kfull, ktail, wd + p * w.panel_bytes(), w.panel_bytes(),
+      pick_tile<Isa>(nv, rows)(a + i * lda, lda, runs, ktail, wd + p * w.panel_bytes(), w.panel_bytes(),
                                m_base + i, p * Isa::kLanes, e);
     }
     p += nv;
   }
+}
+
+// The plain GEMM: each row of A is one run of k values.
+template <class Isa>
+void run_tiles(int64_t m, const typename Isa::AElem* a, int64_t lda, int64_t k, const PackedPanels& w,
+               int64_t m_base, const Epilogue& e) {
+  static constexpr int64_t kStart = 0;
+  const ARuns one{&kStart, 1, k / Isa::kGroup};
+  run_tiles<Isa>(m, a, lda, one, static_cast<int>(k % Isa::kGroup), w, m_base, e);
 }
 
 }  // namespace

@@ -39,6 +39,10 @@ struct ConvPlan {
   int64_t image_bytes;      // groups * padded_h * padded_w * C/groups
   bool pointwise;           // 1x1, stride 1, no padding: the padded image is A
   int64_t block_rows;       // positions per GEMM call
+  // The implicit form on the VNNI paths: where a patch row's runs start in
+  // the padded plane (qgemm_runs), else empty and the rows are built.
+  std::vector<int64_t> runs;
+  int64_t run_groups = 0;
 
   ConvPlan(const Conv2dParams& params, const Conv2dShape& shape, int64_t out_channels)
       : p(params), s(shape), group_out(out_channels / params.groups) {
@@ -51,6 +55,10 @@ struct ConvPlan {
     // being built and being read.
     block_rows = std::clamp<int64_t>((int64_t{1} << 16) / std::max<int64_t>(k, 1), 16, std::max<int64_t>(positions, 1));
   }
+
+  // Reads A in place from the padded plane (Note [Implicit int8
+  // convolution on the VNNI paths] in quantized_conv_implicit.h).
+  void read_in_place() { runs = implicit_qconv_runs(p, s, padded_w, &run_groups); }
 };
 
 // image (C, H, W), any strides -> padded (groups, padded_h, padded_w, C/groups),
@@ -132,7 +140,7 @@ void conv_rows(const uint8_t* padded, const ConvPlan& plan,
                const std::vector<std::shared_ptr<const PackedQWeight>>& packs, const QuantizedOutputStage& numbers,
                const QGemmOutput& stage, const OutputImage& image, int64_t begin, int64_t end) {
   const int64_t cg = plan.s.channels, plane_bytes = plan.padded_h * plan.padded_w * cg;
-  uint8_t* rows = plan.pointwise ? nullptr : thread_scratch(kPatchSlot, std::min(plan.block_rows, end - begin) * plan.k);
+  uint8_t* rows = plan.pointwise || !plan.runs.empty() ? nullptr : thread_scratch(kPatchSlot, std::min(plan.block_rows, end - begin) * plan.k);
   for (int64_t group = 0; group < plan.p.groups; ++group) {
     const uint8_t* plane = padded + group * plane_bytes;
     const int64_t o0 = group * plan.group_out;
@@ -142,6 +150,20 @@ void conv_rows(const uint8_t* padded, const ConvPlan& plan,
     out.scale = numbers.scale + o0;
     out.stride_m = image.stride_position;
     out.stride_n = image.stride_c;
+    if (!plan.runs.empty()) {
+      // A's rows in place: each output row's pixels are rows stride_w*C
+      // bytes apart in the plane.
+      const ARuns runs{plan.runs.data(), static_cast<int>(plan.runs.size()), plan.run_groups};
+      const int64_t ow = plan.s.output.w;
+      for (int64_t b = begin; b < end;) {
+        const int64_t y = b / ow, x = b % ow, count = std::min(end - b, ow - x);
+        const uint8_t* a = plane + (y * plan.p.stride.h * plan.padded_w + x * plan.p.stride.w) * cg;
+        out.out = image.data + (o0 * image.stride_c + b * image.stride_position) * static_cast<int64_t>(image.element_size);
+        qgemm_runs(count, a, plan.p.stride.w * cg, runs, *packs[group], out);
+        b += count;
+      }
+      continue;
+    }
     for (int64_t b = begin; b < end; b += plan.block_rows) {
       const int64_t e = std::min(end, b + plan.block_rows);
       out.out = image.data + (o0 * image.stride_c + b * image.stride_position) * static_cast<int64_t>(image.element_size);
@@ -189,12 +211,14 @@ void spread_over_threads(int64_t n_images, int64_t units, int threads, const Pad
 }
 
 // The GEMM form: x (N, C, H, W) quint8 (any strides); out (N, O, oh, ow)
-// as output_image takes it, of uint8 or float as `stage` says.
+// as output_image takes it, of uint8 or float as `stage` says. in_place:
+// A read from the padded image (the implicit form on the VNNI paths).
 void gemm_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWeight& w, const Conv2dParams& p,
                  const Conv2dShape& s, const QuantizedOutputStage& numbers, const QGemmOutput& stage,
-                 size_t element_size) {
+                 size_t element_size, bool in_place = false) {
   const int64_t n_images = x.size(0);
-  const ConvPlan plan(p, s, w.out_channels());
+  ConvPlan plan(p, s, w.out_channels());
+  if (in_place) plan.read_in_place();
   const auto& packs = w.groups(plan.p.groups).gemm;
   const uint8_t* x_data = x.data<uint8_t>();
   const uint8_t zero_point = static_cast<uint8_t>(stage.a_zero_point);
@@ -339,6 +363,9 @@ void direct_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedW
 void implicit_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWeight& w, const Conv2dParams& p,
                      const Conv2dShape& s, const QuantizedOutputStage& numbers, const QGemmOutput& stage,
                      size_t element_size) {
+  // On the VNNI paths the GEMM form's rows are read in place (the second
+  // Note in quantized_conv_implicit.h); below, the tiles of the Amx path.
+  if (w.path() != QGemmPath::Amx) return gemm_driver(out, x, w, p, s, numbers, stage, element_size, true);
   const ImplicitQConvWeight& iw = *w.groups(1).implicit;
   const ImplicitQConvPlan& plan = cached_implicit_plan(iw, p, s);
   const ConvPlan pad_plan(p, s, w.out_channels());
@@ -379,14 +406,20 @@ void implicit_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantize
 // The three forms a call can run.
 enum class Form { Gemm, Direct, Implicit };
 
+// Whether the implicit form runs this call: its tiles on the Amx path, its
+// runs on the VNNI paths (the two Notes in quantized_conv_implicit.h).
+bool implicit_form_pays(const CpuPackedQuantizedWeight& w, const Conv2dParams& p, const Conv2dShape& s) {
+  if (w.path() == QGemmPath::Amx) return implicit_qconv_pays(p.groups == 1 ? w.groups(1).implicit.get() : nullptr, p);
+  return implicit_runs_pay(w.path(), p, s);
+}
+
 // The form this call runs (qconv_algorithm): the direct form where it pays,
 // else the implicit form where it pays, else the GEMM over patch rows.
 Form conv_form(const CpuPackedQuantizedWeight& w, const Conv2dParams& p, const Conv2dShape& s) {
-  const ImplicitQConvWeight* implicit = p.groups == 1 ? w.groups(1).implicit.get() : nullptr;
   switch (qconv_algorithm()) {
     case QConvAlgorithm::Auto:
       if (direct_qconv_pays(w.path(), p, s, w.out_channels() / p.groups)) return Form::Direct;
-      return implicit_qconv_pays(implicit, p) ? Form::Implicit : Form::Gemm;
+      return implicit_form_pays(w, p, s) ? Form::Implicit : Form::Gemm;
     case QConvAlgorithm::Gemm: return Form::Gemm;
     case QConvAlgorithm::Direct:
       KILN_CHECK(direct_qconv_supported(w.path(), p, s), "quantized conv2d: the direct form was forced but the ",
@@ -394,10 +427,11 @@ Form conv_form(const CpuPackedQuantizedWeight& w, const Conv2dParams& p, const C
                  p.stride.w, " with dilation ", p.dilation.w, " whose windows fit 64 bytes)");
       return Form::Direct;
     case QConvAlgorithm::Implicit:
-      KILN_CHECK(implicit_qconv_pays(implicit, p), "quantized conv2d: the implicit form was forced but cannot run ",
-                 "here (it needs the amx path, got ", qgemm_path_name(w.path()), "; one group, got ", p.groups,
-                 "; dilation_w 1, got ", p.dilation.w, "; and kernel rows of ", w.weight().size(3), " x ",
-                 w.weight().size(1), " bytes whose 64-byte padding at most triples them)");
+      KILN_CHECK(implicit_form_pays(w, p, s), "quantized conv2d: the implicit form was forced but cannot run ",
+                 "here (got the ", qgemm_path_name(w.path()), " path, ", p.groups, " groups, dilation_w ", p.dilation.w,
+                 " and kernel rows of ", s.kernel.w, " x ", s.channels, " bytes; it needs the amx path with one ",
+                 "group, dilation_w 1 and rows whose 64-byte padding at most triples them, or the avxvnni or ",
+                 "avx512vnni path with rows (taps, for dilation_w > 1) of a multiple of 4 bytes and no plain 1x1)");
       return Form::Implicit;
   }
   return Form::Gemm;

@@ -41,6 +41,39 @@ bool implicit_qconv_pays(const ImplicitQConvWeight* w, const Conv2dParams& p) {
   return w != nullptr && p.groups == 1 && p.dilation.w == 1;
 }
 
+namespace {
+
+// The bytes of one run of a patch row (the second Note): a kernel row, or
+// one tap with dilation_w > 1.
+int64_t run_bytes(const Conv2dParams& p, const Conv2dShape& s) {
+  return p.dilation.w == 1 ? s.kernel.w * s.channels : s.channels;
+}
+
+}  // namespace
+
+bool implicit_runs_pay(QGemmPath path, const Conv2dParams& p, const Conv2dShape& s) {
+  const bool pointwise = s.kernel == Size2d(1) && p.stride == Size2d(1) && p.padding == Size2d(0);
+  return (path == QGemmPath::AvxVnni || path == QGemmPath::Avx512Vnni) && !pointwise && run_bytes(p, s) % 4 == 0;
+}
+
+std::vector<int64_t> implicit_qconv_runs(const Conv2dParams& p, const Conv2dShape& s, int64_t padded_w,
+                                         int64_t* groups) {
+  std::vector<int64_t> offsets;
+  *groups = 0;
+  if (run_bytes(p, s) % 4 != 0) return offsets;
+  *groups = run_bytes(p, s) / 4;
+  const int64_t c = s.channels;
+  for (int64_t ky = 0; ky < s.kernel.h; ++ky) {
+    const int64_t row = ky * p.dilation.h * padded_w * c;
+    if (p.dilation.w == 1) {
+      offsets.push_back(row);
+    } else {
+      for (int64_t kx = 0; kx < s.kernel.w; ++kx) offsets.push_back(row + kx * p.dilation.w * c);
+    }
+  }
+  return offsets;
+}
+
 ImplicitQConvPlan plan_implicit_qconv(const ImplicitQConvWeight& w, const Conv2dParams& p, const Conv2dShape& s) {
   ImplicitQConvPlan plan;
   const int64_t c = w.channels, chunks = w.row_bytes / 64;

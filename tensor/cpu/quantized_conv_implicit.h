@@ -33,6 +33,26 @@
 //   the Amx path.
 // The accumulators meet the GEMM's offsets and output stage (finish_zmm), so
 // every byte equals the GEMM form's and the scalar reference's.
+//
+// Note [Implicit int8 convolution on the VNNI paths]
+// The VNNI kernels (qgemm_simd.h) need no tiles: they broadcast 4 bytes of
+// one A row at a time to every lane. So the same idea needs no padding of
+// the kernel rows at all, only that no group of 4 values of K straddles two
+// runs: with K in the GEMM form's (ky, kx, c) order, row p of A is the kh
+// runs of kw*C bytes at
+//   plane + ((y*stride_h + ky*dil_h) * wp + x*stride_w) * C,   ky = 0..kh-1
+// (kh*kw runs of C bytes with dilation_w > 1), and the pixels of one output
+// row are stride_w*C bytes apart. qgemm_runs (qgemm.h) takes the runs'
+// offsets from a pixel's first byte and multiplies an output row's pixels
+// as rows of A lda = stride_w*C apart, on the GEMM form's packed weight.
+// - It runs (implicit_runs_pay) on the AvxVnni and Avx512Vnni paths where
+//   kw*C (or C, with dilation_w > 1) is a multiple of 4: every 3x3 layer
+//   with 4k channels, LeNet's conv2 (5*6 = 30 bytes) does not. A 1x1 with
+//   stride 1 and no padding needs neither form: the plane is A already.
+// - The Amx path keeps its tiles (above); the Avx2 path widens A to int16
+//   first, so it needs the patch rows.
+// - Broadcasts read only inside the runs: no tail room is needed, and the
+//   bytes equal the GEMM form's, whose rows are copies of the same runs.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +81,14 @@ std::shared_ptr<const ImplicitQConvWeight> pack_implicit_qconv(const int8_t* reo
 // Whether a call can run on the packed weight w (which may be null): groups
 // 1 and dilation_w 1.
 bool implicit_qconv_pays(const ImplicitQConvWeight* w, const Conv2dParams& p);
+
+// The implicit form on the VNNI paths (the second Note): whether `path`
+// runs it for this call, and where a patch row's runs start in a padded
+// channels-last plane padded_w pixels wide, from its first pixel's byte
+// (empty where it cannot run); *groups is each run's groups of 4 bytes.
+bool implicit_runs_pay(QGemmPath path, const Conv2dParams& p, const Conv2dShape& s);
+std::vector<int64_t> implicit_qconv_runs(const Conv2dParams& p, const Conv2dShape& s, int64_t padded_w,
+                                         int64_t* groups);
 
 // One block of 16 pixels: where its tile rows start and lie apart in the
 // padded image, and which output position each row is (-1: a pixel past the

@@ -360,6 +360,74 @@ TEST(QGemm, BadArgumentsThrow) {
   expect_error([&] { qgemm(2, a, 3, *packed, fl); }, "qgemm: the float output stage needs a scale");
 }
 
+// qgemm_runs reads row i's K as runs at a + i * lda + offset[r]: it gives
+// the bytes of qgemm on those runs copied into contiguous rows, on every
+// path that reads runs, for overlapping runs (as a convolution's are), a
+// lda smaller than K, several panels and a uint8 NCHW-plane output.
+TEST(QGemm, RunsGiveTheBytesOfTheRowsTheyName) {
+  const int64_t m = 23, n = 37, groups = 5, lda = 12;
+  const std::vector<int64_t> offsets = {0, 40, 9, 200};  // out of order, overlapping rows
+  const int64_t k = static_cast<int64_t>(offsets.size()) * groups * 4;
+  Problem p = make_problem(m, n, k, 71);
+  std::mt19937 rng(72);
+  std::vector<uint8_t> image((m - 1) * lda + offsets.back() + groups * 4);
+  for (auto& v : image) v = static_cast<uint8_t>(rng());
+  std::vector<uint8_t> rows(m * k);
+  for (int64_t i = 0; i < m; ++i)
+    for (size_t r = 0; r < offsets.size(); ++r)
+      std::memcpy(rows.data() + i * k + r * groups * 4, image.data() + i * lda + offsets[r], groups * 4);
+  const ARuns runs{offsets.data(), static_cast<int>(offsets.size()), groups};
+  int ran = 0;
+  for (QGemmPath path : paths()) {
+    if (!qgemm_runs_supported(path)) continue;
+    auto packed = pack_qweight(p.w.data(), n, k, p.ldw, path);
+    for (const Stage& s : {Stage{Kind::Int32, 7, true, false, false, 0, 0, 255, false},
+                           Stage{Kind::UInt8, 130, true, true, false, 60, 60, 255, true},
+                           Stage{Kind::Float, 3, false, true, true, 0, 0, 255, false}}) {
+      std::vector<uint8_t> want(m * (n + 2) * 4 + m * n * 4, 0xCD), got = want;
+      QGemmOutput o;
+      o.kind = s.kind;
+      o.a_zero_point = s.a_zero_point;
+      o.bias = s.bias ? p.bias.data() : nullptr;
+      o.scale = p.scale.data();
+      o.scale_per_channel = s.per_channel;
+      o.float_bias = s.float_bias ? p.float_bias.data() : nullptr;
+      o.zero_point = s.zero_point;
+      o.lo = s.lo;
+      o.hi = s.hi;
+      o.stride_m = s.nchw ? 1 : n + 2;
+      o.stride_n = s.nchw ? m : 1;
+      o.out = want.data();
+      qgemm(m, rows.data(), k, *packed, o);
+      o.out = got.data();
+      qgemm_runs(m, image.data(), lda, runs, *packed, o);
+      EXPECT_EQ(got, want) << "path " << path_name(path) << " " << describe(p, s);
+    }
+    ++ran;
+  }
+  if (ran == 0) GTEST_SKIP() << "this CPU has no path that reads runs (avxvnni, avx512vnni, amx)";
+}
+
+TEST(QGemm, RunsThatDoNotMakeKOrAPathWithoutThemThrow) {
+  const int8_t w[2 * 8] = {};
+  const uint8_t a[64] = {};
+  int32_t out[8];
+  QGemmOutput o;
+  o.out = out;
+  o.stride_m = 2;
+  const int64_t offsets[2] = {0, 4};
+  auto scalar = pack_qweight(w, 2, 8, 8, QGemmPath::Scalar);
+  expect_error([&] { qgemm_runs(2, a, 8, ARuns{offsets, 2, 1}, *scalar, o); },
+               "qgemm_runs: the scalar path cannot read A in runs");
+  for (QGemmPath path : paths()) {
+    if (!qgemm_runs_supported(path)) continue;
+    auto packed = pack_qweight(w, 2, 8, 8, path);
+    expect_error([&] { qgemm_runs(2, a, 8, ARuns{offsets, 2, 2}, *packed, o); },
+                 "qgemm_runs: 2 runs of 2 groups of 4 do not make k=8");
+    expect_error([&] { qgemm_runs(-1, a, 8, ARuns{offsets, 2, 1}, *packed, o); }, "qgemm_runs: negative row count");
+  }
+}
+
 TEST(QGemm, PackingForAPathTheCpuLacksThrows) {
   auto available = paths();
   const QGemmPath all[] = {QGemmPath::Avx2, QGemmPath::AvxVnni, QGemmPath::Avx512Vnni, QGemmPath::Amx};

@@ -369,8 +369,16 @@ Conv2dShape group_shape(const Shape& x, const Shape& w, const Conv2dParams& p) {
   return conv2d_shape(w[1], Size2d(x[2], x[3]), Size2d(w[2], w[3]), p);
 }
 
-// Runs the case on every path (with `algorithm`: Direct only on the paths
-// and params that support it) against the integer reference; returns how
+// Whether the implicit form can run a call on this packed weight: its tiles
+// on the Amx path, its runs on the VNNI paths (the two Notes in
+// quantized_conv_implicit.h).
+bool implicit_runs_here(const cpu::CpuPackedQuantizedWeight& w, const Conv2dParams& p, const Conv2dShape& s) {
+  if (w.path() == cpu::QGemmPath::Amx) return cpu::implicit_qconv_pays(p.groups == 1 ? w.groups(1).implicit.get() : nullptr, p);
+  return cpu::implicit_runs_pay(w.path(), p, s);
+}
+
+// Runs the case on every path (with `algorithm`: Direct and Implicit only on
+// the paths and params that support them) against the integer reference; returns how
 // many paths ran.
 int check_conv(const ConvCase& c, uint64_t seed, cpu::QConvAlgorithm algorithm = cpu::QConvAlgorithm::Auto) {
   Tensor x = random_activation(c.x, 0.05, c.zx, seed);
@@ -389,8 +397,8 @@ int check_conv(const ConvCase& c, uint64_t seed, cpu::QConvAlgorithm algorithm =
   int ran = 0;
   for (cpu::QGemmPath path : cpu::qgemm_paths_available()) {
     if (algorithm == cpu::QConvAlgorithm::Direct && !cpu::direct_qconv_supported(path, c.p, shape)) continue;
-    if (algorithm == cpu::QConvAlgorithm::Implicit && path != cpu::QGemmPath::Amx) continue;
     auto packed = cpu::pack_quantized_weight(w, path);
+    if (algorithm == cpu::QConvAlgorithm::Implicit && !implicit_runs_here(*packed, c.p, shape)) continue;
     Tensor y = ops::quantized_conv2d(x, *packed, bias, c.p, out_scale, c.zy, c.relu);
     EXPECT_EQ(y.dim(), 4);
     if (y.dim() != 4) return ran;
@@ -550,29 +558,63 @@ const ConvCase kImplicitCases[] = {
     {{2, 6, 14, 14}, {16, 6, 5, 5}, {}, true, true, false, 20, 128},               // LeNet conv2: 30 in 64
 };
 
-TEST(QuantizedConv2dImplicit, MatchesIntegerReferenceOnTheAmxPath) {
+bool has_path(cpu::QGemmPath path) {
   const auto paths = cpu::qgemm_paths_available();
-  if (std::find(paths.begin(), paths.end(), cpu::QGemmPath::Amx) == paths.end())
-    GTEST_SKIP() << "this CPU (or its kernel) gives no AMX tiles: the implicit form never runs";
-  uint64_t seed = 500;
-  for (const ConvCase& c : kImplicitCases) {
-    EXPECT_EQ(check_conv(c, seed += 5, cpu::QConvAlgorithm::Implicit), 1) << "the amx path did not run it";
-    check_conv(c, seed, cpu::QConvAlgorithm::Gemm);
+  return std::find(paths.begin(), paths.end(), path) != paths.end();
+}
+
+// Whether some path of this CPU runs the implicit form for case c.
+bool implicit_runs_somewhere(const ConvCase& c) {
+  const Conv2dShape shape = group_shape(c.x, c.w, c.p);
+  for (cpu::QGemmPath path : cpu::qgemm_paths_available()) {
+    if (path == cpu::QGemmPath::Amx) {
+      if (c.p.groups == 1 && c.p.dilation.w == 1 && cpu::implicit_qconv_packable(path, c.w[1], c.w[3])) return true;
+    } else if (cpu::implicit_runs_pay(path, c.p, shape)) {
+      return true;
+    }
   }
+  return false;
+}
+
+// The implicit form's runs on the VNNI paths (the second Note): kernel rows
+// of 4k bytes, taps of 4k channels with dilation_w > 1, groups, stride-2
+// rows split over tile rows, and a strided 1x1 (a plain 1x1 reads the plane
+// as it is and never takes it).
+const ConvCase kImplicitRunsCases[] = {
+    {{1, 8, 9, 11}, {12, 8, 3, 3}, {.padding = 1, .dilation = {1, 2}}, true, true, false, 30, 128},  // taps of 8
+    {{2, 8, 7, 9}, {6, 4, 3, 3}, {.padding = 1, .groups = 2}, true, true, true, 77, 20},   // 4 channels a group
+    {{1, 4, 10, 37}, {40, 4, 1, 5}, {.stride = {1, 2}, .padding = {0, 2}}, true, false, false, 9, 128},  // 20 bytes
+    {{2, 16, 8, 8}, {33, 16, 3, 3}, {.stride = 2, .padding = 1}, true, true, false, 128, 128},  // 33 = 16+16+1
+    {{1, 64, 3, 2}, {70, 64, 2, 2}, {.padding = 1}, false, true, true, 5, 7},  // 5 panels: 3 + 2
+};
+
+TEST(QuantizedConv2dImplicit, MatchesIntegerReferenceOnEveryPathThatHasIt) {
+  if (!has_path(cpu::QGemmPath::Amx) && !has_path(cpu::QGemmPath::Avx512Vnni) && !has_path(cpu::QGemmPath::AvxVnni))
+    GTEST_SKIP() << "this CPU has no VNNI or AMX path: the implicit form never runs";
+  uint64_t seed = 500;
+  int cases_run = 0;
+  auto check = [&](const ConvCase& c) {
+    const int ran = check_conv(c, seed += 5, cpu::QConvAlgorithm::Implicit);
+    if (implicit_runs_somewhere(c)) EXPECT_GE(ran, 1) << "no path ran the implicit form";
+    else EXPECT_EQ(ran, 0);
+    cases_run += ran > 0;
+    check_conv(c, seed, cpu::QConvAlgorithm::Gemm);
+  };
+  for (const ConvCase& c : kImplicitCases) check(c);
+  for (const ConvCase& c : kImplicitRunsCases) check(c);
+  EXPECT_GE(cases_run, 10);
 }
 
 TEST(QuantizedConv2dImplicit, ThreadsGiveTheSameBytes) {
-  const auto paths = cpu::qgemm_paths_available();
-  if (std::find(paths.begin(), paths.end(), cpu::QGemmPath::Amx) == paths.end())
-    GTEST_SKIP() << "this CPU (or its kernel) gives no AMX tiles: the implicit form never runs";
+  if (!has_path(cpu::QGemmPath::Amx) && !has_path(cpu::QGemmPath::Avx512Vnni) && !has_path(cpu::QGemmPath::AvxVnni))
+    GTEST_SKIP() << "this CPU has no VNNI or AMX path: the implicit form never runs";
   const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Implicit);
   expect_threads_agree({32, 16, 3, 3}, {16, 30, 30}, {.padding = 1}, 550);
+  // Batch 1 splits positions mid-row: 3 rows of 29 over 2 threads.
+  expect_threads_agree({16, 8, 3, 3}, {8, 5, 31}, {.padding = {0, 2}}, 555);
 }
 
-TEST(QuantizedConv2dImplicit, AutoPicksItOnAmxWhereTheRowsPay) {
-  const auto paths = cpu::qgemm_paths_available();
-  if (std::find(paths.begin(), paths.end(), cpu::QGemmPath::Amx) == paths.end())
-    GTEST_SKIP() << "this CPU (or its kernel) gives no AMX tiles: the implicit form never runs";
+TEST(QuantizedConv2dImplicit, AutoPicksItWhereTheRowsPay) {
   // 3x3 at 16 channels: 48-byte rows in 64; LeNet's 5x5 at 6: 30 in 64;
   // 3 channels: 9 bytes in 64, too much padding; 1x1 at 16: 16 in 64, too.
   EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 16, 3));
@@ -581,6 +623,18 @@ TEST(QuantizedConv2dImplicit, AutoPicksItOnAmxWhereTheRowsPay) {
   EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 16, 1));
   EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 32, 1));
   EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Avx512Vnni, 16, 3));
+  // The runs of the VNNI paths: kernel rows (or taps) of 4k bytes, not a plain 1x1.
+  const Conv2dShape layer1 = group_shape({1, 16, 32, 32}, {16, 16, 3, 3}, {.padding = 1});
+  EXPECT_TRUE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx512Vnni, {.padding = 1}, layer1));
+  EXPECT_TRUE(cpu::implicit_runs_pay(cpu::QGemmPath::AvxVnni, {.padding = 1}, layer1));
+  EXPECT_FALSE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx2, {.padding = 1}, layer1));
+  EXPECT_FALSE(cpu::implicit_runs_pay(cpu::QGemmPath::Amx, {.padding = 1}, layer1));
+  EXPECT_FALSE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx512Vnni, {}, group_shape({1, 3, 32, 32}, {16, 3, 3, 3}, {})));
+  EXPECT_FALSE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx512Vnni, {}, group_shape({1, 6, 14, 14}, {16, 6, 5, 5}, {})));
+  EXPECT_FALSE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx512Vnni, {}, group_shape({1, 16, 8, 8}, {32, 16, 1, 1}, {})));
+  EXPECT_TRUE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx512Vnni, {.stride = 2},
+                                     group_shape({1, 16, 8, 8}, {32, 16, 1, 1}, {.stride = 2})));
+  if (!has_path(cpu::QGemmPath::Amx)) return;
   auto packed = cpu::pack_quantized_weight(random_weight({16, 16, 3, 3}, true, 560), cpu::QGemmPath::Amx);
   const cpu::ImplicitQConvWeight* w = packed->groups(1).implicit.get();
   ASSERT_NE(w, nullptr);
@@ -596,32 +650,38 @@ TEST(QuantizedConv2dImplicit, ForcedWhereItCannotRunNamesWhy) {
   Tensor w = random_weight({16, 16, 3, 3}, true, 571);
   auto packed = cpu::pack_quantized_weight(w, cpu::QGemmPath::Scalar);
   expect_error([&] { ops::quantized_conv2d(x, *packed, Tensor(), {.padding = 1}, 0.1, 0); },
-               "quantized conv2d: the implicit form was forced but cannot run here (it needs the amx path, got scalar");
-  Tensor wg = random_weight({16, 8, 3, 3}, true, 572);
-  auto grouped = ops::pack_quantized_weight(wg);
-  expect_error([&] { ops::quantized_conv2d(x, *grouped, Tensor(), {.padding = 1, .groups = 2}, 0.1, 0); },
+               "quantized conv2d: the implicit form was forced but cannot run here (got the scalar path");
+  // 3 channels: 9-byte kernel rows, on no path (a 4-byte group would
+  // straddle two rows; 64-byte padding would make them 7 times as long).
+  Tensor x3 = random_activation({1, 3, 8, 8}, 0.05, 10, 573);
+  Tensor w3 = random_weight({16, 3, 3, 3}, true, 572);
+  auto packed3 = ops::pack_quantized_weight(w3);
+  expect_error([&] { ops::quantized_conv2d(x3, *packed3, Tensor(), {.padding = 1}, 0.1, 0); },
                "quantized conv2d: the implicit form was forced but cannot run here");
 }
 
 TEST(QuantizedConv2dImplicit, DynamicMatchesTheGemmForm) {
-  const auto paths = cpu::qgemm_paths_available();
-  if (std::find(paths.begin(), paths.end(), cpu::QGemmPath::Amx) == paths.end())
-    GTEST_SKIP() << "this CPU (or its kernel) gives no AMX tiles: the implicit form never runs";
   Tensor x = random_float({2, 32, 10, 10}, -1.5, 2.5, 580);
   Tensor w = random_weight({32, 32, 3, 3}, true, 581);
   Tensor b = random_float({32}, -1, 1, 582);
-  auto packed = cpu::pack_quantized_weight(w, cpu::QGemmPath::Amx);
-  Tensor gemm, implicit;
-  {
-    const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Gemm);
-    gemm = ops::quantized_conv2d_dynamic(x, *packed, b, {.padding = 1});
+  int ran = 0;
+  for (cpu::QGemmPath path : {cpu::QGemmPath::Amx, cpu::QGemmPath::Avx512Vnni, cpu::QGemmPath::AvxVnni}) {
+    if (!has_path(path)) continue;
+    auto packed = cpu::pack_quantized_weight(w, path);
+    Tensor gemm, implicit;
+    {
+      const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Gemm);
+      gemm = ops::quantized_conv2d_dynamic(x, *packed, b, {.padding = 1});
+    }
+    {
+      const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Implicit);
+      implicit = ops::quantized_conv2d_dynamic(x, *packed, b, {.padding = 1});
+    }
+    EXPECT_TRUE(implicit.is_contiguous()) << path_name(path);  // a float output stays NCHW
+    EXPECT_EQ(floats(gemm), floats(implicit)) << path_name(path);
+    ++ran;
   }
-  {
-    const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Implicit);
-    implicit = ops::quantized_conv2d_dynamic(x, *packed, b, {.padding = 1});
-  }
-  EXPECT_TRUE(implicit.is_contiguous());  // a float output stays NCHW
-  EXPECT_EQ(floats(gemm), floats(implicit));
+  if (ran == 0) GTEST_SKIP() << "this CPU has no VNNI or AMX path: the implicit form never runs";
 }
 
 // A convolution's channels-last output fed to the next convolution (as in
