@@ -42,6 +42,7 @@
 #include "nn/container.h"
 #include "nn/conv.h"
 #include "nn/conv1d.h"
+#include "nn/conv_padding.h"
 #include "nn/conv_transpose.h"
 #include "nn/dropout.h"
 #include "nn/embedding.h"

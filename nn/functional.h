@@ -34,6 +34,7 @@
 #include <optional>
 
 #include "autograd/ops.h"
+#include "nn/conv_padding.h"
 #include "tensor/conv.h"
 #include "tensor/pool.h"
 #include "tensor/random.h"
@@ -66,12 +67,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // which nn::Conv2d holds and passes as it is; the second form takes them
 // as torch's positional arguments. A braced pair alone after the bias could
 // be either (F::conv2d(x, w, b, {2, 1}) does not compile): write
-// Size2d(2, 1) or {.stride = {2, 1}}.
+// Size2d(2, 1) or {.stride = {2, 1}}. The positional padding may also be
+// kiln::kValid (0) or kiln::kSame (oh = H, ow = W; stride 1 only, Note
+// [Same padding] in nn/conv_padding.h).
 //   Tensor y = F::conv2d(x, w, b, {.stride = 2, .padding = 1});
 //   Tensor z = F::conv2d(x, w, b, /*stride=*/2, /*padding=*/1);   // the same
+//   Tensor s = F::conv2d(x, w, b, /*stride=*/1, kiln::kSame);
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p);
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Size2d stride = 1,
-              Size2d padding = 0, Size2d dilation = 1, int64_t groups = 1);
+              Conv2dPadding padding = 0, Size2d dilation = 1, int64_t groups = 1);
 // torch.nn.functional.conv_transpose2d, conv2d's adjoint (what a DCGAN's
 // generator upsamples with): x (N, C_in, H, W) or (C_in, H, W), weight
 // (C_in, C_out/groups, kh, kw), bias (C_out) or undefined ->

@@ -128,11 +128,12 @@ class InterpolateFuncOptions {
 
 // ---- convolution: the bias is one of the options, as LibTorch's ----
 
+// The padding may be kiln::kSame or kiln::kValid, as torch's padding='same'.
 class Conv2dFuncOptions {
  public:
   KILN_ARG(Tensor, bias);  // (OC) or undefined
   KILN_ARG(Size2d, stride) = 1;
-  KILN_ARG(Size2d, padding) = 0;
+  KILN_ARG(Conv2dPadding, padding) = 0;
   KILN_ARG(Size2d, dilation) = 1;
   KILN_ARG(int64_t, groups) = 1;
 };
@@ -142,7 +143,7 @@ class Conv1dFuncOptions {
  public:
   KILN_ARG(Tensor, bias);  // (OC) or undefined
   KILN_ARG(int64_t, stride) = 1;
-  KILN_ARG(int64_t, padding) = 0;
+  KILN_ARG(Conv1dPadding, padding) = 0;
   KILN_ARG(int64_t, dilation) = 1;
   KILN_ARG(int64_t, groups) = 1;
 };
