@@ -39,6 +39,7 @@
 // nn/: modules, layers, losses, initialisation and the functional ops.
 #include "nn/activation.h"
 #include "nn/attention.h"
+#include "nn/constants.h"
 #include "nn/container.h"
 #include "nn/conv.h"
 #include "nn/conv1d.h"

@@ -16,7 +16,8 @@
 // function of positional arguments gets an overload taking its builder.
 // Where LibTorch names one class for a loss's module and function
 // (CrossEntropyLossOptions is CrossEntropyFuncOptions), so does Kiln. The
-// modes are Kiln's enums (F::PadMode::Reflect for torch::kReflect).
+// modes are Kiln's enums (F::PadMode::Reflect), which LibTorch's constants
+// convert to (kiln::kReflect, nn/constants.h).
 #pragma once
 
 #include <cstdint>
