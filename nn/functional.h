@@ -45,6 +45,13 @@ namespace kiln::nn::functional {
 Tensor relu(const Tensor& x);
 // x where x > 0, negative_slope * x elsewhere.
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+// The same written into x and returning it, as torch's relu_ and
+// leaky_relu_ (what inplace=true runs); recorded when x requires grad, which
+// leaky_relu_ then allows only for negative_slope >= 0, whose sign of the
+// output is that of the input (Note [Recorded in-place ops] in
+// autograd/function.h).
+Tensor& relu_(Tensor& x);
+Tensor& leaky_relu_(Tensor& x, double negative_slope = 0.01);
 // torch's approximate='none' (the exact erf form) or 'tanh'.
 enum class GeluApproximation { None, Tanh };
 Tensor gelu(const Tensor& x, GeluApproximation approximate = GeluApproximation::None);
@@ -122,6 +129,9 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 // mask is drawn from `gen` (the default generator when null). Returns x
 // itself when !training or p == 0, zeros when p == 1. Requires 0 <= p <= 1.
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
+// The same written into x and returning it (torch's dropout(inplace=True));
+// recorded when x requires grad, as relu_ (Note [Recorded in-place ops]).
+Tensor& dropout_(Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
 
 // ---- embedding (nn/functional/embedding.cpp) ----
 // Rows of weight (num_embeddings, dim) picked by integer indices of any

@@ -24,6 +24,7 @@
 #include <optional>
 #include <vector>
 
+#include "nn/activation.h"
 #include "nn/functional.h"
 #include "nn/functional_composite.h"
 #include "nn/pooling.h"
@@ -213,10 +214,10 @@ Tensor instance_norm(const Tensor& x, const InstanceNormFuncOptions& options);
 
 // ---- activations, dropout, embedding ----
 
-class LeakyReLUFuncOptions {
- public:
-  KILN_ARG(double, negative_slope) = 0.01;
-};
+// inplace writes x and returns it (F::relu_, F::leaky_relu_).
+using ReLUFuncOptions = nn::ReLUOptions;
+using LeakyReLUFuncOptions = nn::LeakyReLUOptions;
+Tensor relu(const Tensor& x, const ReLUFuncOptions& options);
 Tensor leaky_relu(const Tensor& x, const LeakyReLUFuncOptions& options);
 
 class GELUFuncOptions {
@@ -238,6 +239,7 @@ class DropoutFuncOptions {
  public:
   KILN_ARG(double, p) = 0.5;
   KILN_ARG(bool, training) = true;
+  KILN_ARG(bool, inplace) = false;            // write x and return it (F::dropout_)
   KILN_ARG(Generator*, generator) = nullptr;  // the default generator when null
 };
 Tensor dropout(const Tensor& x, const DropoutFuncOptions& options);
