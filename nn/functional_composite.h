@@ -175,6 +175,10 @@ struct InterpolateOptions {
   // as if the computed size had been given; false or not given (torch's
   // default) with 1 / scale_factor itself.
   std::optional<bool> recompute_scale_factor{};
+  // Bilinear and bicubic only: filter as Pillow does, the filter stretched by
+  // the downscale factor (Note [Antialiased interpolation] in
+  // nn/functional/interpolate.cpp), as torch's antialias=True.
+  bool antialias = false;
 };
 
 // torch.nn.functional.interpolate on x (N, C, d1, ...) with 1, 2 or 3
@@ -204,6 +208,7 @@ struct InterpolateOptions {
 //   Tensor y = F::interpolate(x, {.size = {8, 12}, .mode = F::InterpolateMode::Bilinear, .align_corners = true});
 //   Tensor z = F::interpolate(x, {.scale_factor = {1.5}});   // nearest, each spatial dim * 1.5
 //   Tensor a = F::interpolate(x, {.size = {7, 7}, .mode = F::InterpolateMode::Area});   // as adaptive_avg_pool2d
+//   Tensor t = F::interpolate(x, {.size = {32, 32}, .mode = F::InterpolateMode::Bilinear, .antialias = true});
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
 
 // ---- recurrent cells (nn/functional/recurrent.cpp) ----

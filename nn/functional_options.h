@@ -119,13 +119,15 @@ class InterpolateFuncOptions {
             .scale_factor = scale_factor_,
             .mode = mode_,
             .align_corners = align_corners_,
-            .recompute_scale_factor = recompute_scale_factor_};
+            .recompute_scale_factor = recompute_scale_factor_,
+            .antialias = antialias_};
   }
   KILN_ARG(std::vector<int64_t>, size);
   KILN_ARG(std::vector<double>, scale_factor);
   KILN_ARG(InterpolateMode, mode) = InterpolateMode::Nearest;
   KILN_ARG(std::optional<bool>, align_corners);
   KILN_ARG(std::optional<bool>, recompute_scale_factor);
+  KILN_ARG(bool, antialias) = false;  // bilinear and bicubic only
 };
 
 // ---- convolution: the bias is one of the options, as LibTorch's ----
