@@ -12,7 +12,10 @@ namespace kiln::nn {
 namespace {
 
 // What the convolution itself pads on each side: the before sides (Note
-// [Same padding] in nn/conv_padding.h).
+// [Same padding] in nn/conv_padding.h). For an uneven 'same' the params
+// alone are not the layer: code that rebuilds a convolution from them
+// (quant's fuse and convert) loses the extra element after, as it loses a
+// padding_mode.
 Size2d before_sides(const Conv2dPadding& padding, Size2d kernel_size, Size2d dilation) {
   const auto [h, w] = conv_padding_sides(padding, kernel_size, dilation);
   return {h.before, w.before};
