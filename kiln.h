@@ -67,6 +67,7 @@
 #include "nn/recurrent.h"
 #include "nn/rnn_cell.h"
 #include "nn/upsampling.h"
+#include "nn/utils/rnn.h"
 
 // optim/: optimizers, learning-rate schedules, gradient clipping, checkpoints.
 #include "optim/adam.h"
