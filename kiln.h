@@ -39,9 +39,11 @@
 // nn/: modules, layers, losses, initialisation and the functional ops.
 #include "nn/activation.h"
 #include "nn/attention.h"
+#include "nn/constants.h"
 #include "nn/container.h"
 #include "nn/conv.h"
 #include "nn/conv1d.h"
+#include "nn/conv_padding.h"
 #include "nn/conv_transpose.h"
 #include "nn/dropout.h"
 #include "nn/embedding.h"
@@ -65,6 +67,7 @@
 #include "nn/recurrent.h"
 #include "nn/rnn_cell.h"
 #include "nn/upsampling.h"
+#include "nn/utils/rnn.h"
 
 // optim/: optimizers, learning-rate schedules, gradient clipping, checkpoints.
 #include "optim/adam.h"

@@ -79,6 +79,18 @@ bool needs_grad(const TensorList& inputs) {
   return false;
 }
 
+bool records_inplace(std::string_view op, const Tensor& x) {
+  if (!GradMode::is_enabled() || !x.requires_grad()) return false;
+  const AutogradMetaImpl* meta = meta_of(x);
+  KILN_CHECK(meta->grad_fn, op,
+             ": a leaf tensor that requires grad is being used in an in-place operation; use the out-of-place op, "
+             "or run it under NoGradGuard");
+  KILN_CHECK(!meta->view_group || !meta->view_group->has_other_than(x.impl()), op,
+             ": in-place operation on a tensor that requires grad and shares its memory with another through a view; "
+             "autograd cannot record it (Note [Recorded in-place ops]). Use the out-of-place op");
+  return true;
+}
+
 std::shared_ptr<Node> record(std::string_view op, const TensorList& inputs, const TensorList& outputs,
                              BackwardFn backward) {
   auto node = std::make_shared<LambdaNode>(backward_name(op), std::move(backward));

@@ -63,6 +63,36 @@ std::shared_ptr<Node> record(std::string_view op, const TensorList& inputs, cons
 std::shared_ptr<Node> record_with_outputs(std::string_view op, const TensorList& inputs, const TensorList& outputs,
                                           BackwardWithOutputsFn backward);
 
+// Note [Recorded in-place ops]
+// Most in-place ops refuse a tensor that requires grad (autograd/ops/inplace.cpp).
+// The activations LibTorch offers with inplace=true (relu_, F::leaky_relu_,
+// F::dropout_) are recorded instead, as torch records them: after the
+// write, a node whose input is x's history before the write (its old
+// grad_fn) becomes x's grad_fn, so x's handle, and every copy of it, now
+// stands for the written values. Their backward needs only the output
+// (relu's and leaky_relu's mask is out > 0) or a mask of their own, never
+// the overwritten input, and the output is saved with the version after the
+// write: a later write to x makes that backward throw, and a node that saved
+// x before (sigmoid saves its output) throws the same way, through the
+// version counter (Note [Version counter] in tensor/tensor.h). Two cases
+// are refused, naming the op:
+// - a leaf that requires grad: its .grad() would belong to values that are
+//   gone (torch refuses it too);
+// - a tensor that shares its memory, through recorded views, with another
+//   tensor still alive: its base, a view of it, or a sibling view (each
+//   tensor's metadata holds its ViewGroup, autograd/variable.h). Kiln's
+//   views record a node from the base to the view and nothing more, so a
+//   write through one could not reach the other's history (torch rebases
+//   the base with CopySlices and regenerates the views' grad_fn). A view
+//   whose base is gone is fine: conv1d's output is a squeeze of a
+//   temporary. The out-of-place op is always right there.
+// With grad mode off, or on a tensor that does not require grad, they are
+// plain writes.
+//
+// Whether the in-place `op` about to write x is to be recorded: grad mode
+// is on and x requires grad. Throws for the refused cases above.
+bool records_inplace(std::string_view op, const Tensor& x);
+
 // Runs `forward`, a tensor-layer (ops::) call, with grad mode off, and
 // returns its result. ops:: functions make views and copies of their inputs
 // internally; with grad mode on, each would be recorded as a node that the

@@ -143,7 +143,8 @@ using ops::ne;
 using ops::one_hot;
 
 // ---- in place: no gradient, and refused on tensors that require grad
-// while grad mode is on (autograd/ops/inplace.cpp) ----
+// while grad mode is on (autograd/ops/inplace.cpp); relu_ alone is recorded
+// (Note [Recorded in-place ops] in autograd/function.h) ----
 Tensor& add_(Tensor& x, const Tensor& b, Scalar alpha = 1);
 Tensor& add_(Tensor& x, Scalar b);
 Tensor& sub_(Tensor& x, const Tensor& b, Scalar alpha = 1);

@@ -42,6 +42,36 @@ Edge gradient_edge(const Tensor& t) {
   return {accumulator, 0};
 }
 
+void ViewGroup::add(const std::shared_ptr<TensorImpl>& member) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::erase_if(members_, [](const std::weak_ptr<TensorImpl>& m) { return m.expired(); });
+  members_.push_back(member);
+}
+
+bool ViewGroup::has_other_than(const TensorImpl* t) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::any_of(members_.begin(), members_.end(), [t](const std::weak_ptr<TensorImpl>& m) {
+    std::shared_ptr<TensorImpl> alive = m.lock();
+    return alive && alive.get() != t;
+  });
+}
+
+namespace {
+
+// Puts `view` in the view group of `base`, made on base's first view.
+void join_view_group(const Tensor& base, const Tensor& view) {
+  AutogradMetaImpl& base_meta = ensure_meta(base);
+  if (!base_meta.view_group) {
+    base_meta.view_group = std::make_shared<ViewGroup>();
+    base_meta.view_group->add(base.impl_ptr());
+  }
+  if (view.impl() == base.impl()) return;
+  ensure_meta(view).view_group = base_meta.view_group;
+  base_meta.view_group->add(view.impl_ptr());
+}
+
+}  // namespace
+
 // Note [Gradient accumulation]
 // The first gradient that reaches a leaf becomes its .grad(). It is stolen
 // when nothing else can see it (a fresh contiguous tensor no one else
@@ -200,6 +230,7 @@ class AutogradHooksImpl : public AutogradHooks {
   void record_view(std::string_view op, const Tensor& base, const Tensor& view, ViewReplay replay,
                    ViewKind kind) const override {
     if (!GradMode::is_enabled() || !requires_grad(base)) return;
+    join_view_group(base, view);
     TensorGeometry geometry = TensorGeometry::of(base);
     if (kind == ViewKind::Expand) {
       record(op, {base}, {view},

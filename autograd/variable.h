@@ -11,6 +11,21 @@
 
 namespace kiln::autograd {
 
+// A base and the views recorded of it and of them, which share its memory:
+// one object held by each member's metadata. A member's entry expires with
+// it, and expired entries are dropped as members are added, so a parameter
+// viewed every step keeps a list as long as its live views.
+class ViewGroup {
+ public:
+  void add(const std::shared_ptr<TensorImpl>& member);
+  // Whether a member other than t is still alive.
+  bool has_other_than(const TensorImpl* t) const;
+
+ private:
+  mutable std::mutex mutex_;  // views of one tensor may be taken on several threads
+  std::vector<std::weak_ptr<TensorImpl>> members_;
+};
+
 // Per-tensor autograd state. A leaf has no grad_fn; a tensor recorded by an
 // op has grad_fn and output_nr (Note [The backward graph]).
 struct AutogradMetaImpl : AutogradMeta {
@@ -19,6 +34,9 @@ struct AutogradMetaImpl : AutogradMeta {
   Tensor grad;
   std::shared_ptr<Node> grad_fn;
   uint32_t output_nr = 0;
+  // The tensors this one shares memory with through recorded views, when
+  // there were any (Note [Recorded in-place ops] in autograd/function.h).
+  std::shared_ptr<ViewGroup> view_group;
   // Made on first use and held weakly: the graph owns it, so a leaf that is
   // never used in an op costs nothing.
   std::weak_ptr<Node> grad_accumulator;

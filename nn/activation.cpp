@@ -6,10 +6,24 @@
 
 namespace kiln::nn {
 
-Tensor ReLU::forward(const Tensor& input) { return functional::relu(input); }
+// In place, the result is the input's handle: a copy of it, since forward
+// takes a const reference, names the same tensor, whose history the write
+// replaces for every holder (Note [Recorded in-place ops]).
+Tensor ReLU::forward(const Tensor& input) {
+  if (!inplace) return functional::relu(input);
+  Tensor x = input;
+  return functional::relu_(x);
+}
+std::string ReLU::extra_repr() const { return inplace ? "inplace=True" : ""; }
 
-Tensor LeakyReLU::forward(const Tensor& input) { return functional::leaky_relu(input, negative_slope); }
-std::string LeakyReLU::extra_repr() const { return "negative_slope=" + repr::floating(negative_slope); }
+Tensor LeakyReLU::forward(const Tensor& input) {
+  if (!inplace) return functional::leaky_relu(input, negative_slope);
+  Tensor x = input;
+  return functional::leaky_relu_(x, negative_slope);
+}
+std::string LeakyReLU::extra_repr() const {
+  return "negative_slope=" + repr::floating(negative_slope) + (inplace ? ", inplace=True" : "");
+}
 
 Tensor GELU::forward(const Tensor& input) { return functional::gelu(input, approximate); }
 std::string GELU::extra_repr() const {

@@ -9,15 +9,35 @@
 
 namespace kiln::nn {
 
-Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2d kernel_size, Size2d stride, Size2d padding,
+namespace {
+
+// What the convolution itself pads on each side: the before sides (Note
+// [Same padding] in nn/conv_padding.h). For an uneven 'same' the params
+// alone are not the layer: code that rebuilds a convolution from them
+// (quant's fuse and convert) loses the extra element after, as it loses a
+// padding_mode.
+Size2d before_sides(const Conv2dPadding& padding, Size2d kernel_size, Size2d dilation) {
+  const auto [h, w] = conv_padding_sides(padding, kernel_size, dilation);
+  return {h.before, w.before};
+}
+
+}  // namespace
+
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2d kernel_size, Size2d stride, Conv2dPadding padding,
                Size2d dilation, int64_t groups, bool bias, PaddingMode padding_mode)
     : in_channels(in_channels),
       out_channels(out_channels),
       kernel_size(kernel_size),
-      params{.stride = stride, .padding = padding, .dilation = dilation, .groups = groups},
+      padding(padding),
+      params{.stride = stride,
+             .padding = before_sides(padding, kernel_size, dilation),
+             .dilation = dilation,
+             .groups = groups},
       padding_mode(padding_mode) {
   check_conv_channels("Conv2d", in_channels, out_channels, groups);
   check_conv_sizes("Conv2d", kernel_size, params);
+  KILN_CHECK(padding.kind() != ConvPaddingKind::Same || stride == Size2d(1),
+             "Conv2d: padding='same' is not supported for strided convolutions, got stride ", repr::pair(stride));
   weight = register_parameter("weight", empty({out_channels, in_channels / groups, kernel_size.h, kernel_size.w}));
   this->bias = register_parameter("bias", bias ? empty({out_channels}) : Tensor());
   reset_parameters();
@@ -28,21 +48,25 @@ void Conv2d::reset_parameters() {
 }
 
 Tensor Conv2d::forward(const Tensor& input) {
-  if (padding_mode == PaddingMode::Zeros) return functional::conv2d(input, weight, bias, params);
+  if (padding_mode == PaddingMode::Zeros) {
+    if (padding.kind() != ConvPaddingKind::Same) return functional::conv2d(input, weight, bias, params);
+    // F::conv2d pads same's extra after sides (Note [Same padding]).
+    return functional::conv2d(input, weight, bias, params.stride, padding, params.dilation, params.groups);
+  }
   KILN_CHECK(input.dim() == 3 || input.dim() == 4, "Conv2d: expected input of shape (N, C, H, W) or (C, H, W), got ",
              input.dim(), "D input of shape ", input.shape());
   // F::pad's order: the last dim (W) first; the convolution itself then pads nothing.
-  const Size2d pad = params.padding;
+  const auto [h, w] = conv_padding_sides(padding, kernel_size, params.dilation);
   Conv2dParams unpadded = params;
   unpadded.padding = Size2d(0, 0);
-  Tensor padded = pad_for_conv(input, {pad.w, pad.w, pad.h, pad.h}, padding_mode);
+  Tensor padded = pad_for_conv(input, {w.before, w.after, h.before, h.after}, padding_mode);
   return functional::conv2d(padded, weight, bias, unpadded);
 }
 
 std::string Conv2d::extra_repr() const {
   std::string s = std::to_string(in_channels) + ", " + std::to_string(out_channels) +
                   ", kernel_size=" + repr::pair(kernel_size) + ", stride=" + repr::pair(params.stride);
-  if (params.padding != Size2d(0)) s += ", padding=" + repr::pair(params.padding);
+  if (padding != Conv2dPadding(0)) s += ", padding=" + conv_padding_text(padding, repr::pair);
   if (params.dilation != Size2d(1)) s += ", dilation=" + repr::pair(params.dilation);
   if (params.groups != 1) s += ", groups=" + std::to_string(params.groups);
   if (!bias.defined()) s += ", bias=False";

@@ -9,7 +9,7 @@
 
 namespace kiln::nn {
 
-Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride, int64_t padding,
+Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride, Conv1dPadding padding,
                int64_t dilation, int64_t groups, bool bias, PaddingMode padding_mode)
     : in_channels(in_channels),
       out_channels(out_channels),
@@ -23,7 +23,11 @@ Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, i
   KILN_CHECK(kernel_size > 0 && stride > 0 && dilation > 0,
              "Conv1d: kernel_size, stride and dilation must be positive, got ", kernel_size, ", ", stride, " and ",
              dilation);
-  KILN_CHECK(padding >= 0, "Conv1d: padding must be >= 0, got ", padding);
+  if (padding.kind() == ConvPaddingKind::Same) {
+    KILN_CHECK(stride == 1, "Conv1d: padding='same' is not supported for strided convolutions, got stride ", stride);
+  } else {
+    KILN_CHECK(padding.size() >= 0, "Conv1d: padding must be >= 0, got ", padding.size());
+  }
   weight = register_parameter("weight", empty({out_channels, in_channels / groups, kernel_size}));
   this->bias = register_parameter("bias", bias ? empty({out_channels}) : Tensor());
   reset_parameters();
@@ -38,17 +42,19 @@ Tensor Conv1d::forward(const Tensor& input) {
              input.dim(), "D input of shape ", input.shape());
   KILN_CHECK(input.size(-2) == in_channels, "Conv1d: expected ", in_channels, " input channels, got input of shape ",
              input.shape());
+  // F::conv1d pads same's extra after side itself (Note [Same padding] in nn/conv_padding.h).
   if (padding_mode == PaddingMode::Zeros)
     return functional::conv1d(input, weight, bias, stride, padding, dilation, groups);
-  return functional::conv1d(pad_for_conv(input, {padding, padding}, padding_mode), weight, bias, stride, 0, dilation,
-                            groups);
+  const PadSides sides = conv_padding_sides(padding, kernel_size, dilation);
+  return functional::conv1d(pad_for_conv(input, {sides.before, sides.after}, padding_mode), weight, bias, stride, 0,
+                            dilation, groups);
 }
 
 std::string Conv1d::extra_repr() const {
   auto one = [](int64_t v) { return "(" + std::to_string(v) + ",)"; };
   std::string s = std::to_string(in_channels) + ", " + std::to_string(out_channels) +
                   ", kernel_size=" + one(kernel_size) + ", stride=" + one(stride);
-  if (padding != 0) s += ", padding=" + one(padding);
+  if (padding != Conv1dPadding(0)) s += ", padding=" + conv_padding_text(padding, one);
   if (dilation != 1) s += ", dilation=" + one(dilation);
   if (groups != 1) s += ", groups=" + std::to_string(groups);
   if (!bias.defined()) s += ", bias=False";

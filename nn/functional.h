@@ -34,6 +34,7 @@
 #include <optional>
 
 #include "autograd/ops.h"
+#include "nn/conv_padding.h"
 #include "tensor/conv.h"
 #include "tensor/pool.h"
 #include "tensor/random.h"
@@ -44,6 +45,13 @@ namespace kiln::nn::functional {
 Tensor relu(const Tensor& x);
 // x where x > 0, negative_slope * x elsewhere.
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+// The same written into x and returning it, as torch's relu_ and
+// leaky_relu_ (what inplace=true runs); recorded when x requires grad, which
+// leaky_relu_ then allows only for negative_slope >= 0, whose sign of the
+// output is that of the input (Note [Recorded in-place ops] in
+// autograd/function.h).
+Tensor& relu_(Tensor& x);
+Tensor& leaky_relu_(Tensor& x, double negative_slope = 0.01);
 // torch's approximate='none' (the exact erf form) or 'tanh'.
 enum class GeluApproximation { None, Tanh };
 Tensor gelu(const Tensor& x, GeluApproximation approximate = GeluApproximation::None);
@@ -66,12 +74,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // which nn::Conv2d holds and passes as it is; the second form takes them
 // as torch's positional arguments. A braced pair alone after the bias could
 // be either (F::conv2d(x, w, b, {2, 1}) does not compile): write
-// Size2d(2, 1) or {.stride = {2, 1}}.
+// Size2d(2, 1) or {.stride = {2, 1}}. The positional padding may also be
+// kiln::kValid (0) or kiln::kSame (oh = H, ow = W; stride 1 only, Note
+// [Same padding] in nn/conv_padding.h).
 //   Tensor y = F::conv2d(x, w, b, {.stride = 2, .padding = 1});
 //   Tensor z = F::conv2d(x, w, b, /*stride=*/2, /*padding=*/1);   // the same
+//   Tensor s = F::conv2d(x, w, b, /*stride=*/1, kiln::kSame);
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p);
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Size2d stride = 1,
-              Size2d padding = 0, Size2d dilation = 1, int64_t groups = 1);
+              Conv2dPadding padding = 0, Size2d dilation = 1, int64_t groups = 1);
 // torch.nn.functional.conv_transpose2d, conv2d's adjoint (what a DCGAN's
 // generator upsamples with): x (N, C_in, H, W) or (C_in, H, W), weight
 // (C_in, C_out/groups, kh, kw), bias (C_out) or undefined ->
@@ -118,6 +129,9 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 // mask is drawn from `gen` (the default generator when null). Returns x
 // itself when !training or p == 0, zeros when p == 1. Requires 0 <= p <= 1.
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
+// The same written into x and returning it (torch's dropout(inplace=True));
+// recorded when x requires grad, as relu_ (Note [Recorded in-place ops]).
+Tensor& dropout_(Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
 
 // ---- embedding (nn/functional/embedding.cpp) ----
 // Rows of weight (num_embeddings, dim) picked by integer indices of any

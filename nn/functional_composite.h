@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "autograd/ops.h"
+#include "nn/conv_padding.h"
 #include "tensor/random.h"
 
 namespace kiln::nn::functional {
@@ -81,10 +82,13 @@ Tensor instance_norm(const Tensor& x, const Tensor& running_mean = Tensor(), con
 // ---- 1-d convolution (nn/functional/conv1d.cpp) ----
 // torch.nn.functional.conv1d: x (N, C, L) or (C, L), weight (OC, C/groups, k),
 // bias (OC) or undefined -> (N, OC, ol), with
-// ol = (L + 2*padding - dilation*(k-1) - 1) / stride + 1.
+// ol = (L + 2*padding - dilation*(k-1) - 1) / stride + 1; padding may be
+// kiln::kValid (0) or kiln::kSame (ol = L, stride 1 only; Note [Same
+// padding] in nn/conv_padding.h).
 //   Tensor y = F::conv1d(x, w, b, /*stride=*/2, /*padding=*/1);
+//   Tensor z = F::conv1d(x, w, b, /*stride=*/1, kiln::kSame);
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
-              int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
+              Conv1dPadding padding = 0, int64_t dilation = 1, int64_t groups = 1);
 
 // ---- pixel shuffle (nn/functional/pixel_shuffle.cpp) ----
 // torch.nn.functional.pixel_shuffle: (*, C*r*r, H, W) -> (*, C, H*r, W*r),
@@ -171,6 +175,10 @@ struct InterpolateOptions {
   // as if the computed size had been given; false or not given (torch's
   // default) with 1 / scale_factor itself.
   std::optional<bool> recompute_scale_factor{};
+  // Bilinear and bicubic only: filter as Pillow does, the filter stretched by
+  // the downscale factor (Note [Antialiased interpolation] in
+  // nn/functional/interpolate.cpp), as torch's antialias=True.
+  bool antialias = false;
 };
 
 // torch.nn.functional.interpolate on x (N, C, d1, ...) with 1, 2 or 3
@@ -200,6 +208,7 @@ struct InterpolateOptions {
 //   Tensor y = F::interpolate(x, {.size = {8, 12}, .mode = F::InterpolateMode::Bilinear, .align_corners = true});
 //   Tensor z = F::interpolate(x, {.scale_factor = {1.5}});   // nearest, each spatial dim * 1.5
 //   Tensor a = F::interpolate(x, {.size = {7, 7}, .mode = F::InterpolateMode::Area});   // as adaptive_avg_pool2d
+//   Tensor t = F::interpolate(x, {.size = {32, 32}, .mode = F::InterpolateMode::Bilinear, .antialias = true});
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
 
 // ---- recurrent cells (nn/functional/recurrent.cpp) ----

@@ -16,13 +16,15 @@
 // function of positional arguments gets an overload taking its builder.
 // Where LibTorch names one class for a loss's module and function
 // (CrossEntropyLossOptions is CrossEntropyFuncOptions), so does Kiln. The
-// modes are Kiln's enums (F::PadMode::Reflect for torch::kReflect).
+// modes are Kiln's enums (F::PadMode::Reflect), which LibTorch's constants
+// convert to (kiln::kReflect, nn/constants.h).
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <vector>
 
+#include "nn/activation.h"
 #include "nn/functional.h"
 #include "nn/functional_composite.h"
 #include "nn/pooling.h"
@@ -117,22 +119,25 @@ class InterpolateFuncOptions {
             .scale_factor = scale_factor_,
             .mode = mode_,
             .align_corners = align_corners_,
-            .recompute_scale_factor = recompute_scale_factor_};
+            .recompute_scale_factor = recompute_scale_factor_,
+            .antialias = antialias_};
   }
   KILN_ARG(std::vector<int64_t>, size);
   KILN_ARG(std::vector<double>, scale_factor);
   KILN_ARG(InterpolateMode, mode) = InterpolateMode::Nearest;
   KILN_ARG(std::optional<bool>, align_corners);
   KILN_ARG(std::optional<bool>, recompute_scale_factor);
+  KILN_ARG(bool, antialias) = false;  // bilinear and bicubic only
 };
 
 // ---- convolution: the bias is one of the options, as LibTorch's ----
 
+// The padding may be kiln::kSame or kiln::kValid, as torch's padding='same'.
 class Conv2dFuncOptions {
  public:
   KILN_ARG(Tensor, bias);  // (OC) or undefined
   KILN_ARG(Size2d, stride) = 1;
-  KILN_ARG(Size2d, padding) = 0;
+  KILN_ARG(Conv2dPadding, padding) = 0;
   KILN_ARG(Size2d, dilation) = 1;
   KILN_ARG(int64_t, groups) = 1;
 };
@@ -142,7 +147,7 @@ class Conv1dFuncOptions {
  public:
   KILN_ARG(Tensor, bias);  // (OC) or undefined
   KILN_ARG(int64_t, stride) = 1;
-  KILN_ARG(int64_t, padding) = 0;
+  KILN_ARG(Conv1dPadding, padding) = 0;
   KILN_ARG(int64_t, dilation) = 1;
   KILN_ARG(int64_t, groups) = 1;
 };
@@ -211,10 +216,10 @@ Tensor instance_norm(const Tensor& x, const InstanceNormFuncOptions& options);
 
 // ---- activations, dropout, embedding ----
 
-class LeakyReLUFuncOptions {
- public:
-  KILN_ARG(double, negative_slope) = 0.01;
-};
+// inplace writes x and returns it (F::relu_, F::leaky_relu_).
+using ReLUFuncOptions = nn::ReLUOptions;
+using LeakyReLUFuncOptions = nn::LeakyReLUOptions;
+Tensor relu(const Tensor& x, const ReLUFuncOptions& options);
 Tensor leaky_relu(const Tensor& x, const LeakyReLUFuncOptions& options);
 
 class GELUFuncOptions {
@@ -236,6 +241,7 @@ class DropoutFuncOptions {
  public:
   KILN_ARG(double, p) = 0.5;
   KILN_ARG(bool, training) = true;
+  KILN_ARG(bool, inplace) = false;            // write x and return it (F::dropout_)
   KILN_ARG(Generator*, generator) = nullptr;  // the default generator when null
 };
 Tensor dropout(const Tensor& x, const DropoutFuncOptions& options);

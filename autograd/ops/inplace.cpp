@@ -1,6 +1,8 @@
 // In-place ops: the tensor layer's, after checking that autograd is not
 // being bypassed (Note [Autograd hooks]: check_inplace). Kiln does not
-// record in-place ops; a parameter update belongs under NoGradGuard.
+// record these; a parameter update belongs under NoGradGuard. relu_ is the
+// exception, recorded beside relu in unary.cpp (Note [Recorded in-place
+// ops] in autograd/function.h).
 #include "autograd/ops.h"
 #include "tensor/autograd_hooks.h"
 
@@ -30,7 +32,6 @@ Tensor& abs_(Tensor& x) { return check("abs_", x), ops::abs_(x); }
 Tensor& exp_(Tensor& x) { return check("exp_", x), ops::exp_(x); }
 Tensor& log_(Tensor& x) { return check("log_", x), ops::log_(x); }
 Tensor& sqrt_(Tensor& x) { return check("sqrt_", x), ops::sqrt_(x); }
-Tensor& relu_(Tensor& x) { return check("relu_", x), ops::relu_(x); }
 Tensor& sigmoid_(Tensor& x) { return check("sigmoid_", x), ops::sigmoid_(x); }
 Tensor& tanh_(Tensor& x) { return check("tanh_", x), ops::tanh_(x); }
 Tensor& clamp_(Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {

@@ -14,6 +14,7 @@ namespace kiln {
 
 using autograd::record;
 using autograd::record_with_outputs;
+using autograd::records_inplace;
 using autograd::SavedTensor;
 using autograd::TensorList;
 using autograd::untracked;
@@ -126,20 +127,33 @@ Tensor rsqrt(const Tensor& x) {
   return out;
 }
 
+namespace {
+
+// relu's and relu_'s backward, from the output: the mask comes from the
+// output, which the next layer keeps alive anyway (and which is all relu_
+// leaves); where() rather than a product so that the gradient at x <= 0 is
+// 0 even when the incoming gradient is inf or NaN, as torch.
+// Outside create_graph one fused kernel does (ops::relu_backward).
+TensorList relu_backward_from_output(const TensorList& g, const TensorList& outs) {
+  if (!GradMode::is_enabled()) return {ops::relu_backward(g[0], outs[0])};
+  Tensor positive = untracked([&] { return ops::gt(outs[0], 0); });
+  return {where(positive, g[0], 0.0)};
+}
+
+}  // namespace
+
 Tensor relu(const Tensor& x) {
   Tensor out = untracked([&] { return ops::relu(x); });
-  if (autograd::needs_grad({x})) {
-    // The mask comes from the output, which the next layer keeps alive
-    // anyway; where() rather than a product so that the gradient at x <= 0 is
-    // 0 even when the incoming gradient is inf or NaN, as torch.
-    // Outside create_graph one fused kernel does (ops::relu_backward).
-    record_with_outputs("relu", {x}, {out}, [](const TensorList& g, const TensorList& outs) -> TensorList {
-      if (!GradMode::is_enabled()) return {ops::relu_backward(g[0], outs[0])};
-      Tensor positive = untracked([&] { return ops::gt(outs[0], 0); });
-      return {where(positive, g[0], 0.0)};
-    });
-  }
+  if (autograd::needs_grad({x})) record_with_outputs("relu", {x}, {out}, relu_backward_from_output);
   return out;
+}
+
+// Recorded when x requires grad (Note [Recorded in-place ops] in autograd/function.h).
+Tensor& relu_(Tensor& x) {
+  const bool record = records_inplace("relu_", x);
+  ops::relu_(x);
+  if (record) record_with_outputs("relu_", {x}, {x}, relu_backward_from_output);
+  return x;
 }
 
 Tensor sigmoid(const Tensor& x) {

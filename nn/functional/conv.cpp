@@ -7,6 +7,7 @@
 #include "autograd/function.h"
 #include "autograd/engine.h"
 #include "nn/functional.h"
+#include "nn/functional_composite.h"
 
 namespace kiln::nn::functional {
 
@@ -88,9 +89,21 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   return out;
 }
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding, Size2d dilation,
-              int64_t groups) {
-  return conv2d(x, weight, bias, {.stride = stride, .padding = padding, .dilation = dilation, .groups = groups});
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride, Conv2dPadding padding,
+              Size2d dilation, int64_t groups) {
+  if (padding.kind() != ConvPaddingKind::Same)
+    return conv2d(x, weight, bias,
+                  {.stride = stride, .padding = padding.size(), .dilation = dilation, .groups = groups});
+  KILN_CHECK(x.defined() && weight.defined(), "conv2d: x or weight is undefined");
+  KILN_CHECK(weight.dim() == 4, "conv2d: expected a 4-d weight (OC, C/groups, kh, kw), got shape ", weight.shape());
+  KILN_CHECK(stride == Size2d(1), "conv2d: padding='same' is not supported for strided convolutions, got stride (",
+             stride.h, ", ", stride.w, ")");
+  // The convolution pads the before sides; an uneven total pads the one
+  // more after them first, with zeros (Note [Same padding] in nn/conv_padding.h).
+  const auto [h, w] = conv_padding_sides(padding, {weight.size(2), weight.size(3)}, dilation);
+  const Conv2dParams p{.stride = stride, .padding = {h.before, w.before}, .dilation = dilation, .groups = groups};
+  if (h.after == h.before && w.after == w.before) return conv2d(x, weight, bias, p);
+  return conv2d(functional::pad(x, {0, w.after - w.before, 0, h.after - h.before}), weight, bias, p);
 }
 
 // conv_transpose2d(x, w) is the adjoint of x -> conv2d(x, w): the gradient

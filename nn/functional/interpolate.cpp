@@ -141,9 +141,74 @@ SourceTaps cubic_taps(int64_t in, int64_t out, bool align_corners, std::optional
   return taps;
 }
 
+// Note [Antialiased interpolation]
+// With antialias, bilinear and bicubic resample as Pillow does (torch's
+// _upsample_bilinear2d_aa and _bicubic2d_aa, _compute_weights_aa): output o
+// is a weighted sum over the input window around centre c = scale * (o +
+// 0.5), with the filter (the triangle, or the Keys cubic with A = -0.5 as
+// Pillow's) stretched by the downscale factor, so that every input pixel
+// under the output pixel contributes and none is skipped (what aliases a
+// plain bilinear downscale). The filter's support is 1 (triangle) or 2
+// (cubic) input pixels, times scale when scale > 1; the window is
+// [max(c - support + 0.5, 0), min(c + support + 0.5, n)) truncated, its
+// weights filter((i - c + 0.5) / max(scale, 1)) divided by their sum, so
+// the window edges and the image border need no clamping. When upsampling
+// the filter keeps its width (scale < 1). Each tap k of an output is the
+// k-th pixel of its window, and outputs with a shorter window get weight 0
+// for the taps past its end (reading their window's first pixel), so a dim
+// is a sum of as many gathers as the widest window has pixels, about
+// 2 * support + 1.
+template <class T>
+T antialias_filter(InterpolateMode mode, T x) {
+  x = std::abs(x);
+  if (mode == InterpolateMode::Bilinear) return x < T(1) ? T(1) - x : T(0);
+  const T a = T(-0.5);
+  if (x < T(1)) return ((a + T(2)) * x - (a + T(3))) * x * x + T(1);
+  if (x < T(2)) return ((a * x - T(5) * a) * x + T(8) * a) * x - T(4) * a;
+  return T(0);
+}
+
+template <class T>
+SourceTaps antialias_taps(InterpolateMode mode, int64_t in, int64_t out, bool align_corners,
+                          std::optional<double> scale_factor) {
+  const T scale = scale_of<T>(in, out, align_corners, scale_factor);
+  const T half_width = mode == InterpolateMode::Bilinear ? T(1) : T(2);
+  const T support = scale >= T(1) ? half_width * scale : half_width;
+  const T invscale = scale >= T(1) ? T(1) / scale : T(1);
+  std::vector<int64_t> first(static_cast<size_t>(out)), count(static_cast<size_t>(out));
+  std::vector<std::vector<T>> window(static_cast<size_t>(out));
+  size_t widest = 1;
+  for (int64_t o = 0; o < out; ++o) {
+    const size_t k = static_cast<size_t>(o);
+    const T center = scale * (static_cast<T>(o) + T(0.5));
+    first[k] = std::max(static_cast<int64_t>(center - support + T(0.5)), int64_t{0});
+    count[k] = std::min(static_cast<int64_t>(center + support + T(0.5)), in) - first[k];
+    T total = T(0);
+    for (int64_t j = 0; j < count[k]; ++j) {
+      const T w = antialias_filter<T>(mode, (static_cast<T>(j + first[k]) - center + T(0.5)) * invscale);
+      window[k].push_back(w);
+      total += w;
+    }
+    if (total != T(0))
+      for (T& w : window[k]) w /= total;
+    widest = std::max(widest, window[k].size());
+  }
+  SourceTaps taps{std::vector<std::vector<int64_t>>(widest, std::vector<int64_t>(static_cast<size_t>(out))),
+                  std::vector<std::vector<double>>(widest, std::vector<double>(static_cast<size_t>(out)))};
+  for (size_t k = 0; k < static_cast<size_t>(out); ++k) {
+    for (size_t j = 0; j < widest; ++j) {
+      const bool inside = j < window[k].size();
+      taps.index[j][k] = inside ? first[k] + static_cast<int64_t>(j) : std::min(first[k], in - 1);
+      taps.weight[j][k] = inside ? static_cast<double>(window[k][j]) : 0.0;
+    }
+  }
+  return taps;
+}
+
 template <class T>
 SourceTaps source_taps(InterpolateMode mode, int64_t in, int64_t out, bool align_corners,
-                       std::optional<double> scale_factor) {
+                       std::optional<double> scale_factor, bool antialias) {
+  if (antialias) return antialias_taps<T>(mode, in, out, align_corners, scale_factor);
   if (mode == InterpolateMode::Bicubic) return cubic_taps<T>(in, out, align_corners, scale_factor);
   if (is_linear(mode)) return linear_taps<T>(in, out, align_corners, scale_factor);
   return nearest_taps<T>(mode, in, out, scale_factor);
@@ -246,6 +311,8 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& options) {
              "interpolate: align_corners can only be set with the interpolating modes (linear, bilinear, bicubic, ",
              "trilinear), not ", name);
   check_mode_rank(x, mode);
+  KILN_CHECK(!options.antialias || mode == InterpolateMode::Bilinear || mode == InterpolateMode::Bicubic,
+             "interpolate: antialias is only supported for the bilinear and bicubic modes, not ", name);
   const bool has_size = !options.size.empty(), has_scale = !options.scale_factor.empty();
   KILN_CHECK(!(has_size && has_scale), "interpolate: only one of size and scale_factor may be given, got size ",
              options.size, " and scale_factor ", options.scale_factor);
@@ -292,9 +359,10 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& options) {
   for (size_t k = dims; k-- > 0;) {
     // torch copies a linear dim whose size does not change (not a cubic one).
     if (is_linear(mode) && out_sizes[k] == spatial[k]) continue;
-    const SourceTaps taps = x.dtype() == DType::Float64
-                                ? source_taps<double>(mode, spatial[k], out_sizes[k], align_corners, scales[k])
-                                : source_taps<float>(mode, spatial[k], out_sizes[k], align_corners, scales[k]);
+    const SourceTaps taps =
+        x.dtype() == DType::Float64
+            ? source_taps<double>(mode, spatial[k], out_sizes[k], align_corners, scales[k], options.antialias)
+            : source_taps<float>(mode, spatial[k], out_sizes[k], align_corners, scales[k], options.antialias);
     bool identity = nearest && out_sizes[k] == spatial[k];
     for (int64_t o = 0; identity && o < out_sizes[k]; ++o) identity = taps.index[0][static_cast<size_t>(o)] == o;
     if (identity) continue;

@@ -50,8 +50,18 @@ Tensor instance_norm(const Tensor& x, const InstanceNormFuncOptions& o) {
                                    o.momentum(), o.eps());
 }
 
+// The in-place forms take x's handle: a copy names the same tensor, which
+// they write (as LibTorch's F::relu(x, ReLUFuncOptions().inplace(true))).
+Tensor relu(const Tensor& x, const ReLUFuncOptions& o) {
+  if (!o.inplace()) return functional::relu(x);
+  Tensor written = x;
+  return functional::relu_(written);
+}
+
 Tensor leaky_relu(const Tensor& x, const LeakyReLUFuncOptions& o) {
-  return functional::leaky_relu(x, o.negative_slope());
+  if (!o.inplace()) return functional::leaky_relu(x, o.negative_slope());
+  Tensor written = x;
+  return functional::leaky_relu_(written, o.negative_slope());
 }
 
 Tensor gelu(const Tensor& x, const GELUFuncOptions& o) { return functional::gelu(x, o.approximate()); }
@@ -61,7 +71,9 @@ Tensor softmax(const Tensor& x, const SoftmaxFuncOptions& o) { return functional
 Tensor log_softmax(const Tensor& x, const LogSoftmaxFuncOptions& o) { return functional::log_softmax(x, o.dim()); }
 
 Tensor dropout(const Tensor& x, const DropoutFuncOptions& o) {
-  return functional::dropout(x, o.p(), o.training(), o.generator());
+  if (!o.inplace()) return functional::dropout(x, o.p(), o.training(), o.generator());
+  Tensor written = x;
+  return functional::dropout_(written, o.p(), o.training(), o.generator());
 }
 
 Tensor embedding(const Tensor& indices, const Tensor& weight, const EmbeddingFuncOptions& o) {

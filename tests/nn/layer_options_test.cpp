@@ -71,14 +71,14 @@ TEST(LayerOptions, Conv2d) {
   EXPECT_EQ(o.kernel_size().w, 2);
   EXPECT_EQ(o.stride().h, 2);
   EXPECT_EQ(o.stride().w, 2);
-  EXPECT_EQ(o.padding().h, 1);
-  EXPECT_EQ(o.padding().w, 0);
+  EXPECT_EQ(o.padding().size().h, 1);
+  EXPECT_EQ(o.padding().size().w, 0);
   EXPECT_EQ(o.dilation().w, 2);
   EXPECT_EQ(o.groups(), 2);
   EXPECT_FALSE(o.bias());
   const Conv2dOptions d(3, 6, 5);
   EXPECT_EQ(d.stride().h, 1);
-  EXPECT_EQ(d.padding().w, 0);
+  EXPECT_EQ(d.padding().size().w, 0);
   EXPECT_EQ(d.dilation().h, 1);
   EXPECT_EQ(d.groups(), 1);
   EXPECT_TRUE(d.bias());

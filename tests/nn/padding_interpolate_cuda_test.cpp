@@ -123,6 +123,25 @@ TEST(InterpolateCuda, MatchesCpu) {
                           {2, 2, 3, 5});
 }
 
+// Antialiasing is the same gathers with more taps (Note [Antialiased
+// interpolation] in nn/functional/interpolate.cpp), so no kernel of its own.
+TEST(InterpolateCuda, AntialiasMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  using F::InterpolateMode;
+  expect_cuda_matches_cpu("bilinear antialias",
+                          [](const Tensor& x) {
+                            return F::interpolate(
+                                x, {.size = {4, 3}, .mode = InterpolateMode::Bilinear, .antialias = true});
+                          },
+                          {2, 3, 11, 9});
+  expect_cuda_matches_cpu("bicubic antialias",
+                          [](const Tensor& x) {
+                            return F::interpolate(
+                                x, {.scale_factor = {0.4}, .mode = InterpolateMode::Bicubic, .antialias = true});
+                          },
+                          {1, 2, 10, 12});
+}
+
 TEST(InterpolateCuda, BicubicTrilinearAreaMatchCpu) {
   SKIP_WITHOUT_GPU();
   using F::InterpolateMode;
