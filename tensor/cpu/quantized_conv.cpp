@@ -4,9 +4,10 @@
 //   the uint8 rows of an int8 GEMM, and the GEMM's output stage storing each
 //   pixel's channels (Note [Quantized convolution on the int8 GEMM] in
 //   quantized_weight.h);
-// - on AMX, the implicit form: the same GEMM with its tiles loaded straight
-//   from the padded copy, no patches (Note [Implicit int8 convolution on AMX
-//   tiles] in quantized_conv_implicit.h);
+// - the implicit form: the same GEMM with A read straight from the padded
+//   copy, no patches, by AMX tiles (Note [Implicit int8 convolution on AMX
+//   tiles] in quantized_conv_implicit.h) or by the VNNI kernels' broadcasts
+//   (Note [Implicit int8 convolution on the VNNI paths], there too);
 // - with few output channels, the direct form over padded NCHW planes (Note
 //   [Direct int8 convolution with positions in the lanes] in
 //   quantized_conv_direct.h), writing NCHW.

@@ -18,10 +18,10 @@
 //   float zero padding does, and building A needs no bounds checks. A
 //   channels-last input (the previous convolution's output) is copied a row
 //   at a time; an NCHW one is transposed byte by byte.
-// - On the Amx path, with one group, the padded buffer is A itself: the
-//   implicit form (Note [Implicit int8 convolution on AMX tiles] in
-//   quantized_conv_implicit.h) loads its tiles from it, and no patch rows
-//   below are built.
+// - On the Amx path with one group, and on the VNNI paths where kernel rows
+//   are whole groups of 4 bytes, the padded buffer is A itself: the implicit
+//   form (the two Notes in quantized_conv_implicit.h) reads it in place, and
+//   no patch rows below are built.
 // - Channels last, one patch row is kh runs of kw*C/groups contiguous bytes
 //   (dilation 1), where the NCHW order (c, ky, kx) would be C*kh runs of kw
 //   bytes: three times fewer, longer copies for a 3-channel input. The weight
