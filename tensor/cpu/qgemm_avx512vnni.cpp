@@ -50,7 +50,7 @@ void qgemm_avx512vnni(int64_t m, const uint8_t* a, int64_t lda, const PackedPane
 }
 
 void qgemm_runs_avx512vnni(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, const PackedPanels& w,
-                        const Epilogue& e) {
+                           const Epilogue& e) {
   run_tiles<Zmm>(m, a, lda, runs, 0, w, 0, e);
 }
 

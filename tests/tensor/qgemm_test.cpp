@@ -98,8 +98,8 @@ struct Result {
   int64_t stride_m, stride_n;
 };
 
-Result run(const Problem& p, const Stage& s, const PackedQWeight& w, bool own_kernel) {
-  Result r;
+// The output stage s of problem p, writing into r's fresh bytes.
+QGemmOutput output_into(Result& r, const Problem& p, const Stage& s) {
   r.stride_m = s.nchw ? 1 : p.n + 2;
   r.stride_n = s.nchw ? p.m : 1;
   const int64_t span = s.nchw ? p.m * p.n : p.m * (p.n + 2);
@@ -117,6 +117,12 @@ Result run(const Problem& p, const Stage& s, const PackedQWeight& w, bool own_ke
   out.out = r.bytes.data();
   out.stride_m = r.stride_m;
   out.stride_n = r.stride_n;
+  return out;
+}
+
+Result run(const Problem& p, const Stage& s, const PackedQWeight& w, bool own_kernel) {
+  Result r;
+  const QGemmOutput out = output_into(r, p, s);
   if (own_kernel) qgemm_detail::qgemm_own_kernel(p.m, p.a.data(), p.lda, w, out);
   else qgemm(p.m, p.a.data(), p.lda, w, out);
   return r;
@@ -376,6 +382,9 @@ TEST(QGemm, RunsGiveTheBytesOfTheRowsTheyName) {
   for (int64_t i = 0; i < m; ++i)
     for (size_t r = 0; r < offsets.size(); ++r)
       std::memcpy(rows.data() + i * k + r * groups * 4, image.data() + i * lda + offsets[r], groups * 4);
+  Problem copied = p;  // the same problem with the runs copied into rows of A
+  copied.a = rows;
+  copied.lda = k;
   const ARuns runs{offsets.data(), static_cast<int>(offsets.size()), groups};
   int ran = 0;
   for (QGemmPath path : paths()) {
@@ -384,24 +393,10 @@ TEST(QGemm, RunsGiveTheBytesOfTheRowsTheyName) {
     for (const Stage& s : {Stage{Kind::Int32, 7, true, false, false, 0, 0, 255, false},
                            Stage{Kind::UInt8, 130, true, true, false, 60, 60, 255, true},
                            Stage{Kind::Float, 3, false, true, true, 0, 0, 255, false}}) {
-      std::vector<uint8_t> want(m * (n + 2) * 4 + m * n * 4, 0xCD), got = want;
-      QGemmOutput o;
-      o.kind = s.kind;
-      o.a_zero_point = s.a_zero_point;
-      o.bias = s.bias ? p.bias.data() : nullptr;
-      o.scale = p.scale.data();
-      o.scale_per_channel = s.per_channel;
-      o.float_bias = s.float_bias ? p.float_bias.data() : nullptr;
-      o.zero_point = s.zero_point;
-      o.lo = s.lo;
-      o.hi = s.hi;
-      o.stride_m = s.nchw ? 1 : n + 2;
-      o.stride_n = s.nchw ? m : 1;
-      o.out = want.data();
-      qgemm(m, rows.data(), k, *packed, o);
-      o.out = got.data();
-      qgemm_runs(m, image.data(), lda, runs, *packed, o);
-      EXPECT_EQ(got, want) << "path " << path_name(path) << " " << describe(p, s);
+      const Result want = run(copied, s, *packed, false);
+      Result got;
+      qgemm_runs(m, image.data(), lda, runs, *packed, output_into(got, p, s));
+      EXPECT_EQ(first_difference(got, want, p, s.kind), "") << "path " << path_name(path) << " " << describe(p, s);
     }
     ++ran;
   }
