@@ -13,9 +13,9 @@ namespace {
 
 // What the convolution itself pads on each side: the before sides (Note
 // [Same padding] in nn/conv_padding.h). For an uneven 'same' the params
-// alone are not the layer: code that rebuilds a convolution from them
-// (quant's fuse and convert) loses the extra element after, as it loses a
-// padding_mode.
+// alone are not the layer (padded_by_params): quant's fuse and convert,
+// which rebuild a convolution from them, refuse such a layer, as they refuse
+// a padding_mode.
 Size2d before_sides(const Conv2dPadding& padding, Size2d kernel_size, Size2d dilation) {
   const auto [h, w] = conv_padding_sides(padding, kernel_size, dilation);
   return {h.before, w.before};
@@ -41,6 +41,11 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2d kernel_size, Si
   weight = register_parameter("weight", empty({out_channels, in_channels / groups, kernel_size.h, kernel_size.w}));
   this->bias = register_parameter("bias", bias ? empty({out_channels}) : Tensor());
   reset_parameters();
+}
+
+bool Conv2d::padded_by_params() const {
+  const auto [h, w] = conv_padding_sides(padding, kernel_size, params.dilation);
+  return padding_mode == PaddingMode::Zeros && h.before == h.after && w.before == w.after;
 }
 
 void Conv2d::reset_parameters() {

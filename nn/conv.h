@@ -64,6 +64,11 @@ class Conv2d : public Module {
   // torch.
   std::string extra_repr() const override;
   void reset_parameters();
+  // Whether F::conv2d with `params` alone computes this layer: zero padding
+  // the same on both sides of each dim (not a padding_mode other than
+  // zeros, nor an uneven 'same'). Code that rebuilds the layer from its
+  // params (quant's fusion and int8 convolutions) needs it.
+  bool padded_by_params() const;
 
   const int64_t in_channels;
   const int64_t out_channels;

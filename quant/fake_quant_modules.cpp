@@ -98,6 +98,7 @@ FakeQuantConv2d::FakeQuantConv2d(std::string name, const nn::Module& source, con
     relu = fused->relu;
   }
   KILN_CHECK(conv != nullptr, "prepare: ", qualified_name, " (", source.name(), ") is not a Conv2d");
+  check_padded_by_params("prepare", qualified_name, *conv);
   params = conv->params;
   weight = register_parameter("weight", conv->weight, conv->weight.requires_grad());
   bias = register_parameter("bias", conv->bias, conv->bias.defined() && conv->bias.requires_grad());

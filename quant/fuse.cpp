@@ -10,6 +10,14 @@
 
 namespace kiln::quant {
 
+void check_padded_by_params(std::string_view op, std::string_view name, const nn::Conv2d& conv) {
+  KILN_CHECK(conv.padded_by_params(), op, ": ", name, " pads ",
+             conv.padding_mode != nn::PaddingMode::Zeros ? "with a padding_mode other than zeros"
+                                                         : "unevenly (padding='same' with an even kernel span)",
+             ", which a quantized convolution cannot: it pads both sides of each dim with the input's zero point; ",
+             "leave this layer in float32 (a null qconfig) or give it explicit, even padding");
+}
+
 ConvBnReLU2d::ConvBnReLU2d(std::shared_ptr<nn::Conv2d> conv_in, std::shared_ptr<nn::BatchNorm2d> bn_in,
                            bool with_relu)
     : relu(with_relu) {
@@ -91,6 +99,7 @@ void fuse(nn::Module& root, const std::vector<std::vector<std::string>>& groups,
     auto bn = std::dynamic_pointer_cast<nn::BatchNorm2d>(mods[1]);
     bool relu_last = std::dynamic_pointer_cast<nn::ReLU>(mods.back()) != nullptr;
     std::shared_ptr<nn::Module> fused;
+    if (conv) check_padded_by_params(op, detail::str("group ", group_text(group), ": '", group[0], "'"), *conv);
     if (conv && bn && (group.size() == 2 || relu_last)) {
       KILN_CHECK(bn->num_features == conv->out_channels, op, ": group ", group_text(group), ": '", group[1],
                  "' normalises ", bn->num_features, " channels but '", group[0], "' gives ", conv->out_channels);

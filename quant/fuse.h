@@ -26,6 +26,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,13 @@
 #include "nn/normalization.h"
 
 namespace kiln::quant {
+
+// Throws, naming `op` and the module `name`, unless F::conv2d with the
+// conv's params alone is the layer (nn::Conv2d::padded_by_params): fusion
+// and the int8 convolutions rebuild it from them and pad each side evenly
+// with the input's zero point, so a padding_mode other than zeros or an
+// uneven padding='same' would silently change what the layer computes.
+void check_padded_by_params(std::string_view op, std::string_view name, const nn::Conv2d& conv);
 
 // Conv2d, optionally followed by BatchNorm2d (QAT fusion only) and ReLU.
 // Children: "0" the conv, then "1" the BatchNorm when there is one, then the

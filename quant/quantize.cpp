@@ -177,6 +177,7 @@ void dynamic_children(nn::Module& parent, const std::string& prefix, const Dynam
       KILN_CHECK(!fused || !fused->bn, "quantize_dynamic: ", path,
                  " still has its BatchNorm2d; fuse it in eval mode (fuse_modules) first");
       const nn::Conv2d& c = fused ? *fused->conv : *std::dynamic_pointer_cast<nn::Conv2d>(child);
+      check_padded_by_params("quantize_dynamic", path, c);
       out = std::make_shared<DynamicQuantizedConv2d>(path, quantized_weight(c.weight), c.bias, c.params,
                                                      fused != nullptr && fused->relu, options.reduce_range);
     }

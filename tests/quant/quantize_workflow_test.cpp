@@ -7,9 +7,14 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "nn/activation.h"
+#include "nn/constants.h"
+#include "nn/container.h"
+#include "nn/conv.h"
 #include "nn/functional.h"
 #include "nn/models/gpt.h"
 #include "nn/models/lenet.h"
@@ -39,6 +44,17 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   Tensor x = a.contiguous(), y = b.contiguous();
   return x.dtype() == y.dtype() && x.shape() == y.shape() &&
          std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
+}
+
+// fn throws a kiln::Error whose message contains `expected`.
+void expect_error(const std::function<void()>& fn, const std::string& expected) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    return;
+  }
+  ADD_FAILURE() << "no kiln::Error; expected one containing: " << expected;
 }
 
 std::shared_ptr<QuantWrapper> lenet(uint64_t seed = 1) {
@@ -336,6 +352,29 @@ TEST(QuantErrors, UnfusedBatchNormIsNamed) {
     EXPECT_NE(msg.find("module.bn1 (BatchNorm2d) cannot be quantized"), std::string::npos) << msg;
     EXPECT_NE(msg.find("fuse_modules"), std::string::npos) << msg;
   }
+}
+
+// A Conv2d that F::conv2d with its params alone does not compute (an
+// uneven padding='same', or a padding_mode) is refused by fusion, prepare
+// and quantize_dynamic, each naming the layer, rather than quantized into a
+// different convolution.
+TEST(QuantErrors, ConvolutionsPaddedOtherwiseThanByTheirParamsAreNamed) {
+  auto make = [](nn::Conv2dOptions options) {
+    auto model = std::make_shared<QuantWrapper>(
+        std::make_shared<nn::Sequential>(std::make_shared<nn::Conv2d>(options), std::make_shared<nn::ReLU>()));
+    model->eval();
+    return model;
+  };
+  const auto uneven = nn::Conv2dOptions(3, 4, 4).padding(kiln::kSame);  // 3 = 1 before + 2 after
+  const auto reflect = nn::Conv2dOptions(3, 4, 3).padding(1).padding_mode(nn::PaddingMode::Reflect);
+  expect_error([&] { prepare(*make(uneven)); }, "prepare: module.0 pads unevenly (padding='same'");
+  expect_error([&] { fuse_modules(*make(reflect), {{"module.0", "module.1"}}); },
+               "fuse_modules: group ['module.0', 'module.1']: 'module.0' pads with a padding_mode other than zeros");
+  expect_error([&] { quantize_dynamic(*make(reflect), {.conv = true}); },
+               "quantize_dynamic: module.0 pads with a padding_mode other than zeros");
+  // An odd kernel's 'same' is even, and quantizes.
+  auto even = make(nn::Conv2dOptions(3, 4, 3).padding(kiln::kSame));
+  EXPECT_NO_THROW(prepare(*even));
 }
 
 TEST(QuantErrors, ConvertWithoutCalibrationNamesTheLayer) {
