@@ -9,6 +9,8 @@
 //   Tensor y = out[0], h_n = out[1], c_n = out[2];
 //   auto gru = std::make_shared<nn::GRU>(nn::GRUOptions(10, 20).bidirectional(true));
 //   TensorList out2 = (*gru)(TensorList{x});   // {output, h_n}; h0 is zeros
+//   auto packed = nn::utils::rnn::pack_padded_sequence(x, lengths, true, /*enforce_sorted=*/false);
+//   auto [y_packed, h_n2, c_n2] = lstm->forward_packed(packed);   // sequences of different lengths
 //   auto rnn = std::make_shared<nn::RNN>(10, 20);   // input_size, hidden_size; the rest default
 #pragma once
 
@@ -17,6 +19,7 @@
 
 #include "nn/module.h"
 #include "nn/rnn_cell.h"
+#include "nn/utils/rnn.h"
 #include "tensor/arg.h"
 #include "tensor/random.h"
 
@@ -75,6 +78,21 @@ using GRUOptions = RNNOptions;
 class RNNBase : public Module {
  public:
   TensorList forward_many(const TensorList& inputs) override;
+
+  // Sequences of different lengths, as torch's layers take a PackedSequence:
+  // each sequence runs only over its own steps, so its output is its own
+  // steps' states (packed as the input: same batch_sizes and indices) and
+  // h_n (c_n) is its state after its last step (after step 0 for the
+  // reverse direction, which starts at the sequence's own last step). h0 and
+  // c0 as for forward_many, batched, in the batch's original order (the
+  // order of the lengths given to pack_padded_sequence), and so are h_n and
+  // c_n; undefined h0 or c0 are zeros. c_n is undefined but for the LSTM.
+  struct PackedResult {
+    utils::rnn::PackedSequence output;
+    Tensor h_n, c_n;
+  };
+  PackedResult forward_packed(const utils::rnn::PackedSequence& input, const Tensor& h0 = Tensor(),
+                              const Tensor& c0 = Tensor());
   // "10, 20", then proj_size, num_layers, bias, batch_first, dropout and
   // bidirectional when not their defaults, as torch.
   std::string extra_repr() const override;
@@ -96,8 +114,17 @@ class RNNBase : public Module {
     Tensor c;       // (N, hidden_size), the LSTM's final cell state, else undefined
   };
   // One direction of one layer over x (L, N, in_k) from the states h0 (N, H)
-  // and c0 (N, hidden_size).
-  Sequence run_direction(const Tensor& x, const Tensor& h0, const Tensor& c0, int64_t layer, bool reverse) const;
+  // and c0 (N, hidden_size). With batch_sizes (packed sequences, sorted by
+  // decreasing length), step t runs only the first batch_sizes[t] rows: the
+  // others keep their state, and their output at t is zero.
+  Sequence run_direction(const Tensor& x, const Tensor& h0, const Tensor& c0, int64_t layer, bool reverse,
+                         const std::vector<int64_t>* batch_sizes) const;
+  // Every layer over x (L, N, input_size) from initial = {h0[, c0]}, each
+  // (layers * directions, N, features): {output (L, N, directions * H), h_n[, c_n]}.
+  TensorList run_layers(const Tensor& x, const TensorList& initial, const std::vector<int64_t>* batch_sizes);
+  // The initial states for a batch of `batch`, from inputs [1, 1 + states)
+  // when given (checked against `input` for the messages), else zeros.
+  TensorList initial_states(const TensorList& given, int64_t batch, bool batched, const Tensor& input) const;
   // The parameter "{kind}_l{layer}{_reverse}", e.g. ("weight_ih", 1, true) -> weight_ih_l1_reverse.
   Tensor layer_parameter(const char* kind, int64_t layer, bool reverse) const;
   int64_t directions() const { return options.bidirectional() ? 2 : 1; }

@@ -8,8 +8,8 @@
 //
 // Every function is a composite of differentiable ops (narrow, cat, pad,
 // index_select; Note [Composite layers] in nn/functional_composite.h), so
-// gradients flow between the padded and the packed forms. The recurrent
-// layers do not take a PackedSequence yet.
+// gradients flow between the padded and the packed forms. RNN, LSTM and
+// GRU take one through RNNBase::forward_packed (nn/recurrent.h).
 #pragma once
 
 #include <cstdint>
