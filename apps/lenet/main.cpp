@@ -32,9 +32,11 @@ int main(int argc, char** argv) {
                               .modes = options.quantize,
                               .calib_images = options.calib_images,
                               .qat_epochs = options.qat_epochs,
-                              .seed = options.seed};
+                              .seed = options.seed,
+                              .sensitivity = options.sensitivity};
       QuantizeReport report = quantization_report(q, std::cout);
       std::cout << format_quantization_table(report);
+      if (options.sensitivity) std::cout << "\n" << format_sensitivity_table(report);
       return 0;
     }
     TrainerHooks hooks;

@@ -140,6 +140,8 @@ void validate(const TrainerOptions& o) {
     KILN_CHECK(mode == "dynamic" || mode == "static" || mode == "qat", "--quantize: unknown mode '", mode,
                "' (expected dynamic, static or qat, comma-separated)");
   }
+  KILN_CHECK(!o.sensitivity || !o.quantize.empty(), "--sensitivity goes with --quantize (e.g. --quantize static "
+             "--sensitivity)");
   KILN_CHECK(o.quantize.empty() || !o.resume.empty() || !o.weights.empty(),
              "--quantize needs the trained model: give --weights FILE.safetensors or --resume CHECKPOINT");
   KILN_CHECK(o.quantize.empty() || !(o.ddp || o.fsdp || o.dp || o.eval_only),
@@ -202,6 +204,9 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
       ->delimiter(',');
   add_integer(app, "--calib-images", o.calib_images, "training images that calibrate --quantize static and qat");
   app.add_option("--qat-epochs", o.qat_epochs, "QAT fine-tuning passes over the training set with --quantize qat");
+  app.add_flag("--sensitivity", o.sensitivity,
+               "with --quantize: also the per-layer sensitivity table (test accuracy with only that layer "
+               "quantized, static and calibrated), most sensitive first");
   app.add_flag("--eval-only", o.eval_only,
                "only evaluate the test set (the model of --resume or --weights) and print the per-class table");
   add_data_parallel_flags(app, {o.ddp, o.fsdp, o.fsdp_strategy, o.backend}, "kiln-lenet");

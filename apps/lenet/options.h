@@ -74,6 +74,7 @@ struct TrainerOptions {
   std::vector<std::string> quantize;
   int64_t calib_images = 512;  // training images that calibrate static quantization
   double qat_epochs = 1;       // QAT fine-tuning passes over the training set
+  bool sensitivity = false;    // with --quantize: also the per-layer sensitivity table
   // Data parallel training over the processes kiln-run starts (Note
   // [kiln-lenet with DDP]); batch_size is then per process.
   bool ddp = false;

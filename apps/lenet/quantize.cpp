@@ -175,6 +175,12 @@ QuantizeReport quantization_report(const QuantizeReportOptions& o, std::ostream&
     auto m = float_model();
     report.rows.push_back(measure("float32", *m, std::string(cpu::simd_level_name(cpu::simd_level()))));
   }
+  if (o.sensitivity) {
+    log << "sensitivity: each layer of " << model_title(o.model) << " quantized alone\n" << std::flush;
+    report.sensitivity = quant::sensitivity(
+        float_model, [&](nn::Module& m) { calibrate(m, calib); },
+        [&](nn::Module& m) { return accuracy_percent(m, test); });
+  }
   for (const auto& mode : o.modes) {
     log << "quantizing " << model_title(o.model) << ": " << mode << "\n" << std::flush;
     std::shared_ptr<nn::Module> m;
@@ -228,6 +234,21 @@ std::string format_quantization_table(const QuantizeReport& report) {
                   r.mode.c_str(), r.accuracy, r.accuracy - f.accuracy, static_cast<long long>(r.bytes),
                   100.0 * static_cast<double>(r.bytes) / static_cast<double>(f.bytes), r.b1_ms, r.b1_ms / f.b1_ms,
                   r.b64_ms, r.b64_ms / f.b64_ms, r.path.c_str());
+    os << line;
+  }
+  return os.str();
+}
+
+std::string format_sensitivity_table(const QuantizeReport& report) {
+  std::vector<quant::SensitivityRow> rows = report.sensitivity;
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.metric < b.metric; });
+  const double float_accuracy = report.rows.at(0).accuracy;
+  std::ostringstream os;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-28s %9s %8s\n", "layer quantized alone", "accuracy", "drop");
+  os << line;
+  for (const auto& r : rows) {
+    std::snprintf(line, sizeof line, "%-28s %8.2f%% %+7.2f\n", r.layer.c_str(), r.metric, r.metric - float_accuracy);
     os << line;
   }
   return os.str();

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "quant/quantize.h"
+
 namespace kiln::apps::lenet {
 
 struct QuantizeReportOptions {
@@ -36,6 +38,9 @@ struct QuantizeReportOptions {
   // record) on that mode alone.
   double profile_seconds = 0;
   int64_t profile_batch = 64;
+  // Also the per-layer sensitivity table (quant::sensitivity): the test
+  // accuracy with only that layer quantized (static, calibrated).
+  bool sensitivity = false;
 };
 
 struct QuantizeRow {
@@ -50,6 +55,7 @@ struct QuantizeRow {
 struct QuantizeReport {
   std::string model;
   std::vector<QuantizeRow> rows;
+  std::vector<quant::SensitivityRow> sensitivity;  // with options.sensitivity, else empty
 };
 
 // Runs everything on one thread (set_num_threads(1)) and logs progress to `log`.
@@ -59,6 +65,10 @@ QuantizeReport quantization_report(const QuantizeReportOptions& options, std::os
 // The table kiln-lenet prints: one row per mode, with accuracy drop and
 // size and latency ratios against float32.
 std::string format_quantization_table(const QuantizeReport& report);
+
+// The sensitivity table: one row per layer, its accuracy and the drop
+// against float32 (rows[0]), most sensitive first.
+std::string format_sensitivity_table(const QuantizeReport& report);
 
 // "quant model=lenet runtime=kiln mode=static acc=61.20 bytes=64648 b1_ms=0.031 b64_ms=0.512 path=amx"
 std::string quant_line(const std::string& model, const QuantizeRow& row);

@@ -26,6 +26,13 @@ TEST(LenetQuantizeFlags, ParseAndCheck) {
     EXPECT_NE(std::string(e.what()).find("--quantize: unknown mode 'int4'"), std::string::npos) << e.what();
   }
   EXPECT_THROW(parse_command_line(std::vector<std::string>{"kiln-lenet", "--quantize", "static"}), Error);
+  try {
+    parse_command_line(std::vector<std::string>{"kiln-lenet", "--weights", "w.safetensors", "--eval-only",
+                                                "--sensitivity"});
+    FAIL() << "--sensitivity without --quantize was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--sensitivity goes with --quantize"), std::string::npos) << e.what();
+  }
   EXPECT_THROW(parse_command_line(std::vector<std::string>{"kiln-lenet", "--weights", "w.safetensors", "--quantize",
                                                            "static", "--ddp"}),
                Error);
@@ -42,7 +49,7 @@ TEST(LenetQuantizeReport, EveryModeOnAFewImages) {
   QuantizeReportOptions o{.model = "lenet", .weights = path.string(), .data = archive.string(),
                           .modes = {"dynamic", "static", "qat"}, .calib_images = 64, .test_images = 128,
                           .qat_epochs = 1, .qat_images = 128, .warmup = 1, .b1_runs = 2, .b64_runs = 2,
-                          .min_seconds = 0};
+                          .min_seconds = 0, .sensitivity = true};
   std::ostringstream log;
   QuantizeReport report = quantization_report(o, log);
   ASSERT_EQ(report.rows.size(), 4u);
@@ -58,6 +65,15 @@ TEST(LenetQuantizeReport, EveryModeOnAFewImages) {
     }
   }
   EXPECT_NE(format_quantization_table(report).find("static"), std::string::npos);
+  // One sensitivity row per quantizable layer (LeNet's 2 convolutions and 3
+  // linears), each an accuracy; the table lists them all.
+  ASSERT_EQ(report.sensitivity.size(), 5u);
+  const std::string table = format_sensitivity_table(report);
+  for (const auto& row : report.sensitivity) {
+    EXPECT_GE(row.metric, 0.0);
+    EXPECT_LE(row.metric, 100.0);
+    EXPECT_NE(table.find(row.layer), std::string::npos) << table;
+  }
   EXPECT_EQ(quant_line("lenet", report.rows[2]).rfind("quant model=lenet runtime=kiln mode=static acc=", 0), 0u);
   std::filesystem::remove(path);
 }
