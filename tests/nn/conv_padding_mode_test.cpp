@@ -22,15 +22,8 @@ using gradtest::uniform64;
 using testing::expect_error;
 using testing::make64;
 using testing::expect_matches_torch;
+using testing::layer_case;
 using testing::OracleCase;
-
-OracleCase layer_case(const std::string& torch, std::shared_ptr<Module> module, Tensor x) {
-  return {.name = torch + " on " + gradtest::shape_str(x.shape()),
-          .module = std::move(module),
-          .torch_module = torch,
-          .inputs = {x},
-          .python = "outs = [m(in0)]"};
-}
 
 TEST(ConvPaddingMode, MatchesTorch) {
   SKIP_WITHOUT_TORCH();

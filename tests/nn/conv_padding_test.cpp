@@ -21,15 +21,8 @@ using gradtest::uniform64;
 using testing::expect_error;
 using testing::expect_matches_torch;
 using testing::make64;
+using testing::layer_case;
 using testing::OracleCase;
-
-OracleCase layer_case(const std::string& torch, std::shared_ptr<Module> module, Tensor x) {
-  return {.name = torch + " on " + gradtest::shape_str(x.shape()),
-          .module = std::move(module),
-          .torch_module = torch,
-          .inputs = {x},
-          .python = "outs = [m(in0)]"};
-}
 
 TEST(ConvPadding, SidesOfSame) {
   // dilation * (kernel - 1) in all, the odd one after.

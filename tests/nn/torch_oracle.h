@@ -87,6 +87,16 @@ struct OracleCase {
   double atol = 1e-12;
 };
 
+// The case of a layer on one input x: torch's `m(in0)` against Kiln's
+// module(x), named by the torch expression and the input's shape.
+inline OracleCase layer_case(const std::string& torch, std::shared_ptr<Module> module, Tensor x) {
+  return {.name = torch + " on " + gradtest::shape_str(x.shape()),
+          .module = std::move(module),
+          .torch_module = torch,
+          .inputs = {x},
+          .python = "outs = [m(in0)]"};
+}
+
 namespace detail {
 
 // "c3.": the prefix of case 3's labels in the script's output.
