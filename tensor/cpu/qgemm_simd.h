@@ -244,7 +244,7 @@ inline void finish_ymm(const int32_t* c, int rows, int nv, int64_t m0, int64_t n
 
 // One register tile: MR rows of A against NV panels (NV * kLanes columns),
 // the whole K at once, then the output stage. Row i's K lies in runs (ARuns
-// in qgemm_kernels.h) from a + i * lda; ktail values follow the last run.
+// in qgemm.h) from a + i * lda; ktail values follow the last run.
 template <class Isa, int MR, int NV>
 void tile(const typename Isa::AElem* a, int64_t lda, const ARuns& runs, int ktail, const char* w,
           int64_t panel_bytes, int64_t m0, int64_t n0, const Epilogue& e) {

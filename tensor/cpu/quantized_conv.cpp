@@ -358,15 +358,12 @@ void direct_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedW
                       pad_image, run);
 }
 
-// The implicit form (Note [Implicit int8 convolution on AMX tiles] in
-// quantized_conv_implicit.h), with gemm_driver's arguments: the padded
+// The implicit form on the Amx path (Note [Implicit int8 convolution on AMX
+// tiles] in quantized_conv_implicit.h), with gemm_driver's arguments: the padded
 // channels-last image is itself the GEMM's A operand.
 void implicit_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWeight& w, const Conv2dParams& p,
                      const Conv2dShape& s, const QuantizedOutputStage& numbers, const QGemmOutput& stage,
                      size_t element_size) {
-  // On the VNNI paths the GEMM form's rows are read in place (the second
-  // Note in quantized_conv_implicit.h); below, the tiles of the Amx path.
-  if (w.path() != QGemmPath::Amx) return gemm_driver(out, x, w, p, s, numbers, stage, element_size, true);
   const ImplicitQConvWeight& iw = *w.groups(1).implicit;
   const ImplicitQConvPlan& plan = cached_implicit_plan(iw, p, s);
   const ConvPlan pad_plan(p, s, w.out_channels());
@@ -443,7 +440,11 @@ void conv_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWei
                  size_t element_size) {
   switch (conv_form(w, p, s)) {
     case Form::Direct: return direct_driver(out, x, w, p, s, numbers, stage, element_size);
-    case Form::Implicit: return implicit_driver(out, x, w, p, s, numbers, stage, element_size);
+    case Form::Implicit:
+      // On the VNNI paths, the GEMM form with its rows read in place (the
+      // second Note in quantized_conv_implicit.h).
+      if (w.path() != QGemmPath::Amx) return gemm_driver(out, x, w, p, s, numbers, stage, element_size, true);
+      return implicit_driver(out, x, w, p, s, numbers, stage, element_size);
     case Form::Gemm: return gemm_driver(out, x, w, p, s, numbers, stage, element_size);
   }
 }
