@@ -1,6 +1,8 @@
 // CPU copy (with dtype conversion) and fill.
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <vector>
 
 #include "tensor/cpu/copy_simd.h"
 #include "tensor/cpu/cpu_backend.h"
@@ -21,31 +23,59 @@ static constexpr int64_t kCopyGrain = 1 << 15;
 // Edge of the square tiles a transposing copy walks (see copy_tiled_2d).
 static constexpr int64_t kTile = 8;
 
-// A copy whose two merged dims are inner in one operand and outer in the
-// other (dst = src.t().contiguous()) reads or writes a new cache line per
+// A copy whose two inner merged dims are inner in one operand and outer in
+// the other (dst = src.t().contiguous()) reads or writes a new cache line per
 // element if walked row by row. Walking small tiles uses each line of both
 // operands while it is in cache. The tile is 8 wide because the rows of a
 // power-of-two matrix sit a multiple of 4 KiB apart and so share one L1 set:
 // 8 of them fit the 8 ways, 16 or 32 evict each other (measured: 4096 x 4096
-// float32 at 4.3 GB/s with 8, 3.4 with 16, 2.1 with 32). This is the
-// portable path and the reference for copy_transposed_simd below.
+// float32 at 4.3 GB/s with 8, 3.4 with 16, 2.1 with 32).
+//
+// Any outer dims repeat the 2-d transpose: a batch of matrices, as a
+// channels-last (N, C, H, W) made contiguous is N transposes of (H*W, C).
+// Transposes holds where each matrix starts.
+struct Transposes {
+  int64_t rows, cols;                            // the loop's dims 1 and 0
+  std::array<int64_t, 2> inner, outer;           // their byte strides in dst and src
+  char* dst;
+  const char* src;
+  std::vector<std::array<int64_t, 2>> offsets;  // per matrix: byte offsets in dst and src
+
+  explicit Transposes(const StridedLoop<2>& loop)
+      : rows(loop.sizes()[1]), cols(loop.sizes()[0]), inner(loop.strides()[0]), outer(loop.strides()[1]),
+        dst(loop.base(0)), src(loop.base(1)) {
+    // Walk the outer dims (2 and up) as an odometer, innermost first.
+    const int64_t ndim = loop.ndim();
+    std::vector<int64_t> index(static_cast<size_t>(std::max<int64_t>(ndim - 2, 0)), 0);
+    for (int64_t m = 0, count = loop.numel() / (rows * cols); m < count; ++m) {
+      std::array<int64_t, 2> at{0, 0};
+      for (int64_t d = 2; d < ndim; ++d) {
+        for (size_t k = 0; k < 2; ++k) at[k] += index[d - 2] * loop.strides()[d][k];
+      }
+      offsets.push_back(at);
+      for (int64_t d = 2; d < ndim && ++index[d - 2] == loop.sizes()[d]; ++d) index[d - 2] = 0;
+    }
+  }
+};
+
+// The portable path, and the reference for copy_transposed_simd below.
 template <class Bits>
-static void copy_tiled_2d(const StridedLoop<2>& loop) {
-  const int64_t rows = loop.sizes()[1], cols = loop.sizes()[0];
-  const auto& inner = loop.strides()[0];
-  const auto& outer = loop.strides()[1];
-  char* dst = loop.base(0);
-  const char* src = loop.base(1);
-  int64_t row_tiles = (rows + kTile - 1) / kTile;
-  parallel_for(0, row_tiles, std::max<int64_t>(1, kCopyGrain / (kTile * cols)), [&](int64_t begin, int64_t end) {
-    for (int64_t it = begin; it < end; ++it) {
-      int64_t i_end = std::min(rows, (it + 1) * kTile);
-      for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
-        int64_t j_end = std::min(cols, j0 + kTile);
+static void copy_tiled_2d(const Transposes& t) {
+  const int64_t row_tiles = (t.rows + kTile - 1) / kTile;
+  const int64_t tasks = row_tiles * static_cast<int64_t>(t.offsets.size());
+  parallel_for(0, tasks, std::max<int64_t>(1, kCopyGrain / (kTile * t.cols)), [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t it = task % row_tiles;
+      const auto& at = t.offsets[static_cast<size_t>(task / row_tiles)];
+      char* dst = t.dst + at[0];
+      const char* src = t.src + at[1];
+      int64_t i_end = std::min(t.rows, (it + 1) * kTile);
+      for (int64_t j0 = 0; j0 < t.cols; j0 += kTile) {
+        int64_t j_end = std::min(t.cols, j0 + kTile);
         for (int64_t i = it * kTile; i < i_end; ++i) {
           for (int64_t j = j0; j < j_end; ++j) {
-            *reinterpret_cast<Bits*>(dst + i * outer[0] + j * inner[0]) =
-                *reinterpret_cast<const Bits*>(src + i * outer[1] + j * inner[1]);
+            *reinterpret_cast<Bits*>(dst + i * t.outer[0] + j * t.inner[0]) =
+                *reinterpret_cast<const Bits*>(src + i * t.outer[1] + j * t.inner[1]);
           }
         }
       }
@@ -61,36 +91,36 @@ static constexpr int64_t kSimdRows = 16;
 // when the elements are 4 or 8 bytes, one operand is contiguous along the
 // loop's inner dim and the other along its outer dim, and the CPU has AVX2.
 // Returns false (having done nothing) otherwise.
-static bool copy_transposed_simd(const StridedLoop<2>& loop, int64_t size) {
+static bool copy_transposed_simd(const Transposes& t, int64_t size) {
   if ((size != 4 && size != 8) || simd_level() < SimdLevel::Avx2) return false;
-  const int64_t rows = loop.sizes()[1], cols = loop.sizes()[0];
-  const auto& inner = loop.strides()[0];
-  const auto& outer = loop.strides()[1];
   // The kernels read src (m, n) row by row and write dst (n, m); name the
   // loop's dims so that src's unit stride is along n.
   int64_t m, n, ld_src, ld_dst;
-  if (inner[0] == size && outer[1] == size) {  // dst[i, j] = src[j, i]
-    m = cols, n = rows, ld_src = inner[1], ld_dst = outer[0];
-  } else if (inner[1] == size && outer[0] == size) {  // dst[j, i] = src[i, j]
-    m = rows, n = cols, ld_src = outer[1], ld_dst = inner[0];
+  if (t.inner[0] == size && t.outer[1] == size) {  // dst[i, j] = src[j, i]
+    m = t.cols, n = t.rows, ld_src = t.inner[1], ld_dst = t.outer[0];
+  } else if (t.inner[1] == size && t.outer[0] == size) {  // dst[j, i] = src[i, j]
+    m = t.rows, n = t.cols, ld_src = t.outer[1], ld_dst = t.inner[0];
   } else {
     return false;
   }
   auto kernel = size == 4 ? transpose_32_avx2 : transpose_64_avx2;
-  char* dst = loop.base(0);
-  const char* src = loop.base(1);
-  int64_t tasks = (m + kSimdRows - 1) / kSimdRows;
+  const int64_t blocks = (m + kSimdRows - 1) / kSimdRows;
+  const int64_t tasks = blocks * static_cast<int64_t>(t.offsets.size());
   parallel_for(0, tasks, std::max<int64_t>(1, kCopyGrain / (kSimdRows * n)), [&](int64_t begin, int64_t end) {
-    int64_t i0 = begin * kSimdRows, i1 = std::min(m, end * kSimdRows);
-    kernel(dst + i0 * size, ld_dst, src + i0 * ld_src, ld_src, i1 - i0, n);
+    for (int64_t task = begin; task < end; ++task) {
+      const auto& at = t.offsets[static_cast<size_t>(task / blocks)];
+      const int64_t i0 = task % blocks * kSimdRows, i1 = std::min(m, i0 + kSimdRows);
+      kernel(t.dst + at[0] + i0 * size, ld_dst, t.src + at[1] + i0 * ld_src, ld_src, i1 - i0, n);
+    }
   });
   return true;
 }
 
-// True when the loop is a 2-d walk that is contiguous along different dims
-// in the two operands: the transposing case copy_tiled_2d is for.
+// True when the loop's two inner dims are contiguous along different dims
+// in the two operands (each matrix at least a tile): the transposing case
+// copy_tiled_2d is for. Outer dims, if any, make it a batch of them.
 static bool is_transposing(const StridedLoop<2>& loop, int64_t element_size) {
-  if (loop.ndim() != 2 || loop.numel() < kTile * kTile) return false;
+  if (loop.ndim() < 2 || loop.sizes()[0] * loop.sizes()[1] < kTile * kTile) return false;
   const auto& inner = loop.strides()[0];
   const auto& outer = loop.strides()[1];
   return (inner[0] == element_size) != (inner[1] == element_size) && inner[0] != 0 && inner[1] != 0 &&
@@ -106,8 +136,9 @@ void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
     // plain loads and stores rather than a memcpy call per element.
     auto copy_bits = [&]<class Bits>() {
       if (is_transposing(loop, sizeof(Bits))) {
-        if (copy_transposed_simd(loop, sizeof(Bits))) return;
-        return copy_tiled_2d<Bits>(loop);
+        const Transposes t(loop);
+        if (copy_transposed_simd(t, sizeof(Bits))) return;
+        return copy_tiled_2d<Bits>(t);
       }
       loop.run(kCopyGrain, [](char** p, const int64_t* s, int64_t n) {
         constexpr int64_t size = sizeof(Bits);

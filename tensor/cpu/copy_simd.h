@@ -21,3 +21,17 @@ void transpose_32_avx2(char* dst, int64_t ld_dst, const char* src, int64_t ld_sr
 void transpose_64_avx2(char* dst, int64_t ld_dst, const char* src, int64_t ld_src, int64_t rows, int64_t cols);
 
 }  // namespace kiln::cpu
+
+namespace kiln::cpu {
+
+// Interleaves `planes` byte planes into pixels: dst[x * planes + c] =
+// src[c * plane_stride + x] for x < n, c < planes, with planes <= 16; dst is
+// contiguous and written only there. This is an (planes, n) -> (n, planes)
+// transpose of bytes, as an NCHW uint8 image becomes channels-last
+// (tensor/cpu/quantized_conv.cpp). AVX-512 VBMI (copy_avx512vbmi.cpp): each
+// step masked-loads 16 bytes of every plane (8 above 8 planes) into two
+// registers and one or two vpermt2b pick the pixels' bytes in order.
+void interleave_planes_u8_avx512vbmi(uint8_t* dst, const uint8_t* src, int64_t plane_stride, int64_t planes,
+                                     int64_t n);
+
+}  // namespace kiln::cpu

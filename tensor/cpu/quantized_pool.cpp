@@ -101,18 +101,23 @@ TapRange taps_inside(int64_t o, int64_t stride, int64_t pad, int64_t kernel, int
   return {start + k0 * dilation, std::max<int64_t>(0, k1 - k0 + 1)};
 }
 
-// One output row of a 2x2 / stride 2 window from input rows r0 and r1, on
+// `rows` output rows of a 2x2 / stride 2 window, one after the other from
+// dst; output row r from input rows 2r and 2r + 1 of src (w wide). On
 // AVX-512 for the 8-bit dtypes (quantized_pool_simd.h).
 template <class T>
-void max_2x2_row(T* __restrict dst, const T* __restrict r0, const T* __restrict r1, int64_t ow) {
+void max_2x2_rows(T* __restrict dst, const T* __restrict src, int64_t w, int64_t ow, int64_t rows) {
   if (simd_level() == SimdLevel::Avx512) {
-    if constexpr (std::is_same_v<T, uint8_t>) return max_pool_2x2_row_u8_avx512(dst, r0, r1, ow);
-    if constexpr (std::is_same_v<T, int8_t>) return max_pool_2x2_row_s8_avx512(dst, r0, r1, ow);
+    if constexpr (std::is_same_v<T, uint8_t>) return max_pool_2x2_rows_u8_avx512(dst, src, w, ow, rows);
+    if constexpr (std::is_same_v<T, int8_t>) return max_pool_2x2_rows_s8_avx512(dst, src, w, ow, rows);
   }
-  for (int64_t ox = 0; ox < ow; ++ox) {
-    const T a = r0[2 * ox] > r0[2 * ox + 1] ? r0[2 * ox] : r0[2 * ox + 1];
-    const T b = r1[2 * ox] > r1[2 * ox + 1] ? r1[2 * ox] : r1[2 * ox + 1];
-    dst[ox] = a > b ? a : b;
+  for (int64_t r = 0; r < rows; ++r, dst += ow, src += 2 * w) {
+    const T* r0 = src;
+    const T* r1 = src + w;
+    for (int64_t ox = 0; ox < ow; ++ox) {
+      const T a = r0[2 * ox] > r0[2 * ox + 1] ? r0[2 * ox] : r0[2 * ox + 1];
+      const T b = r1[2 * ox] > r1[2 * ox + 1] ? r1[2 * ox] : r1[2 * ox + 1];
+      dst[ox] = a > b ? a : b;
+    }
   }
 }
 
@@ -123,17 +128,25 @@ void max_pool_typed(T* out, const T* x, const Planes& p, const PoolGeometry& g) 
   const T lowest = std::numeric_limits<T>::lowest();
   const bool plain_2x2 = g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 &&
                          g.pad_w == 0 && g.dilation_h == 1 && g.dilation_w == 1;
+  // With an even height the planes' row pairs follow one another, so a run
+  // of output rows may cross planes; else it stops at each plane's end.
+  const bool pairs_cross_planes = p.h == 2 * g.out_h;
   parallel_for(0, p.count * g.out_h, kRowGrain, [&](int64_t rb, int64_t re) {
+    if (plain_2x2) {
+      // The common 2x2 / stride 2 window with no edge: two rows, pairwise,
+      // a run of rows per call (a call per row cost as much as the rows).
+      for (int64_t r = rb; r < re;) {
+        const int64_t plane = r / g.out_h, oy = r % g.out_h;
+        const int64_t rows = pairs_cross_planes ? re - r : std::min(re - r, g.out_h - oy);
+        max_2x2_rows(out + r * g.out_w, x + plane * p.h * p.w + 2 * oy * p.w, p.w, g.out_w, rows);
+        r += rows;
+      }
+      return;
+    }
     for (int64_t r = rb; r < re; ++r) {
       int64_t plane = r / g.out_h, oy = r % g.out_h;
       const T* src = x + plane * p.h * p.w;
       T* dst = out + r * g.out_w;
-      if (plain_2x2) {
-        // The common 2x2 / stride 2 window with no edge: two rows, pairwise.
-        const T* row0 = src + (2 * oy) * p.w;
-        max_2x2_row(dst, row0, row0 + p.w, g.out_w);
-        continue;
-      }
       TapRange ry = taps_inside(oy, g.stride_h, g.pad_h, g.kernel_h, g.dilation_h, p.h);
       for (int64_t ox = 0; ox < g.out_w; ++ox) {
         TapRange rx = taps_inside(ox, g.stride_w, g.pad_w, g.kernel_w, g.dilation_w, p.w);

@@ -1,4 +1,4 @@
-// One output row of the 2x2 / stride 2 int8 max pool (quantized_pool.cpp)
+// Output rows of the 2x2 / stride 2 int8 max pool (quantized_pool.cpp)
 // with AVX-512BW: 32 outputs from 64 bytes of each input row. The vertical
 // max is one byte max; the horizontal one takes each byte pair's max in the
 // low byte of its 16-bit lane (the pair's high byte shifted down beside it),
@@ -34,15 +34,19 @@ void max_2x2_row(uint8_t* dst, const uint8_t* r0, const uint8_t* r1, int64_t ow)
   }
 }
 
-}  // namespace
-
-void max_pool_2x2_row_u8_avx512(uint8_t* dst, const uint8_t* r0, const uint8_t* r1, int64_t ow) {
-  max_2x2_row<false>(dst, r0, r1, ow);
+template <bool kSigned>
+void max_2x2_rows(uint8_t* dst, const uint8_t* src, int64_t w, int64_t ow, int64_t rows) {
+  for (int64_t r = 0; r < rows; ++r, dst += ow, src += 2 * w) max_2x2_row<kSigned>(dst, src, src + w, ow);
 }
 
-void max_pool_2x2_row_s8_avx512(int8_t* dst, const int8_t* r0, const int8_t* r1, int64_t ow) {
-  max_2x2_row<true>(reinterpret_cast<uint8_t*>(dst), reinterpret_cast<const uint8_t*>(r0),
-                    reinterpret_cast<const uint8_t*>(r1), ow);
+}  // namespace
+
+void max_pool_2x2_rows_u8_avx512(uint8_t* dst, const uint8_t* src, int64_t w, int64_t ow, int64_t rows) {
+  max_2x2_rows<false>(dst, src, w, ow, rows);
+}
+
+void max_pool_2x2_rows_s8_avx512(int8_t* dst, const int8_t* src, int64_t w, int64_t ow, int64_t rows) {
+  max_2x2_rows<true>(reinterpret_cast<uint8_t*>(dst), reinterpret_cast<const uint8_t*>(src), w, ow, rows);
 }
 
 }  // namespace kiln::cpu

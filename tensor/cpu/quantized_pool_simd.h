@@ -7,9 +7,11 @@
 
 namespace kiln::cpu {
 
-// dst[x] = max(r0[2x], r0[2x+1], r1[2x], r1[2x+1]) for x < ow
-// (quantized_pool_avx512.cpp, AVX-512BW).
-void max_pool_2x2_row_u8_avx512(uint8_t* dst, const uint8_t* r0, const uint8_t* r1, int64_t ow);
-void max_pool_2x2_row_s8_avx512(int8_t* dst, const int8_t* r0, const int8_t* r1, int64_t ow);
+// `rows` output rows of ow bytes, one after the other from dst: output row r
+// is dst[r*ow + x] = max of src[(2r)*w + 2x], src[(2r)*w + 2x + 1] and the
+// same two of input row 2r + 1, for x < ow (quantized_pool_avx512.cpp,
+// AVX-512BW).
+void max_pool_2x2_rows_u8_avx512(uint8_t* dst, const uint8_t* src, int64_t w, int64_t ow, int64_t rows);
+void max_pool_2x2_rows_s8_avx512(int8_t* dst, const int8_t* src, int64_t w, int64_t ow, int64_t rows);
 
 }  // namespace kiln::cpu

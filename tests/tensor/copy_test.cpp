@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -70,6 +71,31 @@ TEST(CopyTranspose, KernelsMatchPlainLoopForAllSmallShapes) {
   check_kernel<uint32_t>(cpu::transpose_32_avx2, 515, 603, /*aligned=*/true);
   check_kernel<uint32_t>(cpu::transpose_32_avx2, 512, 640, /*aligned=*/true);
   check_kernel<uint64_t>(cpu::transpose_64_avx2, 515, 603, /*aligned=*/true);
+}
+
+// The byte-plane interleave (NCHW uint8 -> channels-last) against the
+// plain loop for every plane count it takes and every length through a few
+// steps, planes strided apart, unaligned, with the bytes around dst's run
+// left as they were.
+TEST(InterleavePlanes, MatchesPlainLoop) {
+  if (cpu::simd_level() < cpu::SimdLevel::Avx512 || !cpu::int8_features().avx512vbmi) {
+    GTEST_SKIP() << "no AVX-512 VBMI on this CPU";
+  }
+  for (int64_t planes = 1; planes <= 16; ++planes) {
+    for (int64_t n = 0; n <= 70; ++n) {
+      const int64_t stride = n + 3;
+      auto bits = random_bits(planes * stride + planes * n + 9, static_cast<uint32_t>(planes * 101 + n));
+      std::vector<uint8_t> src(static_cast<size_t>(planes * stride + 1)), dst(static_cast<size_t>(planes * n + 8));
+      for (size_t k = 0; k < src.size(); ++k) src[k] = static_cast<uint8_t>(bits[k]);
+      for (size_t k = 0; k < dst.size(); ++k) dst[k] = static_cast<uint8_t>(bits[src.size() + k]);
+      std::vector<uint8_t> expected = dst;
+      for (int64_t x = 0; x < n; ++x) {
+        for (int64_t c = 0; c < planes; ++c) expected[4 + x * planes + c] = src[1 + c * stride + x];
+      }
+      cpu::interleave_planes_u8_avx512vbmi(dst.data() + 4, src.data() + 1, stride, planes, n);
+      ASSERT_EQ(dst, expected) << planes << " planes of " << n;
+    }
+  }
 }
 
 // A (rows, cols) tensor of `dtype` with distinct values v(i, j) = bits of
@@ -169,6 +195,43 @@ TEST_P(CopyTransposeThreads, StridedBothWaysFallsBackCorrectly) {
   for (int64_t j = 0; j < 70; ++j) {
     for (int64_t i = 0; i < 90; ++i) ASSERT_TRUE(same_bits(o[j * 90 + i], b[i * 140 + 2 * j]));
   }
+}
+
+// A batch of transposes: a channels-last (N, C, H, W) made contiguous (N
+// matrices (H*W, C) -> (C, H*W)) and the reverse, and a 5-d permute whose two
+// outer dims both repeat the transpose; every element against the index
+// formula, for 1, 2, 4 and 8-byte elements.
+template <class T>
+void check_batched(DType dtype) {
+  for (auto [n, c, h, w] : std::vector<std::array<int64_t, 4>>{{64, 16, 5, 5}, {3, 6, 14, 14}, {2, 33, 3, 7}}) {
+    Tensor flat = random_matrix<T>(n, h * w * c, dtype, static_cast<uint32_t>(n * 7 + c));
+    const T* f = flat.data<T>();
+    // flat holds (N, H, W, C): the channels-last tensor is its permuted view.
+    Tensor channels_last = flat.view({n, h, w, c}).permute({0, 3, 1, 2});  // (N, C, H, W)
+    Tensor nchw = channels_last.contiguous();
+    const T* o = nchw.data<T>();
+    for (int64_t i = 0; i < n * c * h * w; ++i) {
+      const int64_t x = i % w, y = i / w % h, ch = i / (w * h) % c, b = i / (w * h * c);
+      ASSERT_TRUE(same_bits(o[i], f[((b * h + y) * w + x) * c + ch])) << n << "x" << c << "x" << h << "x" << w;
+    }
+    Tensor back = nchw.permute({0, 2, 3, 1}).contiguous();  // (N, H, W, C) again
+    ASSERT_EQ(std::memcmp(back.data<T>(), f, static_cast<size_t>(flat.numel()) * sizeof(T)), 0);
+  }
+  Tensor five = random_matrix<T>(3 * 4, 9 * 10 * 2, dtype, 11u).view({3, 4, 9, 10, 2});
+  Tensor out = five.permute({0, 1, 3, 2, 4}).select(4, 1).contiguous();  // (3, 4, 10, 9)
+  const T* s5 = five.data<T>();
+  const T* o5 = out.data<T>();
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    const int64_t a = i % 9, b = i / 9 % 10, q = i / 90 % 4, p = i / 360;
+    ASSERT_TRUE(same_bits(o5[i], s5[(((p * 4 + q) * 9 + a) * 10 + b) * 2 + 1])) << i;
+  }
+}
+
+TEST_P(CopyTransposeThreads, BatchesOfTransposes) {
+  check_batched<uint8_t>(DType::UInt8);
+  check_batched<Half>(DType::Float16);
+  check_batched<float>(DType::Float32);
+  check_batched<double>(DType::Float64);
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, CopyTransposeThreads, ::testing::Values(1, 2));

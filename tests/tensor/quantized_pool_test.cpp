@@ -76,29 +76,50 @@ TEST(QuantizedPool, MaxPoolEqualsFloatMaxPoolOfTheDequantizedInput) {
   }
 }
 
-// The AVX-512 row loop of the 2x2 max pool against the plain one, for
-// widths around its 32-output blocks, both 8-bit dtypes and extreme values.
-TEST(QuantizedPool, TheAvx512TwoByTwoRowMatchesThePlainLoop) {
+// The 2x2 window pools runs of rows per call: across planes when the height
+// is even, stopping at each plane's end when it is odd; split over threads
+// too.
+TEST(QuantizedPool, TwoByTwoRunsOfRowsOverEvenAndOddHeights) {
+  const int saved = get_num_threads();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const Shape& shape : {Shape{3, 50, 10, 12}, Shape{3, 50, 9, 12}, Shape{1, 1, 3, 5}}) {
+      Tensor q = ops::quantize_per_tensor(random_floats(shape, 5), 0.02, 100, DType::UInt8);
+      EXPECT_TRUE(equal(ops::dequantize(ops::max_pool2d(q, {.kernel = 2})),
+                        ops::max_pool2d(ops::dequantize(q), {.kernel = 2})))
+          << q.shape().size() << "-d, height " << shape[2] << " on " << threads << " threads";
+    }
+  }
+  set_num_threads(saved);
+}
+
+// The AVX-512 row loops of the 2x2 max pool against the plain one, for
+// widths around their 32-output blocks, one row and several, both 8-bit
+// dtypes and extreme values.
+TEST(QuantizedPool, TheAvx512TwoByTwoRowsMatchThePlainLoop) {
   if (cpu::simd_level() < cpu::SimdLevel::Avx512) GTEST_SKIP() << "this CPU has no AVX-512: only the plain loop exists";
   for (int64_t ow : {1, 5, 14, 31, 32, 33, 64, 100}) {
-    std::vector<double> r = pseudo_random(4 * ow + 2, 0, 256, 40 + ow);
-    std::vector<uint8_t> u(r.size());
-    for (size_t i = 0; i < r.size(); ++i) u[i] = static_cast<uint8_t>(r[i]);
-    u[0] = 255, u[1] = 0;  // the extremes, in either dtype
-    const uint8_t* r0 = u.data();
-    const uint8_t* r1 = u.data() + 2 * ow + 1;  // an odd row pitch: the last column is never read
-    std::vector<uint8_t> want(ow), got(ow, 7);
-    std::vector<int8_t> want_s(ow), got_s(ow, 7);
-    const auto* s0 = reinterpret_cast<const int8_t*>(r0);
-    const auto* s1 = reinterpret_cast<const int8_t*>(r1);
-    for (int64_t x = 0; x < ow; ++x) {
-      want[x] = std::max({r0[2 * x], r0[2 * x + 1], r1[2 * x], r1[2 * x + 1]});
-      want_s[x] = std::max({s0[2 * x], s0[2 * x + 1], s1[2 * x], s1[2 * x + 1]});
+    for (int64_t rows : {1, 3}) {
+      const int64_t w = 2 * ow + 1;  // an odd row pitch: the last column is never read
+      std::vector<double> r = pseudo_random(2 * rows * w, 0, 256, 40 + ow + rows);
+      std::vector<uint8_t> u(r.size());
+      for (size_t i = 0; i < r.size(); ++i) u[i] = static_cast<uint8_t>(r[i]);
+      u[0] = 255, u[1] = 0;  // the extremes, in either dtype
+      const auto* s = reinterpret_cast<const int8_t*>(u.data());
+      std::vector<uint8_t> want(rows * ow), got(rows * ow, 7);
+      std::vector<int8_t> want_s(rows * ow), got_s(rows * ow, 7);
+      for (int64_t y = 0; y < rows; ++y) {
+        const int64_t r0 = 2 * y * w, r1 = r0 + w;
+        for (int64_t x = 0; x < ow; ++x) {
+          want[y * ow + x] = std::max({u[r0 + 2 * x], u[r0 + 2 * x + 1], u[r1 + 2 * x], u[r1 + 2 * x + 1]});
+          want_s[y * ow + x] = std::max({s[r0 + 2 * x], s[r0 + 2 * x + 1], s[r1 + 2 * x], s[r1 + 2 * x + 1]});
+        }
+      }
+      cpu::max_pool_2x2_rows_u8_avx512(got.data(), u.data(), w, ow, rows);
+      cpu::max_pool_2x2_rows_s8_avx512(got_s.data(), s, w, ow, rows);
+      EXPECT_EQ(got, want) << "quint8, width " << ow << ", " << rows << " rows";
+      EXPECT_EQ(got_s, want_s) << "qint8, width " << ow << ", " << rows << " rows";
     }
-    cpu::max_pool_2x2_row_u8_avx512(got.data(), r0, r1, ow);
-    cpu::max_pool_2x2_row_s8_avx512(got_s.data(), s0, s1, ow);
-    EXPECT_EQ(got, want) << "quint8, width " << ow;
-    EXPECT_EQ(got_s, want_s) << "qint8, width " << ow;
   }
 }
 

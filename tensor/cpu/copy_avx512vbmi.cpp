@@ -1,0 +1,53 @@
+// The byte-plane interleave of copy_simd.h with AVX-512 VBMI byte permutes.
+// GCC 12's AVX-512 intrinsics warn about their own "undefined" registers
+// (GCC bug 105593), as in qgemm_amx.cpp.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "tensor/cpu/copy_simd.h"
+
+namespace kiln::cpu {
+
+void interleave_planes_u8_avx512vbmi(uint8_t* dst, const uint8_t* src, int64_t plane_stride, int64_t planes,
+                                     int64_t n) {
+  // A step takes `step` pixels: plane c's bytes for them sit at byte
+  // step * c of the 128 bytes held by lo (the first 64) and hi (the rest),
+  // and output byte i = x * planes + c of the step is source byte
+  // step * c + x, which vpermt2b picks from the pair (its index's bit 6
+  // chooses hi).
+  const int64_t step = planes <= 8 ? 16 : 8;
+  const int64_t bytes = step * planes;  // <= 128
+  alignas(64) uint8_t index[128] = {};
+  for (int64_t i = 0; i < bytes; ++i) index[i] = static_cast<uint8_t>(step * (i % planes) + i / planes);
+  const __m512i index_lo = _mm512_load_si512(index), index_hi = _mm512_load_si512(index + 64);
+  const __mmask64 all = ~__mmask64{0};
+  for (int64_t x = 0; x < n; x += step) {
+    const int64_t pixels = n - x < step ? n - x : step;
+    const __mmask64 row = (__mmask64{1} << pixels) - 1;  // the pixels' bytes of one plane
+    __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+    for (int64_t c = 0; c < planes; ++c) {
+      // A masked load from step * c bytes before the plane's pixels puts them
+      // at their place in the register; masked-off bytes are not read.
+      const int64_t at = step * c % 64;
+      const uint8_t* from = src + c * plane_stride + x - at;
+      if (step * c < 64) {
+        lo = _mm512_mask_loadu_epi8(lo, row << at, from);
+      } else {
+        hi = _mm512_mask_loadu_epi8(hi, row << at, from);
+      }
+    }
+    const int64_t out = pixels * planes;
+    uint8_t* to = dst + x * planes;
+    _mm512_mask_storeu_epi8(to, out >= 64 ? all : (__mmask64{1} << out) - 1,
+                            _mm512_permutex2var_epi8(lo, index_lo, hi));
+    if (out > 64) {
+      _mm512_mask_storeu_epi8(to + 64, out >= 128 ? all : (__mmask64{1} << (out - 64)) - 1,
+                              _mm512_permutex2var_epi8(lo, index_hi, hi));
+    }
+  }
+}
+
+}  // namespace kiln::cpu
