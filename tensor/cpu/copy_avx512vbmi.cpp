@@ -27,18 +27,19 @@ void interleave_planes_u8_avx512vbmi(uint8_t* dst, const uint8_t* src, int64_t p
   for (int64_t x = 0; x < n; x += step) {
     const int64_t pixels = n - x < step ? n - x : step;
     const __mmask64 row = (__mmask64{1} << pixels) - 1;  // the pixels' bytes of one plane
-    __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+    // Each plane's bytes are loaded on their own (no load waits for
+    // another) and ORed into place: a masked load from step * c bytes before
+    // the plane's pixels puts them at their place in the register, and
+    // masked-off bytes are neither read nor can fault.
+    __m512i part[16];
     for (int64_t c = 0; c < planes; ++c) {
-      // A masked load from step * c bytes before the plane's pixels puts them
-      // at their place in the register; masked-off bytes are not read.
       const int64_t at = step * c % 64;
-      const uint8_t* from = src + c * plane_stride + x - at;
-      if (step * c < 64) {
-        lo = _mm512_mask_loadu_epi8(lo, row << at, from);
-      } else {
-        hi = _mm512_mask_loadu_epi8(hi, row << at, from);
-      }
+      part[c] = _mm512_maskz_loadu_epi8(row << at, src + c * plane_stride + x - at);
     }
+    const int64_t low_planes = planes < 64 / step ? planes : 64 / step;
+    __m512i lo = part[0], hi = _mm512_setzero_si512();
+    for (int64_t c = 1; c < low_planes; ++c) lo = _mm512_or_si512(lo, part[c]);
+    for (int64_t c = low_planes; c < planes; ++c) hi = _mm512_or_si512(hi, part[c]);
     const int64_t out = pixels * planes;
     uint8_t* to = dst + x * planes;
     _mm512_mask_storeu_epi8(to, out >= 64 ? all : (__mmask64{1} << out) - 1,

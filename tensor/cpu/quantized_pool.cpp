@@ -101,6 +101,13 @@ TapRange taps_inside(int64_t o, int64_t stride, int64_t pad, int64_t kernel, int
   return {start + k0 * dilation, std::max<int64_t>(0, k1 - k0 + 1)};
 }
 
+// The 2x2 window with stride 2 and no padding or dilation: each output
+// pixel's taps are the four inputs at twice its position.
+bool is_plain_2x2(const PoolGeometry& g) {
+  return g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 && g.pad_w == 0 &&
+         g.dilation_h == 1 && g.dilation_w == 1;
+}
+
 // `rows` output rows of a 2x2 / stride 2 window, one after the other from
 // dst; output row r from input rows 2r and 2r + 1 of src (w wide). On
 // AVX-512 for the 8-bit dtypes (quantized_pool_simd.h).
@@ -126,8 +133,7 @@ void max_pool_typed(T* out, const T* x, const Planes& p, const PoolGeometry& g) 
   // A window with no tap inside the input (possible only with dilation)
   // gives the dtype's lowest value, as -inf for floats.
   const T lowest = std::numeric_limits<T>::lowest();
-  const bool plain_2x2 = g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 &&
-                         g.pad_w == 0 && g.dilation_h == 1 && g.dilation_w == 1;
+  const bool plain_2x2 = is_plain_2x2(g);
   // With an even height the planes' row pairs follow one another, so a run
   // of output rows may cross planes; else it stops at each plane's end.
   const bool pairs_cross_planes = p.h == 2 * g.out_h;
@@ -256,10 +262,38 @@ void max_into(T* __restrict dst, const T* __restrict src, int64_t c) {
   for (int64_t i = 0; i < c; ++i) dst[i] = dst[i] > src[i] ? dst[i] : src[i];
 }
 
+// One output row of a 2x2 / stride 2 window over channels-last rows r0 and
+// r1: pixel ox's c values from input pixels 2ox and 2ox + 1 of both. The
+// inner loop vectorizes over the channels.
+template <class T>
+void max_2x2_row_channels_last(T* __restrict dst, const T* __restrict r0, const T* __restrict r1, int64_t ow,
+                               int64_t c) {
+  for (int64_t ox = 0; ox < ow; ++ox, dst += c, r0 += 2 * c, r1 += 2 * c) {
+    for (int64_t i = 0; i < c; ++i) {
+      const T a = r0[i] > r0[i + c] ? r0[i] : r0[i + c];
+      const T b = r1[i] > r1[i + c] ? r1[i] : r1[i + c];
+      dst[i] = a > b ? a : b;
+    }
+  }
+}
+
 template <class T>
 void max_pool_channels_last(T* out, const T* x, const Planes& p, const PoolGeometry& g) {
   const T lowest = std::numeric_limits<T>::lowest();
   const int64_t c = p.channels;
+  if (is_plain_2x2(g)) {
+    // The common window, a row at a time: the general walk below finds
+    // each pixel's taps with divisions, which cost more than the maxima.
+    parallel_for(0, p.count * g.out_h, std::max<int64_t>(1, kRowGrain / std::max<int64_t>(1, g.out_w)),
+                 [&](int64_t rb, int64_t re) {
+                   for (int64_t r = rb; r < re; ++r) {
+                     const int64_t image = r / g.out_h, oy = r % g.out_h;
+                     const T* r0 = x + (image * p.h + 2 * oy) * p.w * c;
+                     max_2x2_row_channels_last(out + r * g.out_w * c, r0, r0 + p.w * c, g.out_w, c);
+                   }
+                 });
+    return;
+  }
   for_each_output_pixel(out, p, g.out_h, g.out_w, [&](T* dst, int64_t image, int64_t oy, int64_t ox) {
     std::fill(dst, dst + c, lowest);
     TapRange ry = taps_inside(oy, g.stride_h, g.pad_h, g.kernel_h, g.dilation_h, p.h);

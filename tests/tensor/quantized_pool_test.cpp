@@ -271,8 +271,11 @@ TEST(QuantizedPool, ChannelsLastInputsGiveTheSameIntegersInTheirLayout) {
     EXPECT_EQ(got.impl()->quant_params(), want.impl()->quant_params()) << what;
     EXPECT_EQ(ints(got), ints(want)) << what;
   };
-  for (DType dtype : {DType::UInt8, DType::Int8}) {
-    Tensor q = ops::quantize_per_tensor(random_floats({2, 5, 9, 7}, 11), 0.03, dtype == DType::UInt8 ? 90 : -4, dtype);
+  // LeNet's second pool (16 channels, 10x10) beside odd sizes.
+  for (auto [dtype, shape] : std::vector<std::pair<DType, Shape>>{{DType::UInt8, {2, 5, 9, 7}},
+                                                                  {DType::Int8, {2, 5, 9, 7}},
+                                                                  {DType::UInt8, {3, 16, 10, 10}}}) {
+    Tensor q = ops::quantize_per_tensor(random_floats(shape, 11), 0.03, dtype == DType::UInt8 ? 90 : -4, dtype);
     Tensor cl = channels_last(q);
     ASSERT_TRUE(is_channels_last(cl) && !cl.is_contiguous());
     for (const auto& o : max_options) expect_same(ops::max_pool2d(cl, o), ops::max_pool2d(q, o), "max_pool2d");
