@@ -91,6 +91,7 @@ inline void finish_zmm(const int32_t* c, int rows, int nv, int64_t m0, int64_t n
     return;
   }
   const bool direct = e.stride_n == 1;
+  const AddLanesZmm residual_add(e.residual_add);  // hoisted: the stores below may alias e
   alignas(64) int32_t tmp32[16 * 64];  // rows <= 16, nv * 16 <= 64
   alignas(64) uint8_t tmp8[16 * 64];
   for (int i = 0; i < rows; ++i) {
@@ -120,7 +121,13 @@ inline void finish_zmm(const int32_t* c, int rows, int nv, int64_t m0, int64_t n
           f = _mm512_add_ps(f, _mm512_set1_ps(e.zero_point));
           f = _mm512_max_ps(f, _mm512_set1_ps(e.lo));  // NaN -> lo, as fmax(NaN, lo)
           f = _mm512_min_ps(f, _mm512_set1_ps(e.hi));
-          const __m128i q = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(f));  // in [0, 255]: exact
+          __m512i qi = _mm512_cvttps_epi32(f);
+          if (e.residual) {
+            // Note [Residual add in the output stage]: stride_n is 1, so direct.
+            const __m512i r = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask, e.residual + at));
+            qi = add_lanes(qi, r, residual_add);
+          }
+          const __m128i q = _mm512_cvtepi32_epi8(qi);  // in [0, 255]: exact
           if (direct) _mm_mask_storeu_epi8(static_cast<uint8_t*>(e.out) + at, mask, q);
           else _mm_mask_storeu_epi8(tmp8 + t, mask, q);
           break;
@@ -182,6 +189,7 @@ inline void finish_ymm(const int32_t* c, int rows, int nv, int64_t m0, int64_t n
     }
     return;
   }
+  const AddLanesYmm residual_add(e.residual_add);  // hoisted: the stores below may alias e
   alignas(32) int32_t tmp32[16 * 16];  // rows <= 16, nv * 8 <= 16
   alignas(32) uint8_t tmp8[16 * 16 + 8];
   for (int i = 0; i < rows; ++i) {
@@ -205,7 +213,16 @@ inline void finish_ymm(const int32_t* c, int rows, int nv, int64_t m0, int64_t n
           f = _mm256_add_ps(f, _mm256_set1_ps(e.zero_point));
           f = _mm256_max_ps(f, _mm256_set1_ps(e.lo));  // NaN -> lo, as fmax(NaN, lo)
           f = _mm256_min_ps(f, _mm256_set1_ps(e.hi));
-          const __m256i q = _mm256_cvttps_epi32(f);  // in [0, 255]
+          __m256i q = _mm256_cvttps_epi32(f);  // in [0, 255]
+          if (e.residual) {
+            // Note [Residual add in the output stage]: stride_n is 1 (the
+            // rows below are copied whole), and the lanes past the last
+            // column read nothing and are never copied.
+            const uint8_t* r = e.residual + (m0 + i) * e.stride_m + n;
+            int64_t bytes = 0;
+            std::memcpy(&bytes, r, static_cast<size_t>(std::min<int64_t>(8, e.n - n)));
+            q = add_lanes(q, _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bytes)), residual_add);
+          }
           const __m128i w16 = _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
           _mm_storel_epi64(reinterpret_cast<__m128i*>(tmp8 + t), _mm_packus_epi16(w16, w16));
           break;
