@@ -54,14 +54,19 @@ struct AddLanesYmm {
         zp_out(_mm256_set1_ps(g.zero_point_out)), lo(_mm256_set1_ps(g.lo)), hi(_mm256_set1_ps(g.hi)) {}
 };
 
-inline __m256i add_lanes(__m256i a, __m256i b, const AddLanesYmm& v) {
-  __m256 da = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(a, v.zp_a)), v.scale_a);
+// a_minus_zp: float(a - zero_point_a), the first operand already shifted.
+inline __m256i add_lanes_shifted(__m256 a_minus_zp, __m256i b, const AddLanesYmm& v) {
+  __m256 da = _mm256_mul_ps(a_minus_zp, v.scale_a);
   __m256 db = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(b, v.zp_b)), v.scale_b);
   __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_add_ps(da, db), v.inv_out),
                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   r = _mm256_add_ps(r, v.zp_out);
   r = _mm256_min_ps(_mm256_max_ps(r, v.lo), v.hi);
   return _mm256_cvtps_epi32(r);
+}
+
+inline __m256i add_lanes(__m256i a, __m256i b, const AddLanesYmm& v) {
+  return add_lanes_shifted(_mm256_cvtepi32_ps(_mm256_sub_epi32(a, v.zp_a)), b, v);
 }
 #endif
 
@@ -75,14 +80,18 @@ struct AddLanesZmm {
         zp_out(_mm512_set1_ps(g.zero_point_out)), lo(_mm512_set1_ps(g.lo)), hi(_mm512_set1_ps(g.hi)) {}
 };
 
-inline __m512i add_lanes(__m512i a, __m512i b, const AddLanesZmm& v) {
-  __m512 da = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a, v.zp_a)), v.scale_a);
+inline __m512i add_lanes_shifted(__m512 a_minus_zp, __m512i b, const AddLanesZmm& v) {
+  __m512 da = _mm512_mul_ps(a_minus_zp, v.scale_a);
   __m512 db = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(b, v.zp_b)), v.scale_b);
   __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_add_ps(da, db), v.inv_out),
                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   r = _mm512_add_ps(r, v.zp_out);
   r = _mm512_min_ps(_mm512_max_ps(r, v.lo), v.hi);
   return _mm512_cvttps_epi32(r);
+}
+
+inline __m512i add_lanes(__m512i a, __m512i b, const AddLanesZmm& v) {
+  return add_lanes_shifted(_mm512_cvtepi32_ps(_mm512_sub_epi32(a, v.zp_a)), b, v);
 }
 #endif
 }  // namespace
