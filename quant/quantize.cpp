@@ -198,6 +198,22 @@ void prepare_qat(nn::Module& model, const QConfigMapping& mapping) { prepare_mod
 
 void convert(nn::Module& model) { convert_children(model, ""); }
 
+void fuse_conv_add(nn::Module& model, const std::vector<std::pair<std::string, std::string>>& pairs) {
+  for (const auto& [conv_name, add_name] : pairs) {
+    const std::string pair = "{" + conv_name + ", " + add_name + "}";
+    auto conv = std::dynamic_pointer_cast<QuantizedConv2d>(model.get_submodule(conv_name));
+    auto add = std::dynamic_pointer_cast<QuantizedAdd>(model.get_submodule(add_name));
+    KILN_CHECK(conv && add, "fuse_conv_add: in ", pair, ", ", conv ? add_name : conv_name, " is a ",
+               (conv ? model.get_submodule(add_name) : model.get_submodule(conv_name))->name(), ", not a ",
+               conv ? "QuantizedAdd" : "QuantizedConv2d", "; fuse after convert()");
+    KILN_CHECK(conv->runs_in.empty() && !add->conv, "fuse_conv_add: in ", pair, ", ",
+               conv->runs_in.empty() ? add_name + " already runs " + add->conv->qualified_name
+                                     : conv_name + " already runs in " + conv->runs_in);
+    conv->runs_in = add->qualified_name;
+    add->conv = conv;
+  }
+}
+
 void quantize_dynamic(nn::Module& model, const DynamicOptions& options) { dynamic_children(model, "", options); }
 
 void enable_observer(nn::Module& model, bool on) {

@@ -43,6 +43,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nn/module.h"
@@ -61,6 +62,17 @@ void prepare_qat(nn::Module& model, const QConfigMapping& mapping = QConfigMappi
 // The int8 model: every prepared layer becomes its quantized form. Throws
 // naming the first layer whose observer saw no data.
 void convert(nn::Module& model);
+
+// After convert: each pair {conv, add} names a QuantizedConv2d whose output
+// the forward feeds (through pass-through layers at most) to a
+// QuantizedAdd; the add then runs the conv with the sum in its output
+// stage, so the conv's output is never written and read back (Note [A conv
+// run by the add it feeds] in quant/quantized_modules.h). The outputs stay
+// the same to the bit, the state dict the same keys.
+//   quant::fuse_conv_add(*model, resnet->residual_convs("module."));
+// Throws naming the pair for a path that is not such a conv or add, or one
+// already fused.
+void fuse_conv_add(nn::Module& model, const std::vector<std::pair<std::string, std::string>>& pairs);
 
 struct DynamicOptions {
   bool linear = true;         // Linear and LinearReLU

@@ -1,6 +1,9 @@
 #include "quant/quantized_modules.h"
 
+#include <algorithm>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "autograd/ops.h"
 #include "tensor/quantize.h"
@@ -111,8 +114,22 @@ QuantizedConv2d::QuantizedConv2d(std::string name, const Tensor& w, const Tensor
 
 void QuantizedConv2d::repack() { packed_ = ops::pack_quantized_weight(weight); }
 
+namespace {
+
+// The inputs the convs run by an add handed on, per thread, until the add
+// takes them (Note [A conv run by the add it feeds]).
+thread_local std::vector<std::pair<const QuantizedConv2d*, Tensor>> handed_on;
+
+}  // namespace
+
 Tensor QuantizedConv2d::forward(const Tensor& x) {
   check_quantized_input(x);
+  if (!runs_in.empty()) {
+    auto kept = std::find_if(handed_on.begin(), handed_on.end(), [&](const auto& e) { return e.first == this; });
+    if (kept != handed_on.end()) kept->second = x;
+    else handed_on.emplace_back(this, x);
+    return x;
+  }
   try {
     return ops::quantized_conv2d(x, *packed_, bias, params, scale(), zero_point(), relu);
   } catch (const Error& e) {
@@ -120,10 +137,29 @@ Tensor QuantizedConv2d::forward(const Tensor& x) {
   }
 }
 
+bool QuantizedConv2d::take_handed_on(const Tensor& t) {
+  auto kept = std::find_if(handed_on.begin(), handed_on.end(),
+                           [&](const auto& e) { return e.first == this && e.second.is_same(t); });
+  if (kept == handed_on.end()) return false;
+  handed_on.erase(kept);
+  return true;
+}
+
+Tensor QuantizedConv2d::forward_add(const Tensor& x, const Tensor& residual, double add_scale, int64_t add_zero_point,
+                                    bool add_relu) {
+  try {
+    return ops::quantized_conv2d_add(x, *packed_, bias, params, QuantizedConvGrid{scale(), zero_point(), relu},
+                                     residual, add_scale, add_zero_point, add_relu);
+  } catch (const Error& e) {
+    KILN_FAIL(where(), " (run by ", runs_in, "): ", e.what());
+  }
+}
+
 std::string QuantizedConv2d::extra_repr() const {
   std::ostringstream os;
   os << conv_repr(weight, params) << (relu ? ", relu=True" : "") << ", scale=" << scale()
      << ", zero_point=" << zero_point();
+  if (!runs_in.empty()) os << ", runs_in=" << runs_in;
   return os.str();
 }
 
@@ -166,6 +202,13 @@ nn::TensorList QuantizedAdd::forward_many(const nn::TensorList& inputs) {
   KILN_CHECK(inputs.size() == 2, where(), ": takes two tensors, got ", inputs.size());
   check_quantized_input(inputs[0], "first input");
   check_quantized_input(inputs[1], "second input");
+  if (conv) {
+    const int through = conv->take_handed_on(inputs[0]) ? 0 : conv->take_handed_on(inputs[1]) ? 1 : -1;
+    KILN_CHECK(through >= 0, where(), ": runs ", conv->where(), " (fuse_conv_add), but neither input is the one that "
+               "conv handed on; the forward must feed the conv's output to this add, with only pass-through layers "
+               "(Identity) between them");
+    return {conv->forward_add(inputs[through], inputs[1 - through], scale(), zero_point(), relu)};
+  }
   try {
     return {ops::quantized_add(inputs[0], inputs[1], scale(), zero_point(), relu)};
   } catch (const Error& e) {
@@ -175,6 +218,7 @@ nn::TensorList QuantizedAdd::forward_many(const nn::TensorList& inputs) {
 
 std::string QuantizedAdd::extra_repr() const {
   std::ostringstream os;
+  if (conv) os << "conv=" << conv->qualified_name << ", ";
   os << (relu ? "relu=True, " : "") << "scale=" << scale() << ", zero_point=" << zero_point();
   return os.str();
 }

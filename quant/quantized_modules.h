@@ -11,6 +11,29 @@
 // Every layer checks its input and throws naming itself by its dotted name
 // in the model: "fc1 (QuantizedLinear): expected a quint8 input, got a float32
 // tensor; is a QuantStub missing before it?".
+//
+// Note [A conv run by the add it feeds]
+// A residual block's last conv writes its output only for the add after it
+// to read back. fuse_conv_add (quant/quantize.h) lets the add run the conv
+// instead, with the add in the conv's output stage (Note [Residual add in
+// the output stage] in tensor/cpu/qgemm.h), byte for byte what the two
+// layers give apart. Eager mode has no graph to rewrite: the model's forward
+// still calls the conv, then the add. So the pair hands over at run time:
+// - the conv keeps its place, weight and state-dict keys (a saved model
+//   loads either way), and says in its repr which add runs it
+//   (runs_in=...); its forward checks its input and hands it on unchanged,
+//   remembering it (per thread, so one model can run on several threads);
+// - the add holds the conv (not as a submodule: nothing moves in the
+//   state dict) and says so (conv=...); of its two inputs, the one that is
+//   the very tensor the conv handed on goes through the conv, the other is
+//   the residual. Layers that pass tensors through untouched (the
+//   nn::Identity a fused BatchNorm leaves) may sit between them.
+// If neither input is what the conv handed on, the forward is not the one
+// the pair was declared for, and the add throws naming both layers. That
+// check catches an add that never receives the conv's input; it cannot
+// prove the pair right (an add whose residual happens to be the conv's
+// input would take that), so the pairs are the model's to declare, as
+// fuse_modules' groups are (nn::CifarResNet::residual_convs).
 #pragma once
 
 #include <memory>
@@ -29,11 +52,11 @@ class QuantizedModule : public nn::Module {
   std::string qualified_name;
   double scale() const;
   int64_t zero_point() const;
+  std::string where() const;  // "layer1.0.conv2 (QuantizedConv2d)", as errors name the layer
 
  protected:
   // Registers the "scale" and "zero_point" buffers.
   QuantizedModule(std::string qualified_name, double scale, int64_t zero_point);
-  std::string where() const;
   void check_quantized_input(const Tensor& x, const char* which = "input") const;
 
   Tensor scale_, zero_point_;
@@ -70,6 +93,17 @@ class QuantizedConv2d : public QuantizedModule {
   // Packs the weight again for the int8 GEMM (load_state_dict does).
   void repack();
 
+  // The dotted name of the QuantizedAdd that runs this conv (fuse_conv_add),
+  // or empty: forward then hands its input on (Note [A conv run by the add
+  // it feeds]).
+  std::string runs_in;
+  // The conv, then its output added to `residual` onto the grid (scale,
+  // zero_point), relu clamping the sum: QuantizedAdd's arithmetic, in one op.
+  Tensor forward_add(const Tensor& x, const Tensor& residual, double scale, int64_t zero_point, bool relu);
+  // Whether t is the input this conv last handed on, on this thread; a
+  // match forgets it.
+  bool take_handed_on(const Tensor& t);
+
  private:
   std::shared_ptr<const PackedQuantizedWeight> packed_;
 };
@@ -100,6 +134,9 @@ class QuantizedAdd : public QuantizedModule {
   std::string extra_repr() const override;
 
   const bool relu;
+  // The conv this add runs (fuse_conv_add), or null (Note [A conv run by
+  // the add it feeds]).
+  std::shared_ptr<QuantizedConv2d> conv;
 };
 
 // A layer left in float32 inside the quantized region: dequantize, run the

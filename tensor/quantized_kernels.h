@@ -41,6 +41,14 @@ class PackedQuantizedWeight {
   virtual const Tensor& weight() const = 0;
 };
 
+// The grid a static conv's own output has: its uint8 values stand for
+// scale * (q - zero_point), clamped at zero_point when relu.
+struct QuantizedConvGrid {
+  double scale;
+  int64_t zero_point;
+  bool relu;
+};
+
 class QuantizedKernels : public KernelGroup {
  public:
   static constexpr std::string_view kName = "quantized";
@@ -78,6 +86,15 @@ class QuantizedKernels : public KernelGroup {
     (void)w, (void)p, (void)s;
     return false;
   }
+  // Static conv2d with a residual add fused into its output stage (Note
+  // [Residual add in the output stage] in tensor/cpu/qgemm.h): out =
+  // add(conv(x) on the grid `conv`, residual) on out's grid, relu clamping
+  // the sum, byte for byte what conv2d into a tensor on `conv` followed by
+  // add would give. Only where conv2d_channels_last is true; residual
+  // quint8 per tensor, of out's shape and strides.
+  virtual void conv2d_add(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
+                          const Conv2dParams& p, const Conv2dShape& s, const QuantizedConvGrid& conv,
+                          const Tensor& residual, bool relu) = 0;
   // Dynamic, as linear_dynamic: x and out float32.
   virtual void conv2d_dynamic(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
                               const Conv2dParams& p, const Conv2dShape& s, bool reduce_range) = 0;

@@ -223,6 +223,39 @@ Tensor quantized_conv2d_dynamic(const Tensor& x, const PackedQuantizedWeight& w,
   return out;
 }
 
+Tensor quantized_conv2d_add(const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
+                            const Conv2dParams& p, const QuantizedConvGrid& conv, const Tensor& residual,
+                            double out_scale, int64_t out_zero_point, bool relu) {
+  constexpr std::string_view op = "quantized conv2d_add";
+  check_activation(x, op);
+  const Tensor& weight = check_weight(w, x, 4, op);
+  const Conv2dShape s = conv2d_group_shape(x, weight, p, op);
+  Tensor b = checked_bias(bias, weight.size(0), x, op);
+  check_output_grid(conv.scale, conv.zero_point, DType::UInt8, op);
+  check_output_grid(out_scale, out_zero_point, DType::UInt8, op);
+  KILN_CHECK(residual.defined(), op, ": the residual is undefined");
+  QuantizedKernels& kernels = quantized_kernels_for(x.device(), op);
+
+  // The fused form needs the kernel's channels-last output and a residual
+  // laid out as that output; anything else (an NCHW conv, a residual of
+  // another layout, dtype or shape) runs as the two ops, whose checks then
+  // name what is wrong.
+  const bool residual_fits = x.dim() == 4 && residual.is_quantized() && residual.dtype() == DType::UInt8 &&
+                             per_tensor(residual) && residual.device() == x.device() &&
+                             residual.shape() == conv_output_shape(x, weight.size(0), s) &&
+                             kernels.conv2d_channels_last(w, p, s);
+  Tensor out;
+  if (residual_fits) out = empty_channels_last(residual.shape(), {DType::UInt8, x.device()});
+  if (!residual_fits || residual.strides() != out.strides()) {
+    Tensor y = quantized_conv2d(x, w, bias, p, conv.scale, conv.zero_point, conv.relu);
+    return quantized_add(y, residual, out_scale, out_zero_point, relu);
+  }
+  out.impl()->set_quant_params(per_tensor_params(out_scale, out_zero_point));
+  if (out.numel() > 0)
+    kernels.conv2d_add(out, x, w, b, p, s, conv, with_params(residual, residual.impl()->quant_params()), relu);
+  return out;
+}
+
 Tensor quantized_add(const Tensor& a, const Tensor& b, double out_scale, int64_t out_zero_point, bool relu) {
   constexpr std::string_view op = "quantized add";
   KILN_CHECK(a.defined() && b.defined(), op, ": a or b is undefined");

@@ -38,6 +38,14 @@ Tensor quantized_conv2d(const Tensor& x, const PackedQuantizedWeight& w, const T
                         double out_scale, int64_t out_zero_point, bool relu = false);
 Tensor quantized_conv2d_dynamic(const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
                                 const Conv2dParams& p, bool reduce_range = false);
+// quantized_add(quantized_conv2d(x, w, bias, p, conv.scale, conv.zero_point,
+// conv.relu), residual, out_scale, out_zero_point, relu), to the byte, with
+// the add done in the conv's output stage where the kernels can (a
+// channels-last output, and a residual laid out as it: a conv's output, for
+// one); otherwise the two ops one after the other.
+Tensor quantized_conv2d_add(const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
+                            const Conv2dParams& p, const QuantizedConvGrid& conv, const Tensor& residual,
+                            double out_scale, int64_t out_zero_point, bool relu = false);
 
 // a, b quantized, same shape and dtype -> out grid (quant_math::add_value).
 Tensor quantized_add(const Tensor& a, const Tensor& b, double out_scale, int64_t out_zero_point, bool relu = false);

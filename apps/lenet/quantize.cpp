@@ -106,6 +106,13 @@ std::vector<std::vector<std::string>> fusion_groups(const nn::Module& model, con
   return resnet ? resnet->fusion_groups(prefix) : std::vector<std::vector<std::string>>{};
 }
 
+// The converted model's convs run by the residual adds they feed
+// (quant::fuse_conv_add): ResNet-20's blocks, below `prefix`.
+void fuse_residual_convs(nn::Module& converted, const nn::Module& model, const std::string& prefix) {
+  if (auto resnet = dynamic_cast<const nn::CifarResNet*>(&model))
+    quant::fuse_conv_add(converted, resnet->residual_convs(prefix));
+}
+
 // QAT fine-tuning from the float weights: SGD over a seeded shuffle of the
 // training set; observers run for the first 80% of the steps, then the
 // grids and BatchNorm statistics are frozen for the rest.
@@ -197,6 +204,7 @@ QuantizeReport quantization_report(const QuantizeReportOptions& o, std::ostream&
       quant::prepare(*m);
       calibrate(*m, calib);
       quant::convert(*m);
+      fuse_residual_convs(*m, *f, "module.");
     } else {  // qat
       auto f = float_model();
       m = std::make_shared<quant::QuantWrapper>(f);
@@ -207,6 +215,7 @@ QuantizeReport quantization_report(const QuantizeReportOptions& o, std::ostream&
       calibrate(*m, calib);  // observers start from the float model's ranges
       train_qat(*m, *data.train, o, log);
       quant::convert(*m);
+      fuse_residual_convs(*m, *f, "module.");
     }
     report.rows.push_back(measure(mode, *m, int8_path()));
     if (o.profile_seconds > 0) {

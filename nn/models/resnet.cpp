@@ -101,6 +101,17 @@ std::vector<std::vector<std::string>> CifarResNet::fusion_groups(const std::stri
   return groups;
 }
 
+std::vector<std::pair<std::string, std::string>> CifarResNet::residual_convs(const std::string& prefix) const {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (int64_t stage = 1; stage <= 3; ++stage) {
+    for (int64_t block = 0; block < blocks_per_stage; ++block) {
+      std::string b = prefix + "layer" + std::to_string(stage) + "." + std::to_string(block) + ".";
+      pairs.emplace_back(b + "conv2", b + "add");
+    }
+  }
+  return pairs;
+}
+
 Tensor CifarResNet::forward(const Tensor& x) {
   KILN_CHECK(x.dim() == 4 && x.size(1) == 3, "CifarResNet: expected images of shape (N, 3, H, W), got ",
              x.shape());

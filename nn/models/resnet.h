@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nn/module.h"
@@ -99,6 +100,11 @@ class CifarResNet : public Module {
   // "layer1.0.bn2"}, {"layer1.0.add", "layer1.0.relu2"}, ...,
   // {"layer2.0.downsample.0", "layer2.0.downsample.1"}, ...).
   std::vector<std::vector<std::string>> fusion_groups(const std::string& prefix = "") const;
+
+  // Each block's last conv and the residual add its output feeds (through
+  // bn2, an Identity once fused), below `prefix`: {"layer1.0.conv2",
+  // "layer1.0.add"}, ...; what quant::fuse_conv_add takes after convert.
+  std::vector<std::pair<std::string, std::string>> residual_convs(const std::string& prefix = "") const;
 };
 
 }  // namespace kiln::nn

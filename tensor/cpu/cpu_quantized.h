@@ -27,6 +27,9 @@ class CpuQuantizedKernels final : public QuantizedKernels {
               const Conv2dParams& p, const Conv2dShape& s, bool relu) override;
   void conv2d_dynamic(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
                       const Conv2dParams& p, const Conv2dShape& s, bool reduce_range) override;
+  void conv2d_add(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
+                  const Conv2dParams& p, const Conv2dShape& s, const QuantizedConvGrid& conv, const Tensor& residual,
+                  bool relu) override;
 
   // quantized_pool.cpp
   void max_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g) override;

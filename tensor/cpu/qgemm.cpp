@@ -152,10 +152,16 @@ void store_scalar(const Epilogue& e, int64_t m, int64_t n, int32_t acc) {
       static_cast<float*>(e.out)[at] = f;
       break;
     }
-    case QGemmOutput::Kind::UInt8:
-      static_cast<uint8_t*>(e.out)[at] =
-          static_cast<uint8_t>(quant_math::requantize_value(acc, e.scale[n], e.zero_point, e.lo, e.hi));
+    case QGemmOutput::Kind::UInt8: {
+      int32_t q = quant_math::requantize_value(acc, e.scale[n], e.zero_point, e.lo, e.hi);
+      if (e.residual) {
+        const QuantizedAddGrids& g = e.residual_add;
+        q = quant_math::add_value(q, g.zero_point_a, g.scale_a, e.residual[at], g.zero_point_b, g.scale_b,
+                                  g.inv_scale_out, g.zero_point_out, g.lo, g.hi);
+      }
+      static_cast<uint8_t*>(e.out)[at] = static_cast<uint8_t>(q);
       break;
+    }
   }
 }
 
@@ -208,6 +214,8 @@ Epilogue make_epilogue(const QGemmOutput& out, const int32_t* colsum, int64_t n,
   e.out = out.out;
   e.stride_m = out.stride_m;
   e.stride_n = out.stride_n;
+  e.residual = out.residual;
+  e.residual_add = out.residual_add;
   return e;
 }
 
@@ -250,6 +258,14 @@ bool check_call(std::string_view op, int64_t m, const uint8_t* a, int64_t lda, i
   if (out.kind == Kind::UInt8)
     KILN_CHECK(0 <= out.lo && out.lo <= out.hi && out.hi <= 255, op, ": uint8 output range [", out.lo, ", ",
                out.hi, "] is not inside [0, 255]");
+  if (out.residual) {
+    KILN_CHECK(out.kind == Kind::UInt8 && out.stride_n == 1, op, ": a residual add needs the uint8 output stage ",
+               "with adjacent columns (stride_n 1), got ", out.kind == Kind::UInt8 ? "uint8" : "another kind",
+               " with stride_n ", out.stride_n);
+    const QuantizedAddGrids& g = out.residual_add;
+    KILN_CHECK(0 <= g.lo && g.lo <= g.hi && g.hi <= 255, op, ": the residual add's range [", g.lo, ", ", g.hi,
+               "] is not inside [0, 255]");
+  }
   return m > 0 && n > 0;
 }
 

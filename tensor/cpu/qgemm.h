@@ -30,12 +30,39 @@
 // kernels, which read the same packed panels (amx_pays in qgemm_amx.cpp: one
 // row would fill one sixteenth of a tile). qgemm_paths_available() lists every
 // path this CPU can run, which the tests compare with Scalar.
+//
+// Note [Residual add in the output stage]
+// A residual block ends in add(conv(h), shortcut), and run apart, the conv
+// writes its uint8 output and the add reads it back. The UInt8 stage can
+// instead finish the add itself (oneDNN's "sum post-op"): with `residual`
+// set, each output's uint8 value q is computed exactly as without it, with
+// the conv's own scale, zero point and clamp, and what is stored is
+//   quant_math::add_value(q, residual[at]) on residual_add's grids
+// (zero_point_a and scale_a are the conv output's, b the residual's, the
+// rest the add's output, its ReLU folded into lo), read at the same offset
+// `at` as the output. So the bytes are those of the conv followed by the
+// add, to the bit: the same q, then the same add, whose vector form
+// (add_lanes in quantized_binary_simd.h) both the add's loops and these
+// stages use. The add's first step is float(q - zero_point); the SIMD
+// stages take that float straight from the conv's clamp, its bounds shifted:
+//   clamp(nearbyint(x), lo - zp, hi - zp) == clamp(nearbyint(x) + zp, lo, hi) - zp
+// exactly, for every x: below 2^24 every term is an integer that float32
+// holds exactly, beyond it both sides are the same bound, and NaN gives
+// lo - zp on both. That spares three instructions of a chain which, on
+// activations that stay in cache, costs what the add's pass over memory
+// would have saved. Only outputs whose channels are adjacent (stride_n ==
+// 1: rows of a linear, a channels-last conv) take a residual; every path stores
+// those a vector of columns at a time, and reads the residual's vector
+// beside it. A conv that writes NCHW planes (the direct form) runs the add
+// on its own (ops::quantized_conv2d_add falls back).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string_view>
 #include <vector>
+
+#include "tensor/cpu/quantized_binary_simd.h"
 
 namespace kiln::cpu {
 
@@ -84,6 +111,11 @@ struct QGemmOutput {
   // Where acc[m][n] goes: (T*)out + m * stride_m + n * stride_n, T = int32_t, float or uint8_t.
   void* out = nullptr;
   int64_t stride_m = 0, stride_n = 1;
+  // UInt8 with stride_n == 1 only: the residual add of Note [Residual add in
+  // the output stage], residual[m * stride_m + n * stride_n] its other
+  // operand; none when null.
+  const uint8_t* residual = nullptr;
+  QuantizedAddGrids residual_add{};
 };
 
 // Runs on the calling thread only (the callers parallelise over images or

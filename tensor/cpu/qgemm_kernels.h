@@ -69,6 +69,8 @@ struct Epilogue {
   float zero_point = 0, lo = 0, hi = 255;  // UInt8 only
   void* out = nullptr;
   int64_t stride_m = 0, stride_n = 1;
+  const uint8_t* residual = nullptr;  // UInt8 only: as QGemmOutput's, at out's offsets
+  QuantizedAddGrids residual_add{};
 };
 
 // The Epilogue of one call with output stage `out` on n columns with these

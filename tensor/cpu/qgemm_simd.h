@@ -73,8 +73,34 @@ inline void store_column_zmm(const Epilogue& e, int64_t n, int64_t at, __mmask16
   }
 }
 
+// The UInt8 stage with the residual add (Note [Residual add in the output
+// stage] in qgemm.h) of a register tile on 16 lanes, columns adjacent
+// (stride_n 1). The conv's value enters the add as q - zero_point, which is
+// what the clamp gives when its bounds are shifted instead (see the Note).
+inline void finish_zmm_residual(const int32_t* c, int rows, int nv, int64_t m0, int64_t n0, const Epilogue& e) {
+  const AddLanesZmm add(e.residual_add);
+  const __m512 lo = _mm512_set1_ps(e.lo - e.zero_point), hi = _mm512_set1_ps(e.hi - e.zero_point);
+  for (int i = 0; i < rows; ++i) {
+    for (int v = 0; v < nv; ++v) {
+      const int64_t n = n0 + v * 16;
+      const int valid = static_cast<int>(std::min<int64_t>(16, e.n - n));
+      if (valid <= 0) break;
+      const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1);
+      const __m512i acc = _mm512_load_si512(c + (i * nv + v) * 16);
+      const int64_t at = (m0 + i) * e.stride_m + n;
+      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_loadu_ps(e.scale + n));
+      f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);  // q - zero_point; NaN -> lo, as fmax(NaN, lo)
+      const __m512i r = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask, e.residual + at));
+      const __m512i q = add_lanes_shifted(f, r, add);  // in [0, 255]: narrowed exactly
+      _mm_mask_storeu_epi8(static_cast<uint8_t*>(e.out) + at, mask, _mm512_cvtepi32_epi8(q));
+    }
+  }
+}
+
 // The output stage of a register tile on 16 lanes.
 inline void finish_zmm(const int32_t* c, int rows, int nv, int64_t m0, int64_t n0, const Epilogue& e) {
+  if (e.residual) return finish_zmm_residual(c, rows, nv, m0, n0, e);
   const int cols = static_cast<int>(std::min<int64_t>(nv * 16, e.n - n0));
   if (e.stride_m == 1 && e.stride_n != 1) {
     // A convolution's NCHW plane: each column's rows are adjacent in out.
@@ -138,8 +164,34 @@ inline void finish_zmm(const int32_t* c, int rows, int nv, int64_t m0, int64_t n
 #endif
 
 #if defined(__AVX2__)
+// finish_zmm_residual on 8 lanes. AVX2 has no byte-masked loads and
+// stores: a vector past the last column goes through 8 bytes of its own.
+inline void finish_ymm_residual(const int32_t* c, int rows, int nv, int64_t m0, int64_t n0, const Epilogue& e) {
+  const AddLanesYmm add(e.residual_add);
+  const __m256 lo = _mm256_set1_ps(e.lo - e.zero_point), hi = _mm256_set1_ps(e.hi - e.zero_point);
+  for (int i = 0; i < rows; ++i) {
+    for (int v = 0; v < nv; ++v) {
+      const int64_t n = n0 + v * 8;
+      const int valid = static_cast<int>(std::min<int64_t>(8, e.n - n));
+      if (valid <= 0) break;
+      const __m256i acc = _mm256_load_si256(reinterpret_cast<const __m256i*>(c + (i * nv + v) * 8));
+      const int64_t at = (m0 + i) * e.stride_m + n;
+      __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_loadu_ps(e.scale + n));
+      f = _mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      f = _mm256_min_ps(_mm256_max_ps(f, lo), hi);  // q - zero_point; NaN -> lo, as fmax(NaN, lo)
+      int64_t bytes = 0;
+      std::memcpy(&bytes, e.residual + at, static_cast<size_t>(valid));
+      const __m256i q = add_lanes_shifted(f, _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bytes)), add);
+      const __m128i w16 = _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+      bytes = _mm_cvtsi128_si64(_mm_packus_epi16(w16, w16));
+      std::memcpy(static_cast<uint8_t*>(e.out) + at, &bytes, static_cast<size_t>(valid));
+    }
+  }
+}
+
 // The output stage on 8 lanes, as finish_zmm.
 inline void finish_ymm(const int32_t* c, int rows, int nv, int64_t m0, int64_t n0, const Epilogue& e) {
+  if (e.residual) return finish_ymm_residual(c, rows, nv, m0, n0, e);
   const int cols = static_cast<int>(std::min<int64_t>(nv * 8, e.n - n0));
   if (e.stride_m == 1 && e.stride_n != 1 && rows <= 8 && cols >= 8) {
     // An NCHW plane: a tile's column at a time, as finish_zmm (for a tile

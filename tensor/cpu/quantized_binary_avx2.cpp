@@ -7,22 +7,6 @@
 namespace kiln::cpu {
 namespace {
 
-struct Vectors {
-  __m256i zp_a, zp_b;
-  __m256 scale_a, scale_b, inv_out, zp_out, lo, hi;
-};
-
-// add_value on 8 values widened to int32; NaN cannot occur (finite scales).
-inline __m256i add8(__m256i a, __m256i b, const Vectors& v) {
-  __m256 da = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(a, v.zp_a)), v.scale_a);
-  __m256 db = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(b, v.zp_b)), v.scale_b);
-  __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_add_ps(da, db), v.inv_out),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  r = _mm256_add_ps(r, v.zp_out);
-  r = _mm256_min_ps(_mm256_max_ps(r, v.lo), v.hi);
-  return _mm256_cvtps_epi32(r);
-}
-
 template <bool kSigned>
 inline __m256i widen8(const void* p) {
   __m128i bytes = _mm_loadl_epi64(static_cast<const __m128i*>(p));
@@ -31,14 +15,12 @@ inline __m256i widen8(const void* p) {
 
 template <bool kSigned, class T>
 void add_loop(T* out, const T* a, const T* b, int64_t n, const QuantizedAddGrids& g) {
-  const Vectors v{_mm256_set1_epi32(g.zero_point_a), _mm256_set1_epi32(g.zero_point_b), _mm256_set1_ps(g.scale_a),
-                  _mm256_set1_ps(g.scale_b),         _mm256_set1_ps(g.inv_scale_out),   _mm256_set1_ps(g.zero_point_out),
-                  _mm256_set1_ps(g.lo),              _mm256_set1_ps(g.hi)};
+  const AddLanesYmm v(g);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     __m256i q[4];
-    for (int j = 0; j < 4; ++j) q[j] = add8(widen8<kSigned>(a + i + 8 * j), widen8<kSigned>(b + i + 8 * j), v);
+    for (int j = 0; j < 4; ++j) q[j] = add_lanes(widen8<kSigned>(a + i + 8 * j), widen8<kSigned>(b + i + 8 * j), v);
     __m256i lo = _mm256_packs_epi32(q[0], q[1]), hi = _mm256_packs_epi32(q[2], q[3]);
     __m256i bytes = kSigned ? _mm256_packs_epi16(lo, hi) : _mm256_packus_epi16(lo, hi);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_permutevar8x32_epi32(bytes, order));

@@ -12,24 +12,6 @@
 namespace kiln::cpu {
 namespace {
 
-struct Vectors {
-  __m512i zp_a, zp_b;
-  __m512 scale_a, scale_b, inv_out, zp_out, lo, hi;
-};
-
-// add_value on 16 values widened to int32; NaN cannot occur (finite scales).
-// The result lies in [lo, hi], inside the 8-bit range, so the narrowing
-// store (which truncates) keeps it exactly.
-inline __m512i add16(__m512i a, __m512i b, const Vectors& v) {
-  __m512 da = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a, v.zp_a)), v.scale_a);
-  __m512 db = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(b, v.zp_b)), v.scale_b);
-  __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_add_ps(da, db), v.inv_out),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  r = _mm512_add_ps(r, v.zp_out);
-  r = _mm512_min_ps(_mm512_max_ps(r, v.lo), v.hi);
-  return _mm512_cvttps_epi32(r);
-}
-
 template <bool kSigned>
 inline __m512i widen16(const void* p) {
   __m128i bytes = _mm_loadu_si128(static_cast<const __m128i*>(p));
@@ -38,12 +20,10 @@ inline __m512i widen16(const void* p) {
 
 template <bool kSigned, class T>
 void add_loop(T* out, const T* a, const T* b, int64_t n, const QuantizedAddGrids& g) {
-  const Vectors v{_mm512_set1_epi32(g.zero_point_a), _mm512_set1_epi32(g.zero_point_b), _mm512_set1_ps(g.scale_a),
-                  _mm512_set1_ps(g.scale_b),         _mm512_set1_ps(g.inv_scale_out),   _mm512_set1_ps(g.zero_point_out),
-                  _mm512_set1_ps(g.lo),              _mm512_set1_ps(g.hi)};
+  const AddLanesZmm v(g);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512i q = add16(widen16<kSigned>(a + i), widen16<kSigned>(b + i), v);
+    const __m512i q = add_lanes(widen16<kSigned>(a + i), widen16<kSigned>(b + i), v);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(q));
   }
   if (i < n) {

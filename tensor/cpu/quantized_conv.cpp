@@ -11,6 +11,8 @@
 // - with few output channels, the direct form over padded NCHW planes (Note
 //   [Direct int8 convolution with positions in the lanes] in
 //   quantized_conv_direct.h), writing NCHW.
+// conv2d_add runs the first two with a residual add in the output stage
+// (Note [Residual add in the output stage] in qgemm.h).
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -148,10 +150,13 @@ void build_patches(const uint8_t* plane, const ConvPlan& plan, int64_t begin, in
 // Where one image's outputs go: element (o, position) of the (O, oh*ow)
 // result is at out_image + (o * stride_c + position * stride_position)
 // elements; NCHW planes have stride_position 1, channels-last stride_c 1.
+// A residual add's other operand, where there is one, lies at the same
+// offsets from `residual`.
 struct OutputImage {
   char* data;
   int64_t stride_c, stride_position;
   size_t element_size;
+  const uint8_t* residual;
 };
 
 // Positions [begin, end) of one image, every group.
@@ -169,6 +174,9 @@ void conv_rows(const uint8_t* padded, const ConvPlan& plan,
     out.scale = numbers.scale + o0;
     out.stride_m = image.stride_position;
     out.stride_n = image.stride_c;
+    auto residual_at = [&](int64_t b) {
+      return image.residual ? image.residual + o0 * image.stride_c + b * image.stride_position : nullptr;
+    };
     if (!plan.runs.empty()) {
       // A's rows in place: each output row's pixels are rows stride_w*C
       // bytes apart in the plane.
@@ -178,6 +186,7 @@ void conv_rows(const uint8_t* padded, const ConvPlan& plan,
         const int64_t y = b / ow, x = b % ow, count = std::min(end - b, ow - x);
         const uint8_t* a = plane + (y * plan.p.stride.h * plan.padded_w + x * plan.p.stride.w) * cg;
         out.out = image.data + (o0 * image.stride_c + b * image.stride_position) * static_cast<int64_t>(image.element_size);
+        out.residual = residual_at(b);
         qgemm_runs(count, a, plan.p.stride.w * cg, runs, *packs[group], out);
         b += count;
       }
@@ -186,6 +195,7 @@ void conv_rows(const uint8_t* padded, const ConvPlan& plan,
     for (int64_t b = begin; b < end; b += plan.block_rows) {
       const int64_t e = std::min(end, b + plan.block_rows);
       out.out = image.data + (o0 * image.stride_c + b * image.stride_position) * static_cast<int64_t>(image.element_size);
+      out.residual = residual_at(b);
       if (plan.pointwise) {
         qgemm(e - b, plane + b * cg, cg, *packs[group], out);
       } else {
@@ -198,15 +208,17 @@ void conv_rows(const uint8_t* padded, const ConvPlan& plan,
 
 // Image n of out (N, O, oh, ow), whose oh*ow positions must be evenly
 // strided: NCHW planes or channels-last pixels (Note [Channels-last
-// quantized activations] in tensor/memory_layout.h).
-OutputImage output_image(const Tensor& out, int64_t n, size_t element_size) {
+// quantized activations] in tensor/memory_layout.h). residual: image 0 of a
+// residual add's operand laid out as out (uint8), or null.
+OutputImage output_image(const Tensor& out, int64_t n, size_t element_size, const uint8_t* residual) {
   const int64_t oh = out.size(2), ow = out.size(3);
   const int64_t stride_position = ow > 1 ? out.stride(3) : oh > 1 ? out.stride(2) : 1;
   KILN_CHECK(oh == 1 || ow == 1 || out.stride(2) == ow * out.stride(3),
              "quantized conv2d: the output's rows must follow one another (NCHW or channels-last), got strides ",
              out.strides(), " for shape ", out.shape());
   char* data = static_cast<char*>(out.data_ptr()) + n * out.stride(0) * static_cast<int64_t>(element_size);
-  return OutputImage{data, out.stride(1), stride_position, element_size};
+  return OutputImage{data, out.stride(1), stride_position, element_size,
+                     residual ? residual + n * out.stride(0) : nullptr};
 }
 
 // Runs a convolution of n_images over `threads`: whole images per thread,
@@ -249,7 +261,7 @@ void gemm_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWei
   };
 
   auto run = [&](const uint8_t* padded, int64_t n, int64_t begin, int64_t end) {
-    conv_rows(padded, plan, packs, numbers, stage, output_image(out, n, element_size), begin, end);
+    conv_rows(padded, plan, packs, numbers, stage, output_image(out, n, element_size, stage.residual), begin, end);
   };
   spread_over_threads(n_images, plan.positions,
                       threads_for_macs(macs_per_image * double(n_images), n_images * plan.positions), pad_image, run);
@@ -332,6 +344,7 @@ const ImplicitQConvPlan& cached_implicit_plan(const ImplicitQConvWeight& w, cons
 void direct_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWeight& w, const Conv2dParams& p,
                    const Conv2dShape& s, const QuantizedOutputStage& numbers, const QGemmOutput& stage,
                    size_t element_size) {
+  KILN_CHECK(stage.residual == nullptr, "quantized conv2d: the direct form writes NCHW planes and takes no residual add");
   const DirectQConvWeight& dw = *w.groups(p.groups).direct;
   const DirectQConvPlan& plan = cached_direct_plan(dw, p, s);
   const int64_t n_images = x.size(0), channels = x.size(1);
@@ -351,7 +364,7 @@ void direct_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedW
     return padded;
   };
   auto run = [&](const uint8_t* padded, int64_t n, int64_t b0, int64_t b1) {
-    const OutputImage image = output_image(out, n, element_size);
+    const OutputImage image = output_image(out, n, element_size, nullptr);
     // The kernel stores 16 adjacent positions of one channel at a time.
     KILN_CHECK(image.stride_position == 1, "quantized conv2d: the direct form writes NCHW planes, got an output "
                "with strides ", out.strides());
@@ -405,9 +418,10 @@ void implicit_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantize
     return padded;
   };
   auto run = [&](const uint8_t* padded, int64_t n, int64_t b0, int64_t b1) {
-    const OutputImage image = output_image(out, n, element_size);
+    const OutputImage image = output_image(out, n, element_size, stage.residual);
     qgemm_detail::Epilogue en = e;
     en.out = image.data;
+    en.residual = image.residual;
     en.stride_m = image.stride_position;
     en.stride_n = image.stride_c;
     qgemm_detail::qconv_implicit_amx(plan, iw, padded, b0, b1, en);
@@ -476,18 +490,57 @@ bool CpuQuantizedKernels::conv2d_channels_last(const PackedQuantizedWeight& w, c
   return conv_form(cpu_packed_weight(w, "quantized conv2d"), p, s) != Form::Direct;
 }
 
+namespace {
+
+// The static conv's uint8 stage for input zero point zx onto output zero
+// point zy.
+QGemmOutput static_stage(int32_t zx, int32_t zy, bool relu) {
+  QGemmOutput stage;
+  stage.kind = QGemmOutput::Kind::UInt8;
+  stage.a_zero_point = zx;
+  stage.scale_per_channel = true;
+  stage.zero_point = zy;
+  stage.lo = relu ? std::max(0, zy) : 0;  // the real 0 is the zero point
+  stage.hi = 255;
+  return stage;
+}
+
+}  // namespace
+
 void CpuQuantizedKernels::conv2d(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w, const Tensor& bias,
                                  const Conv2dParams& p, const Conv2dShape& s, bool relu) {
   const CpuPackedQuantizedWeight& packed = cpu_packed_weight(w, "quantized conv2d");
   const PerTensorParams in = per_tensor(x), to = per_tensor(out);
   const QuantizedOutputStage numbers = static_output_stage(packed, bias, in.scale, to.scale);
-  QGemmOutput stage;
-  stage.kind = QGemmOutput::Kind::UInt8;
-  stage.a_zero_point = in.zero_point;
-  stage.scale_per_channel = true;
-  stage.zero_point = to.zero_point;
-  stage.lo = relu ? std::max(0, to.zero_point) : 0;  // the real 0 is the zero point
-  stage.hi = 255;
+  conv_driver(out, x, packed, p, s, numbers, static_stage(in.zero_point, to.zero_point, relu), sizeof(uint8_t));
+}
+
+void CpuQuantizedKernels::conv2d_add(const Tensor& out, const Tensor& x, const PackedQuantizedWeight& w,
+                                     const Tensor& bias, const Conv2dParams& p, const Conv2dShape& s,
+                                     const QuantizedConvGrid& conv, const Tensor& residual, bool relu) {
+  const CpuPackedQuantizedWeight& packed = cpu_packed_weight(w, "quantized conv2d_add");
+  KILN_CHECK(conv_form(packed, p, s) != Form::Direct, "quantized conv2d_add: this conv runs the direct form, ",
+             "which writes NCHW planes and takes no residual; run the conv and the add apart");
+  KILN_CHECK(residual.dtype() == DType::UInt8 && residual.shape() == out.shape() && residual.strides() == out.strides(),
+             "quantized conv2d_add: the residual must be quint8 laid out as the output, got ", residual.dtype(), " ",
+             residual.shape(), " strides ", residual.strides(), " for an output ", out.shape(), " strides ",
+             out.strides());
+  const PerTensorParams in = per_tensor(x), other = per_tensor(residual), to = per_tensor(out);
+  // The conv's own output grid: its uint8 values are the unfused conv's.
+  const float conv_scale = quant_math::scale_as_float(conv.scale);
+  const auto conv_zero_point = static_cast<int32_t>(conv.zero_point);
+  const QuantizedOutputStage numbers = static_output_stage(packed, bias, in.scale, conv_scale);
+  QGemmOutput stage = static_stage(in.zero_point, conv_zero_point, conv.relu);
+  // The add's grids, as CpuQuantizedKernels::add builds them.
+  stage.residual = residual.data<uint8_t>();
+  stage.residual_add = QuantizedAddGrids{conv_zero_point,
+                                         conv_scale,
+                                         other.zero_point,
+                                         other.scale,
+                                         quant_math::inverse_scale(to.scale),
+                                         static_cast<float>(to.zero_point),
+                                         static_cast<float>(relu ? std::max(0, to.zero_point) : 0),
+                                         255.0f};
   conv_driver(out, x, packed, p, s, numbers, stage, sizeof(uint8_t));
 }
 

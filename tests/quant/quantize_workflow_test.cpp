@@ -223,6 +223,9 @@ TEST(QuantQAT, TrainsThenConvertsBitExact) {
   }
   convert(*model);
   EXPECT_TRUE(same_bits(fake, (*model)(probe)));
+  // And with each block's conv2 run by its add (fuse_conv_add).
+  fuse_conv_add(*model, nn::CifarResNet(20).residual_convs("module."));
+  EXPECT_TRUE(same_bits(fake, (*model)(probe)));
 }
 
 TEST(QuantQAT, GradientsReachWeightsThroughTheStraightThroughEstimator) {
