@@ -1,9 +1,11 @@
-// The CPU allocator's memory cap (set_cpu_memory_limit, KILN_CPU_MEMORY_LIMIT)
-// and its byte counts.
+// The CPU allocator's memory cap (set_cpu_memory_limit, KILN_CPU_MEMORY_LIMIT),
+// its byte counts, and its cache of large blocks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -51,6 +53,30 @@ TEST(CpuAllocator, ZeroMeansNoLimit) {
   Tensor big = zeros({1 << 22}, DType::Float32);  // 16 MiB
   EXPECT_EQ(big.numel(), 1 << 22);
   EXPECT_EQ(cpu_memory_limit(), 0u);
+}
+
+// A working set larger than the cache's floor (1 GiB), freed, is kept whole
+// and handed back block for block: the cache may hold what the process had
+// in use at once (Note [CPU allocator]). Untouched blocks: no memory is
+// faulted in.
+TEST(CpuAllocator, AWorkingSetAboveAGibibyteIsCachedWhole) {
+  cpu_empty_cache();
+  constexpr size_t kBlock = size_t{128} << 20, kBlocks = 12;  // 1.5 GiB
+  Allocator& allocator = cpu_allocator();
+  std::vector<void*> first;
+  for (size_t i = 0; i < kBlocks; ++i) first.push_back(allocator.allocate(kBlock, kCPU));
+  for (void* p : first) allocator.deallocate(p, kBlock, kCPU);
+  EXPECT_EQ(cpu_cached_bytes(), kBlocks * kBlock);
+  std::vector<void*> second;
+  for (size_t i = 0; i < kBlocks; ++i) second.push_back(allocator.allocate(kBlock, kCPU));
+  EXPECT_EQ(cpu_cached_bytes(), 0u);
+  std::sort(first.begin(), first.end());
+  std::vector<void*> sorted = second;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, first);  // the same blocks, none new
+  for (void* p : second) allocator.deallocate(p, kBlock, kCPU);
+  cpu_empty_cache();
+  EXPECT_EQ(cpu_cached_bytes(), 0u);
 }
 
 // Runs this test binary again with KILN_CPU_MEMORY_LIMIT=`value` and only the
