@@ -63,8 +63,9 @@ Tensor& elu_(Tensor& x, double alpha = 1.0);
 // themselves, as torch's. Floating or integer x; min_val > max_val is an
 // error (torch's F.hardtanh clamps everything to max_val then, and
 // nn.Hardtanh refuses it). relu6 is hardtanh(x, 0, 6), as torch's. The
-// in-place forms write x and return it; under autograd they are always
-// allowed, as the output tells which side of each bound the input was on.
+// in-place forms write x and return it; under autograd they refuse only
+// what every recorded in-place op refuses (Note [Recorded in-place ops]),
+// as the output tells which side of each bound the input was on.
 Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0);
 Tensor& hardtanh_(Tensor& x, double min_val = -1.0, double max_val = 1.0);
 Tensor relu6(const Tensor& x);

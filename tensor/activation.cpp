@@ -40,6 +40,8 @@ struct Bounds {
 Bounds hardtanh_bounds(std::string_view op, const Tensor& x, double min_val, double max_val) {
   KILN_CHECK(x.defined(), op, ": got an undefined tensor");
   KILN_CHECK(x.dtype() != DType::Bool, op, ": bool tensors are not supported");
+  KILN_CHECK(!x.is_quantized(), op, ": quantized ", x.dtype(),
+             " tensors are not supported (clamping the stored integers would ignore the scale); dequantize it first");
   KILN_CHECK(!(min_val > max_val), op, ": min_val (", min_val, ") is greater than max_val (", max_val, ")");
   if (x.is_floating_point()) return {min_val, max_val};
   for (double bound : {min_val, max_val}) {
@@ -73,8 +75,8 @@ Tensor& elu_(Tensor& x, double alpha) {
 Tensor elu_backward(const Tensor& grad, const Tensor& x_or_output, double alpha, bool from_output) {
   BackwardOperands b = backward_operands("elu_backward", grad, x_or_output);
   if (b.out.numel() > 0) {
-    kernels_for<ActivationKernels>(b.out.device(), "elu_backward").elu_backward(b.out, b.grad, b.saved, alpha,
-                                                                                from_output);
+    kernels_for<ActivationKernels>(b.out.device(), "elu_backward")
+        .elu_backward(b.out, b.grad, b.saved, alpha, from_output);
   }
   return b.out;
 }

@@ -144,7 +144,9 @@ Tensor& hardtanh_inplace(std::string_view op, Tensor& x, double min_val, double 
 
 }  // namespace
 
-Tensor& hardtanh_(Tensor& x, double min_val, double max_val) { return hardtanh_inplace("hardtanh_", x, min_val, max_val); }
+Tensor& hardtanh_(Tensor& x, double min_val, double max_val) {
+  return hardtanh_inplace("hardtanh_", x, min_val, max_val);
+}
 
 Tensor relu6(const Tensor& x) { return functional::hardtanh(x, 0.0, 6.0); }
 Tensor& relu6_(Tensor& x) { return hardtanh_inplace("relu6_", x, 0.0, 6.0); }

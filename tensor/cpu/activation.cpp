@@ -138,7 +138,9 @@ class CpuActivationKernels final : public ActivationKernels {
       map_binary<T>(
           grad_in, grad, x,
           [&](float* o, const float* g, int64_t g_step, const float* v, int64_t v_step, int64_t n) {
-            if (simd) simd->hardtanh_backward(o, g, g_step, v, v_step, n, static_cast<float>(lo), static_cast<float>(hi));
+            if (simd) {
+              simd->hardtanh_backward(o, g, g_step, v, v_step, n, static_cast<float>(lo), static_cast<float>(hi));
+            }
             return simd != nullptr;
           },
           [lo, hi](C g, C v) { return hardtanh_grad(g, v, lo, hi); });

@@ -16,6 +16,7 @@
 
 #include "tensor/cpu/cpu_features.h"
 #include "tensor/ops.h"
+#include "tensor/quantize.h"
 #include "tests/tensor/elementwise_reference.h"
 #include "tests/tensor/test_util.h"
 
@@ -220,6 +221,8 @@ TEST(Activation, ErrorsNameTheOpAndTheValues) {
   expect_error([&] { ops::hardtanh(from_vector<int64_t>({1}).to(DType::UInt8)); },
                "hardtanh: cannot clamp a uint8 tensor to negative bounds (min_val -1, max_val 1)");
   expect_error([&] { ops::hardtanh(ints, -kInf, 1.0); }, "hardtanh: bound -inf does not fit the int64 tensor");
+  expect_error([&] { ops::hardtanh(ops::quantize_per_tensor(x, 0.1, 0, DType::Int8)); },
+               "hardtanh: quantized int8 tensors are not supported");
   Tensor broadcast = from_vector<float>({1.0f}).expand({3});
   expect_error([&] { ops::elu_(broadcast); }, "elu_: cannot write in place to a broadcast view");
   expect_error([&] { ops::hardtanh_(broadcast); }, "hardtanh_: cannot write in place to a broadcast view");
