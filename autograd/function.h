@@ -66,12 +66,14 @@ std::shared_ptr<Node> record_with_outputs(std::string_view op, const TensorList&
 // Note [Recorded in-place ops]
 // Most in-place ops refuse a tensor that requires grad (autograd/ops/inplace.cpp).
 // The activations LibTorch offers with inplace=true (relu_, F::leaky_relu_,
-// F::dropout_) are recorded instead, as torch records them: after the
-// write, a node whose input is x's history before the write (its old
-// grad_fn) becomes x's grad_fn, so x's handle, and every copy of it, now
-// stands for the written values. Their backward needs only the output
-// (relu's and leaky_relu's mask is out > 0) or a mask of their own, never
-// the overwritten input, and the output is saved with the version after the
+// F::elu_, F::hardtanh_, F::relu6_, F::dropout_) are recorded instead, as
+// torch records them: after the write, a node whose input is x's history
+// before the write (its old grad_fn) becomes x's grad_fn, so x's handle,
+// and every copy of it, now stands for the written values. Their backward
+// needs only the output (relu's and leaky_relu's mask is out > 0, elu's
+// derivative is out + alpha where out <= 0, hardtanh's mask is the output
+// strictly inside the bounds) or a mask of their own, never the
+// overwritten input, and the output is saved with the version after the
 // write: a later write to x makes that backward throw, and a node that saved
 // x before (sigmoid saves its output) throws the same way, through the
 // version counter (Note [Version counter] in tensor/tensor.h). Two cases

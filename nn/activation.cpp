@@ -25,6 +25,34 @@ std::string LeakyReLU::extra_repr() const {
   return "negative_slope=" + repr::floating(negative_slope) + (inplace ? ", inplace=True" : "");
 }
 
+Tensor ELU::forward(const Tensor& input) {
+  if (!inplace) return functional::elu(input, alpha);
+  Tensor x = input;
+  return functional::elu_(x, alpha);
+}
+std::string ELU::extra_repr() const { return "alpha=" + repr::floating(alpha) + (inplace ? ", inplace=True" : ""); }
+
+Hardtanh::Hardtanh(double min_val, double max_val, bool inplace)
+    : min_val(min_val), max_val(max_val), inplace(inplace) {
+  KILN_CHECK(max_val > min_val, "Hardtanh: max_val (", max_val, ") must be greater than min_val (", min_val, ")");
+}
+Tensor Hardtanh::forward(const Tensor& input) {
+  if (!inplace) return functional::hardtanh(input, min_val, max_val);
+  Tensor x = input;
+  return functional::hardtanh_(x, min_val, max_val);
+}
+std::string Hardtanh::extra_repr() const {
+  return "min_val=" + repr::floating(min_val) + ", max_val=" + repr::floating(max_val) +
+         (inplace ? ", inplace=True" : "");
+}
+
+Tensor ReLU6::forward(const Tensor& input) {
+  if (!inplace) return functional::relu6(input);
+  Tensor x = input;
+  return functional::relu6_(x);
+}
+std::string ReLU6::extra_repr() const { return inplace ? "inplace=True" : ""; }
+
 Tensor GELU::forward(const Tensor& input) { return functional::gelu(input, approximate); }
 std::string GELU::extra_repr() const {
   return approximate == functional::GeluApproximation::Tanh ? "approximate='tanh'" : "approximate='none'";

@@ -52,6 +52,24 @@ Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 // autograd/function.h).
 Tensor& relu_(Tensor& x);
 Tensor& leaky_relu_(Tensor& x, double negative_slope = 0.01);
+// x where x > 0, alpha * (e^x - 1) elsewhere, as torch's elu; the
+// gradient at 0 is alpha (the negative side's, as torch). elu_ writes x and
+// returns it, recorded as leaky_relu_ is and allowed under autograd only
+// for alpha >= 0, where the output's sign is the input's.
+Tensor elu(const Tensor& x, double alpha = 1.0);
+Tensor& elu_(Tensor& x, double alpha = 1.0);
+// x clamped to [min_val, max_val], as torch's hardtanh; the gradient is 1
+// strictly between the bounds (and at NaN) and 0 outside and at the bounds
+// themselves, as torch's. Floating or integer x; min_val > max_val is an
+// error (torch's F.hardtanh clamps everything to max_val then, and
+// nn.Hardtanh refuses it). relu6 is hardtanh(x, 0, 6), as torch's. The
+// in-place forms write x and return it; under autograd they refuse only
+// what every recorded in-place op refuses (Note [Recorded in-place ops]),
+// as the output tells which side of each bound the input was on.
+Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0);
+Tensor& hardtanh_(Tensor& x, double min_val = -1.0, double max_val = 1.0);
+Tensor relu6(const Tensor& x);
+Tensor& relu6_(Tensor& x);
 // torch's approximate='none' (the exact erf form) or 'tanh'.
 enum class GeluApproximation { None, Tanh };
 Tensor gelu(const Tensor& x, GeluApproximation approximate = GeluApproximation::None);

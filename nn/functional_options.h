@@ -216,11 +216,18 @@ Tensor instance_norm(const Tensor& x, const InstanceNormFuncOptions& options);
 
 // ---- activations, dropout, embedding ----
 
-// inplace writes x and returns it (F::relu_, F::leaky_relu_).
+// inplace writes x and returns it (F::relu_, F::leaky_relu_, F::elu_,
+// F::hardtanh_, F::relu6_).
 using ReLUFuncOptions = nn::ReLUOptions;
 using LeakyReLUFuncOptions = nn::LeakyReLUOptions;
+using ELUFuncOptions = nn::ELUOptions;
+using HardtanhFuncOptions = nn::HardtanhOptions;
+using ReLU6FuncOptions = nn::ReLU6Options;
 Tensor relu(const Tensor& x, const ReLUFuncOptions& options);
 Tensor leaky_relu(const Tensor& x, const LeakyReLUFuncOptions& options);
+Tensor elu(const Tensor& x, const ELUFuncOptions& options);
+Tensor hardtanh(const Tensor& x, const HardtanhFuncOptions& options);
+Tensor relu6(const Tensor& x, const ReLU6FuncOptions& options);
 
 class GELUFuncOptions {
  public:

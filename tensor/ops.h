@@ -4,6 +4,7 @@
 // includes kiln.h and calls the differentiable kiln:: functions instead.
 #pragma once
 
+#include "tensor/activation.h"
 #include "tensor/backend.h"
 #include "tensor/conv.h"
 #include "tensor/einsum.h"

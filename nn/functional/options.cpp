@@ -64,6 +64,24 @@ Tensor leaky_relu(const Tensor& x, const LeakyReLUFuncOptions& o) {
   return functional::leaky_relu_(written, o.negative_slope());
 }
 
+Tensor elu(const Tensor& x, const ELUFuncOptions& o) {
+  if (!o.inplace()) return functional::elu(x, o.alpha());
+  Tensor written = x;
+  return functional::elu_(written, o.alpha());
+}
+
+Tensor hardtanh(const Tensor& x, const HardtanhFuncOptions& o) {
+  if (!o.inplace()) return functional::hardtanh(x, o.min_val(), o.max_val());
+  Tensor written = x;
+  return functional::hardtanh_(written, o.min_val(), o.max_val());
+}
+
+Tensor relu6(const Tensor& x, const ReLU6FuncOptions& o) {
+  if (!o.inplace()) return functional::relu6(x);
+  Tensor written = x;
+  return functional::relu6_(written);
+}
+
 Tensor gelu(const Tensor& x, const GELUFuncOptions& o) { return functional::gelu(x, o.approximate()); }
 
 Tensor softmax(const Tensor& x, const SoftmaxFuncOptions& o) { return functional::softmax(x, o.dim()); }

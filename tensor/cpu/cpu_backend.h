@@ -92,7 +92,7 @@ class CpuBackend final : public Backend {
 };
 // The CPU's kernel groups (Note [Kernel groups]) are classes of their own,
 // registered beside their definitions: the int8 kernels (cpu_quantized.h),
-// the scans (scan.cpp).
+// the scans (scan.cpp), the activations with settings (activation.cpp).
 
 CpuBackend& backend();
 

@@ -1,7 +1,8 @@
 // AVX2 + FMA float32 elementwise kernels: the 8-lane register type for the
-// shared implementation in tensor/cpu/elementwise_vec.h.
+// shared implementations in tensor/cpu/elementwise_vec.h and activation_vec.h.
 #include <immintrin.h>
 
+#include "tensor/cpu/activation_vec.h"
 #include "tensor/cpu/elementwise_simd.h"
 #include "tensor/cpu/elementwise_vec.h"
 
@@ -36,6 +37,7 @@ struct Avx2Float {
   static Reg min_raw(Reg a, Reg b) { return _mm256_min_ps(a, b); }
   static Mask is_nan(Reg a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
   static Mask less(Reg a, Reg b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+  static Mask less_equal(Reg a, Reg b) { return _mm256_cmp_ps(a, b, _CMP_LE_OQ); }
   static Mask equal(Reg a, Reg b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
   static Reg select(Mask m, Reg if_true, Reg if_false) { return _mm256_blendv_ps(if_false, if_true, m); }
   // p * 2^n as p * 2^(n/2) * 2^(n - n/2): each factor is a normal float for
@@ -77,5 +79,7 @@ bool binary_f32_avx2(BinaryOp op, float* out, const float* a, int64_t a_step, co
 bool unary_f32_avx2(UnaryOp op, float* out, const float* in, int64_t n) {
   return vec::unary_f32<Avx2Float>(op, out, in, n);
 }
+
+const ActivationF32Kernels activation_f32_avx2 = vec::activation_f32_table<Avx2Float>();
 
 }  // namespace kiln::cpu

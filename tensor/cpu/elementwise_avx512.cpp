@@ -1,6 +1,7 @@
 // AVX-512 float32 elementwise kernels: the 16-lane register type for the
-// shared implementation in tensor/cpu/elementwise_vec.h. Same operations as
-// elementwise_avx2.cpp; comparisons give mask registers instead of lanes.
+// shared implementations in tensor/cpu/elementwise_vec.h and activation_vec.h.
+// Same operations as elementwise_avx2.cpp; comparisons give mask registers
+// instead of lanes.
 // GCC 12's AVX-512 intrinsics start from a self-initialised "undefined"
 // register and so warn (GCC bug 105593, fixed in 12.3); the warning is about
 // the compiler's header, not this code.
@@ -8,6 +9,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include "tensor/cpu/activation_vec.h"
 #include "tensor/cpu/elementwise_simd.h"
 #include "tensor/cpu/elementwise_vec.h"
 
@@ -44,6 +46,7 @@ struct Avx512Float {
   static Reg min_raw(Reg a, Reg b) { return _mm512_min_ps(a, b); }
   static Mask is_nan(Reg a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
   static Mask less(Reg a, Reg b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+  static Mask less_equal(Reg a, Reg b) { return _mm512_cmp_ps_mask(a, b, _CMP_LE_OQ); }
   static Mask equal(Reg a, Reg b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
   static Reg select(Mask m, Reg if_true, Reg if_false) { return _mm512_mask_blend_ps(m, if_false, if_true); }
   // See Avx2Float::scale2.
@@ -82,5 +85,7 @@ bool binary_f32_avx512(BinaryOp op, float* out, const float* a, int64_t a_step, 
 bool unary_f32_avx512(UnaryOp op, float* out, const float* in, int64_t n) {
   return vec::unary_f32<Avx512Float>(op, out, in, n);
 }
+
+const ActivationF32Kernels activation_f32_avx512 = vec::activation_f32_table<Avx512Float>();
 
 }  // namespace kiln::cpu

@@ -7,7 +7,8 @@
 // fmadd(a, b, c) = a*b + c, fnmadd(a, b, c) = c - a*b, sqrt, round (to
 // nearest even), abs, neg, minus_abs(x) = -|x|, copysign(magnitude, sign);
 // max_raw/min_raw with the x86 rule "the second operand is returned when
-// either is NaN"; is_nan, less, equal; select(mask, if_true, if_false);
+// either is NaN"; is_nan, less, less_equal (ordered: false for NaN), equal;
+// select(mask, if_true, if_false);
 // scale2(p, n) = p * 2^n for integral n in [-150, 128];
 // scale2_nonpositive(p, n), the same for n in [-150, 0] and p in [0.5, 2];
 // and split_exponent(x, e), which for a positive normal x returns m in
