@@ -244,18 +244,6 @@ std::vector<Level> levels() {
   return out;
 }
 
-// n points evenly over [lo, hi] plus the values every kernel must handle.
-std::vector<float> sweep(double lo, double hi, int n) {
-  std::vector<float> x;
-  for (int i = 0; i <= n; ++i) x.push_back(static_cast<float>(lo + (hi - lo) * i / n));
-  for (float s : {0.0f, -0.0f, 1e-40f, -1e-40f, 1e-20f, -1e-20f, FLT_MIN, -FLT_MIN, FLT_MAX, -FLT_MAX,
-                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                  std::numeric_limits<float>::quiet_NaN()}) {
-    x.push_back(s);
-  }
-  return x;
-}
-
 // |got - ref| in float32 ulps of ref; NaN and infinities must match exactly.
 double ulps(float got, double ref) {
   if (std::isnan(ref)) return std::isnan(got) ? 0 : INFINITY;
@@ -265,8 +253,8 @@ double ulps(float got, double ref) {
 
 TEST(ActivationSimd, EluAndItsGradientOverDenseSweeps) {
   if (levels().empty()) GTEST_SKIP() << "no vector level on this CPU";
-  std::vector<float> x = sweep(-25, 10, 1000003);
-  for (float v : sweep(-0.4, 0.4, 200003)) x.push_back(v);  // where e^x - 1 must keep its relative precision
+  std::vector<float> x = reference::sweep(-25, 10, 1000003);
+  for (float v : reference::sweep(-0.4, 0.4, 200003)) x.push_back(v);  // where e^x - 1 must keep its relative precision
   const int64_t n = static_cast<int64_t>(x.size());
   std::vector<float> y(x.size()), g(x.size(), 1.0f);
   for (const Level& level : levels()) {
@@ -278,7 +266,7 @@ TEST(ActivationSimd, EluAndItsGradientOverDenseSweeps) {
       }
       // The derivative from the input, alpha e^x from -104 (where float
       // e^x underflows) up: one rounding of g alpha, then e^x's ulp.
-      std::vector<float> xg = sweep(-104, 10, 1000003), d(xg.size());
+      std::vector<float> xg = reference::sweep(-104, 10, 1000003), d(xg.size());
       level.kernels->elu_backward(d.data(), g.data(), 0, xg.data(), 1, static_cast<int64_t>(xg.size()), alpha, false);
       for (size_t i = 0; i < xg.size(); ++i) {
         double ref = std::isnan(xg[i]) || xg[i] > 0 ? 1.0 : static_cast<double>(alpha) * std::exp(double{xg[i]});

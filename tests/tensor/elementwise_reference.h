@@ -7,6 +7,7 @@
 #include <cfloat>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -118,6 +119,20 @@ inline long double gelu_derivative_reference(long double x, bool tanh_approximat
   }
   if (terms) *terms = std::max(std::fabs(left), std::fabs(right));
   return left + right;
+}
+
+// n + 1 float32 points evenly over [lo, hi], then the values every SIMD
+// kernel must handle: signed zeros, subnormals, the extremes, infinities
+// and NaN.
+inline std::vector<float> sweep(double lo, double hi, int n) {
+  std::vector<float> x;
+  for (int i = 0; i <= n; ++i) x.push_back(static_cast<float>(lo + (hi - lo) * i / n));
+  for (float s : {0.0f, -0.0f, 1e-40f, -1e-40f, 1e-20f, -1e-20f, FLT_MIN, -FLT_MIN, FLT_MAX, -FLT_MAX,
+                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN()}) {
+    x.push_back(s);
+  }
+  return x;
 }
 
 }  // namespace kiln::reference

@@ -49,18 +49,6 @@ double ulp_error(float got, double ref) {
   return std::fabs(got - ref) / ulp;
 }
 
-// n points evenly over [lo, hi] plus the values every kernel must handle.
-std::vector<float> sweep(double lo, double hi, int n) {
-  std::vector<float> x;
-  for (int i = 0; i <= n; ++i) x.push_back(static_cast<float>(lo + (hi - lo) * i / n));
-  for (float s : {0.0f, -0.0f, 1e-40f, -1e-40f, 1e-20f, -1e-20f, FLT_MIN, -FLT_MIN, FLT_MAX, -FLT_MAX,
-                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                  std::numeric_limits<float>::quiet_NaN()}) {
-    x.push_back(s);
-  }
-  return x;
-}
-
 struct Accuracy {
   UnaryOp op;
   const char* name;
@@ -99,10 +87,10 @@ TEST(ElementwiseSimd, UnaryAccuracyOverDenseSweeps) {
   };
   for (const Level& level : levels()) {
     for (const Accuracy& c : cases) {
-      std::vector<float> x = sweep(c.lo, c.hi, 2000003);
+      std::vector<float> x = reference::sweep(c.lo, c.hi, 2000003);
       // A small tanh range too, where expm1's relative precision matters.
       if (c.op == UnaryOp::Tanh) {
-        for (float v : sweep(-0.7, 0.7, 200003)) x.push_back(v);
+        for (float v : reference::sweep(-0.7, 0.7, 200003)) x.push_back(v);
       }
       std::vector<float> y(x.size());
       ASSERT_TRUE(level.unary(c.op, y.data(), x.data(), static_cast<int64_t>(x.size())));
@@ -141,8 +129,8 @@ double ulp_error_at(float got, double ref, double scale) {
 // that is the error of perturbing x by under an ulp.
 TEST(ElementwiseSimd, GeluBackwardAccuracyOverDenseSweeps) {
   if (levels().empty()) GTEST_SKIP() << "no vector level on this CPU";
-  std::vector<float> x = sweep(-20, 20, 2000003);
-  for (float v : sweep(-1, 1, 200003)) x.push_back(v);  // around 0 and the root near -0.75
+  std::vector<float> x = reference::sweep(-20, 20, 2000003);
+  for (float v : reference::sweep(-1, 1, 200003)) x.push_back(v);  // around 0 and the root near -0.75
   for (const Level& level : levels()) {
     for (bool tanh_form : {false, true}) {
       BinaryOp op = tanh_form ? BinaryOp::GeluTanhBackward : BinaryOp::GeluBackward;
