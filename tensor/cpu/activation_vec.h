@@ -12,17 +12,12 @@
 
 namespace kiln::cpu::vec {
 
-// e^x - 1 for x <= 0 (what elu needs): 2^n (e^r - 1) + (2^n - 1) as
-// expm1_nonnegative, so that small |x| keep their relative precision. Below
-// x = -20, e^x < 2^-28 and the float result is -1, so x is raised to -20
-// first (a NaN, the second operand, passes through), which keeps n >= -29.
+// e^x - 1 for x <= 0 (what elu needs). Below x = -20, e^x < 2^-28 and the
+// float result is -1, so x is raised to -20 first (a NaN, the second
+// operand, passes through) and expm1_bounded takes the rest.
 template <class V>
 typename V::Reg expm1_nonpositive(typename V::Reg x) {
-  x = V::max_raw(V::set1(-20.0f), x);
-  typename V::Reg n;
-  typename V::Reg r = reduce_ln2<V>(x, n);
-  typename V::Reg s = V::scale2(V::set1(1.0f), n);
-  return V::fmadd(s, expm1_reduced<V>(r), V::sub(s, V::set1(1.0f)));
+  return expm1_bounded<V>(V::max_raw(V::set1(-20.0f), x));
 }
 
 // x <= 0 ? alpha (e^x - 1) : x; a NaN x is not <= 0 and is returned, as

@@ -67,10 +67,11 @@ typename V::Reg exp_nonpositive(typename V::Reg x) {
   return V::scale2_nonpositive(V::add(expm1_reduced<V>(r), V::set1(1.0f)), n);
 }
 
-// e^x - 1 for x in [0, 20] (what tanh needs): 2^n * (e^r - 1) + (2^n - 1),
-// where 2^n - 1 is exact, so small x keep their relative precision.
+// e^x - 1 for x in [-20, 20] (tanh takes [0, 20], elu [-20, 0]):
+// 2^n * (e^r - 1) + (2^n - 1), where 2^n - 1 is exact, so small |x| keep
+// their relative precision.
 template <class V>
-typename V::Reg expm1_nonnegative(typename V::Reg x) {
+typename V::Reg expm1_bounded(typename V::Reg x) {
   typename V::Reg n;
   typename V::Reg r = reduce_ln2<V>(x, n);
   typename V::Reg s = V::scale2(V::set1(1.0f), n);
@@ -108,7 +109,7 @@ template <class V>
 typename V::Reg tanh(typename V::Reg x) {
   using Reg = typename V::Reg;
   Reg ax = V::min_raw(V::set1(10.0f), V::abs(x));
-  Reg d = expm1_nonnegative<V>(V::add(ax, ax));
+  Reg d = expm1_bounded<V>(V::add(ax, ax));
   return V::copysign(V::div(d, V::add(d, V::set1(2.0f))), x);
 }
 

@@ -2,7 +2,6 @@
 // (tensor/activation_kernels.h): the op functors, with the semantics of the
 // CPU references (tensor/cpu/activation.cpp), run by the launcher of Note
 // [Vectorised elementwise kernels].
-#include <type_traits>
 
 #include "tensor/activation_kernels.h"
 #include "tensor/cuda/elementwise.cuh"
@@ -10,14 +9,6 @@
 
 namespace kiln::cuda {
 namespace {
-
-template <class C>
-__device__ inline C expm1_of(C x) {
-  if constexpr (std::is_same_v<C, float>)
-    return expm1f(x);
-  else
-    return expm1(x);
-}
 
 // x <= 0 tests as torch's kernels do: a NaN takes the other side, so elu
 // keeps it and the gradients pass g through.

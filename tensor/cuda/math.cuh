@@ -34,6 +34,14 @@ __device__ inline C exp_of(C x) {
 }
 
 template <class C>
+__device__ inline C expm1_of(C x) {
+  if constexpr (std::is_same_v<C, float>)
+    return expm1f(x);
+  else
+    return expm1(x);
+}
+
+template <class C>
 __device__ inline C log_of(C x) {
   if constexpr (std::is_same_v<C, float>)
     return logf(x);
