@@ -45,9 +45,8 @@ struct ConvPlan {
   bool pointwise;           // 1x1, stride 1, no padding: the padded image is A
   int64_t block_rows;       // positions per GEMM call
   // The implicit form on the VNNI paths: where a patch row's runs start in
-  // the padded plane (qgemm_runs), else empty and the rows are built.
-  std::vector<int64_t> runs;
-  int64_t run_groups = 0;
+  // the padded plane (qgemm_runs), else no offsets and the rows are built.
+  ImplicitQConvRuns runs;
 
   ConvPlan(const Conv2dParams& params, const Conv2dShape& shape, int64_t out_channels)
       : p(params), s(shape), group_out(out_channels / params.groups) {
@@ -62,8 +61,10 @@ struct ConvPlan {
   }
 
   // Reads A in place from the padded plane (Note [Implicit int8
-  // convolution on the VNNI paths] in quantized_conv_implicit.h).
-  void read_in_place() { runs = implicit_qconv_runs(p, s, padded_w, &run_groups); }
+  // convolution on the VNNI paths] in quantized_conv_implicit.h), with the
+  // weight's padded rows w where it has them.
+  void read_in_place(const ImplicitQConvWeight* w) { runs = implicit_qconv_runs(w, p, s, padded_w); }
+  bool in_place() const { return !runs.offsets.empty(); }
 };
 
 // image (C, H, W), any strides -> padded (groups, padded_h, padded_w, C/groups),
@@ -164,7 +165,7 @@ void conv_rows(const uint8_t* padded, const ConvPlan& plan,
                const std::vector<std::shared_ptr<const PackedQWeight>>& packs, const QuantizedOutputStage& numbers,
                const QGemmOutput& stage, const OutputImage& image, int64_t begin, int64_t end) {
   const int64_t cg = plan.s.channels, plane_bytes = plan.padded_h * plan.padded_w * cg;
-  uint8_t* rows = plan.pointwise || !plan.runs.empty() ? nullptr : thread_scratch(kPatchSlot, std::min(plan.block_rows, end - begin) * plan.k);
+  uint8_t* rows = plan.pointwise || plan.in_place() ? nullptr : thread_scratch(kPatchSlot, std::min(plan.block_rows, end - begin) * plan.k);
   for (int64_t group = 0; group < plan.p.groups; ++group) {
     const uint8_t* plane = padded + group * plane_bytes;
     const int64_t o0 = group * plan.group_out;
@@ -177,10 +178,10 @@ void conv_rows(const uint8_t* padded, const ConvPlan& plan,
     auto residual_at = [&](int64_t b) {
       return image.residual ? image.residual + o0 * image.stride_c + b * image.stride_position : nullptr;
     };
-    if (!plan.runs.empty()) {
+    if (plan.in_place()) {
       // A's rows in place: each output row's pixels are rows stride_w*C
       // bytes apart in the plane.
-      const ARuns runs{plan.runs.data(), static_cast<int>(plan.runs.size()), plan.run_groups};
+      const ARuns runs{plan.runs.offsets.data(), static_cast<int>(plan.runs.offsets.size()), plan.runs.groups};
       const int64_t ow = plan.s.output.w;
       for (int64_t b = begin; b < end;) {
         const int64_t y = b / ow, x = b % ow, count = std::min(end - b, ow - x);
@@ -249,14 +250,21 @@ void gemm_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWei
                  size_t element_size, bool in_place = false) {
   const int64_t n_images = x.size(0);
   ConvPlan plan(p, s, w.out_channels());
-  if (in_place) plan.read_in_place();
-  const auto& packs = w.groups(plan.p.groups).gemm;
+  const CpuPackedQuantizedWeight::Groups& groups = w.groups(plan.p.groups);
+  if (in_place) plan.read_in_place(groups.implicit.get());
+  // Runs over padded kernel rows read the weight packed in those rows.
+  const std::vector<std::shared_ptr<const PackedQWeight>> padded_rows =
+      plan.runs.padded_rows ? std::vector{groups.implicit->packed} : std::vector<std::shared_ptr<const PackedQWeight>>{};
+  const auto& packs = plan.runs.padded_rows ? padded_rows : groups.gemm;
   const uint8_t* x_data = x.data<uint8_t>();
   const uint8_t zero_point = static_cast<uint8_t>(stage.a_zero_point);
   const double macs_per_image = double(plan.positions) * double(w.out_channels()) * double(plan.k);
   auto pad_image = [&](int64_t n) {
-    uint8_t* padded = thread_scratch(kImageSlot, plan.image_bytes);
+    uint8_t* padded = thread_scratch(kImageSlot, plan.image_bytes + plan.runs.overread);
     pad_channels_last(x_data + n * x.stride(0), x.stride(1), x.stride(2), x.stride(3), plan, zero_point, padded);
+    // The bytes the last runs read past the plane meet zero weights; they
+    // are set only so that every call reads the same bytes.
+    std::memset(padded + plan.image_bytes, zero_point, static_cast<size_t>(plan.runs.overread));
     return padded;
   };
 
@@ -440,7 +448,7 @@ enum class Form { Gemm, Direct, Implicit };
 // runs on the VNNI paths (the two Notes in quantized_conv_implicit.h).
 bool implicit_form_pays(const CpuPackedQuantizedWeight& w, const Conv2dParams& p, const Conv2dShape& s) {
   if (w.path() == QGemmPath::Amx) return implicit_qconv_pays(p.groups == 1 ? w.groups(1).implicit.get() : nullptr, p);
-  return implicit_runs_pay(w.path(), p, s);
+  return implicit_runs_pay(w.path(), p.groups == 1 ? w.groups(1).implicit.get() : nullptr, p, s);
 }
 
 // The form this call runs (qconv_algorithm): the direct form where it pays,
@@ -461,7 +469,8 @@ Form conv_form(const CpuPackedQuantizedWeight& w, const Conv2dParams& p, const C
                  "here (got the ", qgemm_path_name(w.path()), " path, ", p.groups, " groups, dilation_w ", p.dilation.w,
                  " and kernel rows of ", s.kernel.w, " x ", s.channels, " bytes; it needs the amx path with one ",
                  "group, dilation_w 1 and rows whose 64-byte padding at most triples them, or the avxvnni or ",
-                 "avx512vnni path with rows (taps, for dilation_w > 1) of a multiple of 4 bytes and no plain 1x1)");
+                 "avx512vnni path and no plain 1x1, with one group and dilation_w 1 or with rows (taps, for ",
+                 "dilation_w > 1) of a multiple of 4 bytes)");
       return Form::Implicit;
   }
   return Form::Gemm;

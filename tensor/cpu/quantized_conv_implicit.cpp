@@ -9,12 +9,20 @@
 namespace kiln::cpu {
 namespace {
 
-int64_t row_bytes_for(int64_t channels, int64_t kw) { return (kw * channels + 63) / 64 * 64; }
+bool vnni_path(QGemmPath path) { return path == QGemmPath::AvxVnni || path == QGemmPath::Avx512Vnni; }
+
+// R: a kernel row of kw*C bytes rounded up to what the path reads at once,
+// a tile's 64-byte row on Amx, a broadcast's 4 bytes on the VNNI paths.
+int64_t row_bytes_for(QGemmPath path, int64_t channels, int64_t kw) {
+  const int64_t granule = path == QGemmPath::Amx ? 64 : 4;
+  return (kw * channels + granule - 1) / granule * granule;
+}
 
 }  // namespace
 
 bool implicit_qconv_packable(QGemmPath path, int64_t channels, int64_t kw) {
-  return path == QGemmPath::Amx && row_bytes_for(channels, kw) <= 3 * kw * channels;
+  if (vnni_path(path)) return kw * channels % 4 != 0;
+  return path == QGemmPath::Amx && row_bytes_for(path, channels, kw) <= 3 * kw * channels;
 }
 
 std::shared_ptr<const ImplicitQConvWeight> pack_implicit_qconv(const int8_t* reordered, int64_t out_channels,
@@ -25,7 +33,7 @@ std::shared_ptr<const ImplicitQConvWeight> pack_implicit_qconv(const int8_t* reo
   w->channels = channels;
   w->kh = kh;
   w->kw = kw;
-  w->row_bytes = row_bytes_for(channels, kw);
+  w->row_bytes = row_bytes_for(path, channels, kw);
   const int64_t run = kw * channels, k = kh * w->row_bytes;
   std::vector<int8_t> rows(static_cast<size_t>(out_channels * k), 0);  // (O, kh*R)
   for (int64_t o = 0; o < out_channels; ++o) {
@@ -51,27 +59,35 @@ int64_t run_bytes(const Conv2dParams& p, const Conv2dShape& s) {
 
 }  // namespace
 
-bool implicit_runs_pay(QGemmPath path, const Conv2dParams& p, const Conv2dShape& s) {
+bool implicit_runs_pay(QGemmPath path, const ImplicitQConvWeight* w, const Conv2dParams& p, const Conv2dShape& s) {
   const bool pointwise = s.kernel == Size2d(1) && p.stride == Size2d(1) && p.padding == Size2d(0);
-  return (path == QGemmPath::AvxVnni || path == QGemmPath::Avx512Vnni) && !pointwise && run_bytes(p, s) % 4 == 0;
+  if (!vnni_path(path) || pointwise) return false;
+  return run_bytes(p, s) % 4 == 0 || (w != nullptr && p.groups == 1 && p.dilation.w == 1);
 }
 
-std::vector<int64_t> implicit_qconv_runs(const Conv2dParams& p, const Conv2dShape& s, int64_t padded_w,
-                                         int64_t* groups) {
-  std::vector<int64_t> offsets;
-  *groups = 0;
-  if (run_bytes(p, s) % 4 != 0) return offsets;
-  *groups = run_bytes(p, s) / 4;
-  const int64_t c = s.channels;
+ImplicitQConvRuns implicit_qconv_runs(const ImplicitQConvWeight* w, const Conv2dParams& p, const Conv2dShape& s,
+                                      int64_t padded_w) {
+  ImplicitQConvRuns runs;
+  const int64_t bytes = run_bytes(p, s), c = s.channels;
+  if (bytes % 4 == 0) {
+    runs.groups = bytes / 4;
+  } else if (w != nullptr && p.groups == 1 && p.dilation.w == 1) {
+    // The weight's rows of R bytes: each run reads R - kw*C bytes more.
+    runs.groups = w->row_bytes / 4;
+    runs.padded_rows = true;
+    runs.overread = w->row_bytes - bytes;
+  } else {
+    return runs;
+  }
   for (int64_t ky = 0; ky < s.kernel.h; ++ky) {
     const int64_t row = ky * p.dilation.h * padded_w * c;
     if (p.dilation.w == 1) {
-      offsets.push_back(row);
+      runs.offsets.push_back(row);
     } else {
-      for (int64_t kx = 0; kx < s.kernel.w; ++kx) offsets.push_back(row + kx * p.dilation.w * c);
+      for (int64_t kx = 0; kx < s.kernel.w; ++kx) runs.offsets.push_back(row + kx * p.dilation.w * c);
     }
   }
-  return offsets;
+  return runs;
 }
 
 ImplicitQConvPlan plan_implicit_qconv(const ImplicitQConvWeight& w, const Conv2dParams& p, const Conv2dShape& s) {

@@ -47,8 +47,17 @@
 // as rows of A lda = stride_w*C apart, on the GEMM form's packed weight.
 // - It runs (implicit_runs_pay) on the AvxVnni and Avx512Vnni paths where
 //   kw*C (or C, with dilation_w > 1) is a multiple of 4: every 3x3 layer
-//   with 4k channels, LeNet's conv2 (5*6 = 30 bytes) does not. A 1x1 with
-//   stride 1 and no padding needs neither form: the plane is A already.
+//   with 4k channels. A 1x1 with stride 1 and no padding needs neither
+//   form: the plane is A already.
+// - Where kw*C is not (LeNet's conv2: 5*6 = 30 bytes), the kernel rows are
+//   padded as on AMX, but only to a multiple of 4 (R = 32 for LeNet's):
+//   the weight is packed once more as (O, kh*R) with zeros past each row's
+//   kw*C (pack_implicit_qconv), and each run is read as R bytes. The last
+//   group of a run reads up to 3 bytes of the next pixel, which meet the
+//   zero weights; past the last pixel of the plane that is up to 3 bytes of
+//   tail room (ImplicitQConvRuns::overread). K grows by under 4/(kw*C) per
+//   row (7% for LeNet's), where patch rows would copy every byte of A. With
+//   dilation_w > 1 and taps of C % 4 != 0 bytes, the patch rows stay.
 // - The Amx path keeps its tiles (above); the Avx2 path widens A to int16
 //   first, so it needs the patch rows.
 // - Broadcasts read only inside the runs: no tail room is needed, and the
@@ -64,15 +73,18 @@
 
 namespace kiln::cpu {
 
-// The weight in kernel rows of R bytes (the Note), packed for the Amx path.
+// The weight in kernel rows of R bytes (the Notes): for the Amx path's
+// tiles, and for the VNNI paths' runs where a row is not 4k bytes.
 struct ImplicitQConvWeight {
   int64_t out_channels = 0, channels = 0, kh = 0, kw = 0;
-  int64_t row_bytes = 0;  // R: kw*C rounded up to a multiple of 64
+  int64_t row_bytes = 0;  // R: kw*C rounded up to a multiple of 64 (Amx) or 4 (the VNNI paths)
   std::shared_ptr<const PackedQWeight> packed;  // (O, kh*R)
 };
 
-// Whether a (O, C, kh, kw) weight is worth packing this way on `path`: Amx,
-// and kernel rows that 64-byte padding at most triples (R <= 3*kw*C).
+// Whether a (O, C, kh, kw) weight is worth packing this way on `path`: on
+// Amx, kernel rows that 64-byte padding at most triples (R <= 3*kw*C); on
+// AvxVnni and Avx512Vnni, rows of kw*C % 4 != 0 bytes (the others are read
+// on the GEMM form's own weight).
 bool implicit_qconv_packable(QGemmPath path, int64_t channels, int64_t kw);
 // reordered: (O, kh, kw, C) int8, the GEMM form's order of K.
 std::shared_ptr<const ImplicitQConvWeight> pack_implicit_qconv(const int8_t* reordered, int64_t out_channels,
@@ -83,12 +95,20 @@ std::shared_ptr<const ImplicitQConvWeight> pack_implicit_qconv(const int8_t* reo
 bool implicit_qconv_pays(const ImplicitQConvWeight* w, const Conv2dParams& p);
 
 // The implicit form on the VNNI paths (the second Note): whether `path`
-// runs it for this call, and where a patch row's runs start in a padded
-// channels-last plane padded_w pixels wide, from its first pixel's byte
-// (empty where it cannot run); *groups is each run's groups of 4 bytes.
-bool implicit_runs_pay(QGemmPath path, const Conv2dParams& p, const Conv2dShape& s);
-std::vector<int64_t> implicit_qconv_runs(const Conv2dParams& p, const Conv2dShape& s, int64_t padded_w,
-                                         int64_t* groups);
+// runs it for this call, given the weight's padded rows w (null where it
+// has none: groups > 1, or rows of 4k bytes).
+bool implicit_runs_pay(QGemmPath path, const ImplicitQConvWeight* w, const Conv2dParams& p, const Conv2dShape& s);
+// How a call's patch rows are read from a padded channels-last plane
+// padded_w pixels wide: each run's start from a pixel's first byte, its
+// groups of 4 bytes, and the weight they meet.
+struct ImplicitQConvRuns {
+  std::vector<int64_t> offsets;  // empty where the form cannot run
+  int64_t groups = 0;
+  bool padded_rows = false;      // read as w's rows of R bytes, on w.packed; else on the GEMM form's weight
+  int64_t overread = 0;          // bytes read past the plane's end (tail room the buffer needs)
+};
+ImplicitQConvRuns implicit_qconv_runs(const ImplicitQConvWeight* w, const Conv2dParams& p, const Conv2dShape& s,
+                                      int64_t padded_w);
 
 // One block of 16 pixels: where its tile rows start and lie apart in the
 // padded image, and which output position each row is (-1: a pixel past the

@@ -112,7 +112,7 @@ Tensor fused_kernel(const Tensor& x, const PackedQuantizedWeight& w, const Tenso
 bool implicit_runs(const cpu::CpuPackedQuantizedWeight& w, const Case& c) {
   const Conv2dShape s = conv2d_shape(c.w[1], Size2d(c.x[2], c.x[3]), Size2d(c.w[2], c.w[3]), c.p);
   if (w.path() == cpu::QGemmPath::Amx) return cpu::implicit_qconv_pays(c.p.groups == 1 ? w.groups(1).implicit.get() : nullptr, c.p);
-  return cpu::implicit_runs_pay(w.path(), c.p, s);
+  return cpu::implicit_runs_pay(w.path(), c.p.groups == 1 ? w.groups(1).implicit.get() : nullptr, c.p, s);
 }
 
 TEST(QuantizedConv2dAdd, KernelEqualsConvThenAddOnEveryPathAndForm) {

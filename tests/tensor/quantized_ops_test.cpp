@@ -374,7 +374,7 @@ Conv2dShape group_shape(const Shape& x, const Shape& w, const Conv2dParams& p) {
 // quantized_conv_implicit.h).
 bool implicit_runs_here(const cpu::CpuPackedQuantizedWeight& w, const Conv2dParams& p, const Conv2dShape& s) {
   if (w.path() == cpu::QGemmPath::Amx) return cpu::implicit_qconv_pays(p.groups == 1 ? w.groups(1).implicit.get() : nullptr, p);
-  return cpu::implicit_runs_pay(w.path(), p, s);
+  return cpu::implicit_runs_pay(w.path(), p.groups == 1 ? w.groups(1).implicit.get() : nullptr, p, s);
 }
 
 // Runs the case on every path (with `algorithm`: Direct and Implicit only on
@@ -567,9 +567,10 @@ bool has_path(cpu::QGemmPath path) {
 bool implicit_runs_somewhere(const ConvCase& c) {
   const Conv2dShape shape = group_shape(c.x, c.w, c.p);
   for (cpu::QGemmPath path : cpu::qgemm_paths_available()) {
+    const bool padded_rows = c.p.groups == 1 && c.p.dilation.w == 1 && cpu::implicit_qconv_packable(path, c.w[1], c.w[3]);
     if (path == cpu::QGemmPath::Amx) {
-      if (c.p.groups == 1 && c.p.dilation.w == 1 && cpu::implicit_qconv_packable(path, c.w[1], c.w[3])) return true;
-    } else if (cpu::implicit_runs_pay(path, c.p, shape)) {
+      if (padded_rows) return true;
+    } else if (padded_rows || cpu::implicit_runs_pay(path, nullptr, c.p, shape)) {
       return true;
     }
   }
@@ -586,6 +587,14 @@ const ConvCase kImplicitRunsCases[] = {
     {{1, 4, 10, 37}, {40, 4, 1, 5}, {.stride = {1, 2}, .padding = {0, 2}}, true, false, false, 9, 128},  // 20 bytes
     {{2, 16, 8, 8}, {33, 16, 3, 3}, {.stride = 2, .padding = 1}, true, true, false, 128, 128},  // 33 = 16+16+1
     {{1, 64, 3, 2}, {70, 64, 2, 2}, {.padding = 1}, false, true, true, 5, 7},  // 5 panels: 3 + 2
+    // Rows padded to 4k bytes: 3x3 at 3 channels (9 in 12), the last run
+    // reading 3 bytes past the plane (no padding); a stride of 2 over 15 in
+    // 16; one channel, 5 in 8, and 5 channels over two rows of 10 in 12.
+    {{2, 3, 8, 8}, {4, 3, 3, 3}, {}, true, true, false, 40, 128},
+    {{1, 3, 9, 10}, {17, 3, 3, 3}, {.padding = 1}, false, true, true, 200, 3},
+    {{2, 5, 11, 9}, {8, 5, 3, 3}, {.stride = 2, .padding = {1, 0}}, true, false, false, 60, 128},
+    {{1, 1, 7, 12}, {16, 1, 5, 5}, {.padding = 2}, true, true, false, 0, 128},
+    {{1, 5, 6, 6}, {33, 5, 2, 2}, {}, true, true, true, 255, 9},
 };
 
 TEST(QuantizedConv2dImplicit, MatchesIntegerReferenceOnEveryPathThatHasIt) {
@@ -622,18 +631,39 @@ TEST(QuantizedConv2dImplicit, AutoPicksItWhereTheRowsPay) {
   EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 3, 3));
   EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 16, 1));
   EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 32, 1));
+  // On the VNNI paths only rows of kw*C % 4 != 0 bytes are packed again,
+  // padded to 4k (LeNet's 30 in 32).
   EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Avx512Vnni, 16, 3));
-  // The runs of the VNNI paths: kernel rows (or taps) of 4k bytes, not a plain 1x1.
+  EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Avx512Vnni, 6, 5));
+  EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::AvxVnni, 3, 3));
+  EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Avx2, 6, 5));
+  // The runs of the VNNI paths: kernel rows (or taps) of 4k bytes, or the
+  // weight's padded rows, not a plain 1x1.
   const Conv2dShape layer1 = group_shape({1, 16, 32, 32}, {16, 16, 3, 3}, {.padding = 1});
-  EXPECT_TRUE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx512Vnni, {.padding = 1}, layer1));
-  EXPECT_TRUE(cpu::implicit_runs_pay(cpu::QGemmPath::AvxVnni, {.padding = 1}, layer1));
-  EXPECT_FALSE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx2, {.padding = 1}, layer1));
-  EXPECT_FALSE(cpu::implicit_runs_pay(cpu::QGemmPath::Amx, {.padding = 1}, layer1));
-  EXPECT_FALSE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx512Vnni, {}, group_shape({1, 3, 32, 32}, {16, 3, 3, 3}, {})));
-  EXPECT_FALSE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx512Vnni, {}, group_shape({1, 6, 14, 14}, {16, 6, 5, 5}, {})));
-  EXPECT_FALSE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx512Vnni, {}, group_shape({1, 16, 8, 8}, {32, 16, 1, 1}, {})));
-  EXPECT_TRUE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx512Vnni, {.stride = 2},
+  EXPECT_TRUE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx512Vnni, nullptr, {.padding = 1}, layer1));
+  EXPECT_TRUE(cpu::implicit_runs_pay(cpu::QGemmPath::AvxVnni, nullptr, {.padding = 1}, layer1));
+  EXPECT_FALSE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx2, nullptr, {.padding = 1}, layer1));
+  EXPECT_FALSE(cpu::implicit_runs_pay(cpu::QGemmPath::Amx, nullptr, {.padding = 1}, layer1));
+  const Conv2dShape lenet2 = group_shape({1, 6, 14, 14}, {16, 6, 5, 5}, {});
+  EXPECT_FALSE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx512Vnni, nullptr, {}, group_shape({1, 3, 32, 32}, {16, 3, 3, 3}, {})));
+  EXPECT_FALSE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx512Vnni, nullptr, {}, lenet2));
+  EXPECT_FALSE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx512Vnni, nullptr, {}, group_shape({1, 16, 8, 8}, {32, 16, 1, 1}, {})));
+  EXPECT_TRUE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx512Vnni, nullptr, {.stride = 2},
                                      group_shape({1, 16, 8, 8}, {32, 16, 1, 1}, {.stride = 2})));
+  for (cpu::QGemmPath path : {cpu::QGemmPath::AvxVnni, cpu::QGemmPath::Avx512Vnni}) {
+    if (!has_path(path)) continue;
+    auto lenet = cpu::pack_quantized_weight(random_weight({16, 6, 5, 5}, true, 559), path);
+    const cpu::ImplicitQConvWeight* rows = lenet->groups(1).implicit.get();
+    ASSERT_NE(rows, nullptr);
+    EXPECT_EQ(rows->row_bytes, 32);
+    EXPECT_TRUE(cpu::implicit_runs_pay(path, rows, {}, lenet2));
+    EXPECT_FALSE(cpu::implicit_runs_pay(path, rows, {.dilation = {1, 2}}, group_shape({1, 6, 14, 14}, {16, 6, 5, 5}, {.dilation = {1, 2}})));
+    const cpu::ImplicitQConvRuns runs = cpu::implicit_qconv_runs(rows, {}, lenet2, 14);
+    EXPECT_TRUE(runs.padded_rows);
+    EXPECT_EQ(runs.groups, 8);
+    EXPECT_EQ(runs.overread, 2);
+    EXPECT_EQ(runs.offsets, (std::vector<int64_t>{0, 14 * 6, 28 * 6, 42 * 6, 56 * 6}));
+  }
   if (!has_path(cpu::QGemmPath::Amx)) return;
   auto packed = cpu::pack_quantized_weight(random_weight({16, 16, 3, 3}, true, 560), cpu::QGemmPath::Amx);
   const cpu::ImplicitQConvWeight* w = packed->groups(1).implicit.get();
@@ -651,12 +681,12 @@ TEST(QuantizedConv2dImplicit, ForcedWhereItCannotRunNamesWhy) {
   auto packed = cpu::pack_quantized_weight(w, cpu::QGemmPath::Scalar);
   expect_error([&] { ops::quantized_conv2d(x, *packed, Tensor(), {.padding = 1}, 0.1, 0); },
                "quantized conv2d: the implicit form was forced but cannot run here (got the scalar path");
-  // 3 channels: 9-byte kernel rows, on no path (a 4-byte group would
-  // straddle two rows; 64-byte padding would make them 7 times as long).
+  // 3 channels with dilation_w 2: taps of 3 bytes, on no path (a 4-byte
+  // group would straddle two taps; the padded rows are for dilation_w 1).
   Tensor x3 = random_activation({1, 3, 8, 8}, 0.05, 10, 573);
   Tensor w3 = random_weight({16, 3, 3, 3}, true, 572);
   auto packed3 = ops::pack_quantized_weight(w3);
-  expect_error([&] { ops::quantized_conv2d(x3, *packed3, Tensor(), {.padding = 1}, 0.1, 0); },
+  expect_error([&] { ops::quantized_conv2d(x3, *packed3, Tensor(), {.padding = 1, .dilation = {1, 2}}, 0.1, 0); },
                "quantized conv2d: the implicit form was forced but cannot run here");
 }
 
