@@ -320,9 +320,15 @@ void tile(const typename Isa::AElem* a, int64_t lda, const ARuns& runs, int ktai
       V wv[NV];
 #pragma GCC unroll 4
       for (int j = 0; j < NV; ++j) wv[j] = Isa::load_w(wp + j * panel_bytes);
+      // Rows 8 and on from a second base, so that the 8 offsets i * lda
+      // serve both halves: with 16 offsets the compiler keeps some in
+      // vector registers and moves one out per broadcast, a second uop on
+      // the port the dot products need.
+      const typename Isa::AElem* a0 = ar + g * G;
+      const typename Isa::AElem* a8 = a0 + 8 * lda;
 #pragma GCC unroll 16
       for (int i = 0; i < MR; ++i) {
-        const V ai = Isa::broadcast(ar + i * lda + g * G);
+        const V ai = Isa::broadcast((i < 8 ? a0 : a8) + (i % 8) * lda);
 #pragma GCC unroll 4
         for (int j = 0; j < NV; ++j) acc[i][j] = Isa::dot(acc[i][j], ai, wv[j]);
       }
