@@ -31,6 +31,9 @@ struct MaxPool2dOptions {
   Size2d padding = 0;
   Size2d dilation = 1;
   bool ceil_mode = false;
+
+  // The stride the windows move by: stride when given, else the kernel.
+  Size2d stride_or_kernel() const { return stride.value_or(kernel); }
 };
 
 // torch.nn.functional.avg_pool2d's arguments. stride defaults to the kernel;
@@ -42,6 +45,9 @@ struct AvgPool2dOptions {
   bool ceil_mode = false;
   bool count_include_pad = true;
   std::optional<int64_t> divisor_override = std::nullopt;
+
+  // The stride the windows move by: stride when given, else the kernel.
+  Size2d stride_or_kernel() const { return stride.value_or(kernel); }
 };
 
 // Max pooling's result: the maxima and, for each, the position of the input
