@@ -18,7 +18,7 @@ Tensor MaxPool2d::forward(const Tensor& input) { return functional::max_pool2d(i
 std::string MaxPool2d::extra_repr() const {
   // torch's stride defaults to the kernel size, and prints that way.
   return "kernel_size=" + repr::int_or_pair(options.kernel) +
-         ", stride=" + repr::int_or_pair(options.stride.value_or(options.kernel)) +
+         ", stride=" + repr::int_or_pair(options.stride_or_kernel()) +
          ", padding=" + repr::int_or_pair(options.padding) + ", dilation=" + repr::int_or_pair(options.dilation) +
          ", ceil_mode=" + repr::boolean(options.ceil_mode);
 }
@@ -38,7 +38,7 @@ Tensor AvgPool2d::forward(const Tensor& input) { return functional::avg_pool2d(i
 
 std::string AvgPool2d::extra_repr() const {
   return "kernel_size=" + repr::int_or_pair(options.kernel) +
-         ", stride=" + repr::int_or_pair(options.stride.value_or(options.kernel)) +
+         ", stride=" + repr::int_or_pair(options.stride_or_kernel()) +
          ", padding=" + repr::int_or_pair(options.padding);
 }
 

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "tensor/conv.h"  // Conv2dParams, Conv2dShape
+#include "tensor/pool.h"  // MaxPool2dOptions, AvgPool2dOptions, Pool2dShape
 #include "tensor/tensor.h"
 
 namespace kiln {
@@ -76,18 +77,6 @@ struct AdamStep {
   double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
   bool amsgrad = false, maximize = false;
   bool decoupled = false;  // AdamW: decay the parameter, not the gradient
-};
-
-// Geometry of 2-d max/avg pooling over (H, W) planes, resolved by the
-// front-end (tensor/pool.cpp): out_h/out_w already follow ceil_mode, see
-// ops::pool_output_size in tensor/pool.h.
-struct PoolGeometry {
-  int64_t height, width;  // input H, W
-  int64_t out_h, out_w;
-  int64_t kernel_h, kernel_w;
-  int64_t stride_h, stride_w;
-  int64_t pad_h = 0, pad_w = 0;
-  int64_t dilation_h = 1, dilation_w = 1;
 };
 
 // The scalars of one fused attention call (Note [Fused attention] in
@@ -217,23 +206,26 @@ class Backend {
   // Every tensor is contiguous and holds P = N*C planes: x and grad_x are
   // (P, H, W), values, indices, out and grad_out (P, oh, ow); the floating
   // tensors share one dtype, indices are Int64 into one plane's H*W.
-  // Backward kernels overwrite grad_x.
+  // Backward kernels overwrite grad_x. The kernels take the op's options as
+  // the user gave them (the stride through stride_or_kernel()) and s, the
+  // front-end's (H, W) and (oh, ow) (Note [One pooling parameter struct] in
+  // tensor/pool.h); they ignore ceil_mode, which s.output already follows.
   // Max pooling: padding is -inf; ties keep the first tap in row-major window
   // order, NaN wins (the last NaN, as torch); a window with no tap inside the
   // input gives -inf and index -1, which the backward skips.
   // indices may be undefined (inference): then only values are written.
-  virtual void max_pool2d(const Tensor& values, const Tensor& indices, const Tensor& x, const PoolGeometry& g) = 0;
-  // grad_x[p, indices[p, i]] += grad_out[p, i] (g: the forward's geometry,
-  // each index inside its own window); throws on an index outside the plane.
+  virtual void max_pool2d(const Tensor& values, const Tensor& indices, const Tensor& x, const MaxPool2dOptions& o,
+                          const Pool2dShape& s) = 0;
+  // grad_x[p, indices[p, i]] += grad_out[p, i] (o, s: the forward's, each
+  // index inside its own window); throws on an index outside the plane.
   virtual void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
-                                   const PoolGeometry& g) = 0;
-  // Window sums divided by divisor_override when given (non-zero), else by
-  // the window's size clipped to the padded input (count_include_pad) or to
-  // the input itself.
-  virtual void avg_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool count_include_pad,
-                          std::optional<int64_t> divisor_override) = 0;
-  virtual void avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g,
-                                   bool count_include_pad, std::optional<int64_t> divisor_override) = 0;
+                                   const MaxPool2dOptions& o, const Pool2dShape& s) = 0;
+  // Window sums divided by o.divisor_override when given (non-zero), else by
+  // the window's size clipped to the padded input (o.count_include_pad) or
+  // to the input itself.
+  virtual void avg_pool2d(const Tensor& out, const Tensor& x, const AvgPool2dOptions& o, const Pool2dShape& s) = 0;
+  virtual void avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const AvgPool2dOptions& o,
+                                   const Pool2dShape& s) = 0;
   // Output cell (i, j) averages rows floor(i*H/oh) .. ceil((i+1)*H/oh) - 1
   // and the columns alike; sizes come from the tensors.
   virtual void adaptive_avg_pool2d(const Tensor& out, const Tensor& x) = 0;

@@ -52,7 +52,8 @@ namespace kiln {
 // and the 32-bit Geometry32 the direct CUDA kernels index with. The CPU
 // kernels' plans (DirectConvPlan, the int8 ConvPlan) keep the two structs
 // as they are and add only the offsets and buffer sizes worked out from
-// them.
+// them. Max and average pooling follow the same rule with their options
+// and a Pool2dShape (Note [One pooling parameter struct] in tensor/pool.h).
 
 // The settings of a 2-d convolution, as torch.nn.functional.conv2d's
 // arguments (padding is zero padding on both sides).

@@ -1,6 +1,8 @@
 // Front-ends of the 2-d pooling ops: validate the arguments with torch's
-// rules, resolve the options into a PoolGeometry, allocate, and dispatch
-// (Note [Device dispatch]). The kernels see contiguous (N*C, H, W) planes.
+// rules, work out the sizes (Pool2dShape) once, allocate, and dispatch
+// (Note [Device dispatch]) with the options as they came (Note [One pooling
+// parameter struct] in tensor/pool.h). The kernels see contiguous
+// (N*C, H, W) planes.
 #include "tensor/pool.h"
 
 #include <string_view>
@@ -54,10 +56,11 @@ Tensor as_planes(const Tensor& t) {
   return base.view({t.numel() / (h * w), h, w});
 }
 
-// Checks the window arguments against torch's rules and the input's (H, W),
-// and works out the output size.
-PoolGeometry resolve_geometry(const Shape& input_shape, Size2d kernel, Size2d stride, Size2d padding,
-                              Size2d dilation, bool ceil_mode, std::string_view op) {
+// Checks the window settings against torch's rules and the input's (H, W),
+// and works out the output's (oh, ow). Max and average pooling share it,
+// average pooling with a dilation of 1.
+Pool2dShape window_shape(const Shape& input_shape, Size2d kernel, Size2d stride, Size2d padding, Size2d dilation,
+                         bool ceil_mode, std::string_view op) {
   KILN_CHECK(kernel.h > 0 && kernel.w > 0, op, ": kernel size must be positive, got ", kernel.h, " x ", kernel.w);
   KILN_CHECK(stride.h > 0 && stride.w > 0, op, ": stride must be positive, got ", stride.h, " x ", stride.w);
   KILN_CHECK(dilation.h > 0 && dilation.w > 0, op, ": dilation must be positive, got ", dilation.h, " x ",
@@ -67,21 +70,23 @@ PoolGeometry resolve_geometry(const Shape& input_shape, Size2d kernel, Size2d st
   KILN_CHECK(padding.h <= kernel.h / 2 && padding.w <= kernel.w / 2, op,
              ": padding must be at most half the kernel size, got padding ", padding.h, " x ", padding.w,
              " for kernel ", kernel.h, " x ", kernel.w);
-  int64_t height = input_shape[input_shape.size() - 2], width = input_shape.back();
-  PoolGeometry g{height, width,
-                 pool_output_size(height, kernel.h, stride.h, padding.h, dilation.h, ceil_mode),
-                 pool_output_size(width, kernel.w, stride.w, padding.w, dilation.w, ceil_mode),
-                 kernel.h, kernel.w, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w};
-  KILN_CHECK(g.out_h > 0 && g.out_w > 0, op, ": input ", height, " x ", width, " is too small for kernel ",
-             kernel.h, " x ", kernel.w, " with padding ", padding.h, " x ", padding.w, ", dilation ", dilation.h,
-             " x ", dilation.w, " and stride ", stride.h, " x ", stride.w, ": the output would be ", g.out_h,
-             " x ", g.out_w);
-  return g;
+  Size2d input(input_shape[input_shape.size() - 2], input_shape.back());
+  Pool2dShape s{input, Size2d(pool_output_size(input.h, kernel.h, stride.h, padding.h, dilation.h, ceil_mode),
+                              pool_output_size(input.w, kernel.w, stride.w, padding.w, dilation.w, ceil_mode))};
+  KILN_CHECK(s.output.h > 0 && s.output.w > 0, op, ": input ", input.h, " x ", input.w, " is too small for kernel ",
+             kernel.h, " x ", kernel.w, " with padding ", padding.h, " x ", padding.w, ", dilation ", dilation.h, " x ",
+             dilation.w, " and stride ", stride.h, " x ", stride.w, ": the output would be ", s.output.h, " x ",
+             s.output.w);
+  return s;
 }
 
-PoolGeometry avg_geometry(const Shape& input_shape, const AvgPool2dOptions& o, std::string_view op) {
+Pool2dShape pool2d_shape(const Shape& input_shape, const MaxPool2dOptions& o, std::string_view op) {
+  return window_shape(input_shape, o.kernel, o.stride_or_kernel(), o.padding, o.dilation, o.ceil_mode, op);
+}
+
+Pool2dShape pool2d_shape(const Shape& input_shape, const AvgPool2dOptions& o, std::string_view op) {
   KILN_CHECK(!o.divisor_override || *o.divisor_override != 0, op, ": divisor_override must be non-zero");
-  return resolve_geometry(input_shape, o.kernel, o.stride.value_or(o.kernel), o.padding, 1, o.ceil_mode, op);
+  return window_shape(input_shape, o.kernel, o.stride_or_kernel(), o.padding, 1, o.ceil_mode, op);
 }
 
 // The checks every backward shares: grad_out defined, floating, and of the
@@ -136,15 +141,15 @@ Tensor quantized_pool(const Tensor& x, const Shape& out_shape, std::string_view 
 // Max pooling's values, and its indices when `with_indices`.
 PoolResult max_pool(const Tensor& x, const MaxPool2dOptions& options, bool with_indices) {
   check_input(x, "max_pool2d");
-  PoolGeometry g = resolve_geometry(x.shape(), options.kernel, options.stride.value_or(options.kernel),
-                                    options.padding, options.dilation, options.ceil_mode, "max_pool2d");
-  Shape out_shape = with_plane(x.shape(), g.out_h, g.out_w);
+  Pool2dShape s = pool2d_shape(x.shape(), options, "max_pool2d");
+  Shape out_shape = with_plane(x.shape(), s.output.h, s.output.w);
   if (x.is_quantized()) {
     // Inference only: no backward needs the indices, and the kernels give none.
     KILN_CHECK(!with_indices, "max_pool2d_with_indices: the input is a quantized tensor (",
                quantized_dtype_name(x.dtype()), "); quantized max pooling gives values only: call max_pool2d");
-    return {quantized_pool(x, out_shape, "max_pool2d",
-                           [&](QuantizedKernels& k, const Tensor& out, const Tensor& in) { k.max_pool2d(out, in, g); }),
+    return {quantized_pool(
+                x, out_shape, "max_pool2d",
+                [&](QuantizedKernels& k, const Tensor& out, const Tensor& in) { k.max_pool2d(out, in, options, s); }),
             Tensor()};
   }
   PoolResult result{keep_grid(x, Tensor::empty(out_shape, {x.dtype(), x.device()})),
@@ -152,7 +157,7 @@ PoolResult max_pool(const Tensor& x, const MaxPool2dOptions& options, bool with_
   if (result.values.numel() == 0) return result;
   backend_for(x.device())
       .max_pool2d(as_planes(result.values), with_indices ? as_planes(result.indices) : Tensor(),
-                  as_planes(x.contiguous()), g);
+                  as_planes(x.contiguous()), options, s);
   return result;
 }
 
@@ -174,46 +179,43 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, con
              " does not match indices of shape ", indices.shape());
   KILN_CHECK(indices.device() == grad_out.device(), op, ": grad_out is on ", grad_out.device(),
              " but indices on ", indices.device());
-  PoolGeometry g = resolve_geometry(input_shape, options.kernel, options.stride.value_or(options.kernel),
-                                    options.padding, options.dilation, options.ceil_mode, op);
-  Shape expected = with_plane(input_shape, g.out_h, g.out_w);
+  Pool2dShape s = pool2d_shape(input_shape, options, op);
+  Shape expected = with_plane(input_shape, s.output.h, s.output.w);
   KILN_CHECK(grad_out.shape() == expected, op, ": expected grad_out of shape ", expected, " for input shape ",
              input_shape, ", got ", grad_out.shape());
   Tensor grad_x = Tensor::empty(input_shape, {grad_out.dtype(), grad_out.device()});
   if (grad_x.numel() == 0) return grad_x;
   backend_for(grad_out.device())
-      .max_pool2d_backward(as_planes(grad_x), as_planes(grad_out.contiguous()), as_planes(indices.contiguous()), g);
+      .max_pool2d_backward(as_planes(grad_x), as_planes(grad_out.contiguous()), as_planes(indices.contiguous()),
+                           options, s);
   return grad_x;
 }
 
 Tensor avg_pool2d(const Tensor& x, const AvgPool2dOptions& options) {
   check_input(x, "avg_pool2d");
-  PoolGeometry g = avg_geometry(x.shape(), options, "avg_pool2d");
+  Pool2dShape s = pool2d_shape(x.shape(), options, "avg_pool2d");
+  Shape out_shape = with_plane(x.shape(), s.output.h, s.output.w);
   if (x.is_quantized()) {
-    return quantized_pool(x, with_plane(x.shape(), g.out_h, g.out_w), "avg_pool2d",
-                          [&](QuantizedKernels& k, const Tensor& out, const Tensor& in) {
-                            k.avg_pool2d(out, in, g, options.count_include_pad, options.divisor_override);
-                          });
+    return quantized_pool(x, out_shape, "avg_pool2d", [&](QuantizedKernels& k, const Tensor& out, const Tensor& in) {
+      k.avg_pool2d(out, in, options, s);
+    });
   }
-  Tensor out = Tensor::empty(with_plane(x.shape(), g.out_h, g.out_w), {x.dtype(), x.device()});
+  Tensor out = Tensor::empty(out_shape, {x.dtype(), x.device()});
   if (out.numel() == 0) return out;
-  backend_for(x.device())
-      .avg_pool2d(as_planes(out), as_planes(x.contiguous()), g, options.count_include_pad, options.divisor_override);
+  backend_for(x.device()).avg_pool2d(as_planes(out), as_planes(x.contiguous()), options, s);
   return out;
 }
 
 Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& input_shape, const AvgPool2dOptions& options) {
   constexpr std::string_view op = "avg_pool2d_backward";
   check_grad(grad_out, input_shape, op);
-  PoolGeometry g = avg_geometry(input_shape, options, op);
-  Shape expected = with_plane(input_shape, g.out_h, g.out_w);
+  Pool2dShape s = pool2d_shape(input_shape, options, op);
+  Shape expected = with_plane(input_shape, s.output.h, s.output.w);
   KILN_CHECK(grad_out.shape() == expected, op, ": expected grad_out of shape ", expected, " for input shape ",
              input_shape, ", got ", grad_out.shape());
   Tensor grad_x = Tensor::empty(input_shape, {grad_out.dtype(), grad_out.device()});
   if (grad_x.numel() == 0) return grad_x;
-  backend_for(grad_out.device())
-      .avg_pool2d_backward(as_planes(grad_x), as_planes(grad_out.contiguous()), g, options.count_include_pad,
-                           options.divisor_override);
+  backend_for(grad_out.device()).avg_pool2d_backward(as_planes(grad_x), as_planes(grad_out.contiguous()), options, s);
   return grad_x;
 }
 

@@ -1,5 +1,6 @@
 // 2-d pooling: max (with the argmax indices), average and adaptive average,
-// forward and backward, with torch.nn.functional's semantics.
+// forward and backward, with torch.nn.functional's semantics; the settings
+// of max and average pooling and the sizes they give (Pool2dShape).
 //
 // Inputs are (N, C, H, W) or (C, H, W) floating tensors (N may be 0; C, H
 // and W may not); the result keeps the input's rank. The options mirror
@@ -24,6 +25,34 @@
 
 namespace kiln {
 
+// Note [One pooling parameter struct]
+// Max and average pooling follow Note [One convolution parameter struct]
+// in tensor/conv.h: their settings are one MaxPool2dOptions or
+// AvgPool2dOptions from the layer down to the kernel. nn::MaxPool2d and
+// nn::AvgPool2d hold one (LibTorch's builders convert to it when the layer
+// is built), F:: and ops::max_pool2d and avg_pool2d take it, and the
+// backends' kernels, float and int8 (ops:: pools quantized tensors too),
+// receive that same object. Beside it goes a Pool2dShape, the input's and
+// output's (H, W), which the front-end (tensor/pool.cpp) works out once
+// from the tensor and the options; the output size follows ceil_mode there
+// (pool_output_size), so no kernel reads ceil_mode or derives a size again.
+//
+// stride is a std::optional, unset meaning "the kernel size" as in torch,
+// and it stays unset on the way down: whatever needs the stride (the
+// front-end's checks, the kernels, the layer's repr) asks
+// stride_or_kernel(). Resolving it once in the front-end instead would give
+// the struct two states, resolved or not, and a kernel handed the user's
+// options would read an empty optional. CUDA device code cannot call it,
+// nor read the optional (its members are host code, and nvcc refuses both),
+// so each launcher passes stride_or_kernel() beside the options, and
+// divisor_override as an int (0 for none).
+//
+// Where max and average pooling share code (the CPU's taps and its 2x2 /
+// stride 2 fast path, the CUDA backward's covering outputs), the helper
+// takes the fields it needs rather than either struct, average pooling
+// passing a dilation of 1. Adaptive pooling has no setting but its output
+// size, which its kernels read from the tensors.
+
 // torch.nn.functional.max_pool2d's arguments. stride defaults to the kernel.
 struct MaxPool2dOptions {
   Size2d kernel;
@@ -31,6 +60,9 @@ struct MaxPool2dOptions {
   Size2d padding = 0;
   Size2d dilation = 1;
   bool ceil_mode = false;
+
+  // The stride the windows move by: stride when given, else the kernel.
+  Size2d stride_or_kernel() const { return stride.value_or(kernel); }
 };
 
 // torch.nn.functional.avg_pool2d's arguments. stride defaults to the kernel;
@@ -42,6 +74,17 @@ struct AvgPool2dOptions {
   bool ceil_mode = false;
   bool count_include_pad = true;
   std::optional<int64_t> divisor_override = std::nullopt;
+
+  // The stride the windows move by: stride when given, else the kernel.
+  Size2d stride_or_kernel() const { return stride.value_or(kernel); }
+};
+
+// The sizes of a max or average pooling, for the kernels (Note [One pooling
+// parameter struct]); output follows from input and the options by
+// ops::pool_output_size.
+struct Pool2dShape {
+  Size2d input;   // (H, W)
+  Size2d output;  // (oh, ow)
 };
 
 // Max pooling's result: the maxima and, for each, the position of the input

@@ -23,7 +23,6 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <string_view>
 
 #include "tensor/backend.h"
@@ -100,10 +99,11 @@ class QuantizedKernels : public KernelGroup {
                               const Conv2dParams& p, const Conv2dShape& s, bool reduce_range) = 0;
 
   // ---- pooling and elementwise (tensor/cpu/quantized_pool.cpp, quantized_binary.cpp) ----
-  // x and out quantized (N, C, H, W) with the same params and dtype.
-  virtual void max_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g) = 0;
-  virtual void avg_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool count_include_pad,
-                          std::optional<int64_t> divisor_override) = 0;
+  // x and out quantized (N, C, H, W) with the same params and dtype; the
+  // options and sizes as the float kernels' (Note [One pooling parameter
+  // struct] in tensor/pool.h).
+  virtual void max_pool2d(const Tensor& out, const Tensor& x, const MaxPool2dOptions& o, const Pool2dShape& s) = 0;
+  virtual void avg_pool2d(const Tensor& out, const Tensor& x, const AvgPool2dOptions& o, const Pool2dShape& s) = 0;
   virtual void adaptive_avg_pool2d(const Tensor& out, const Tensor& x) = 0;
   // out = a + b on out's grid (quant_math::add_value); a, b, out same shape.
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b, bool relu) = 0;

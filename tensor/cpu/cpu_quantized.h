@@ -32,9 +32,8 @@ class CpuQuantizedKernels final : public QuantizedKernels {
                   bool relu) override;
 
   // quantized_pool.cpp
-  void max_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g) override;
-  void avg_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool count_include_pad,
-                  std::optional<int64_t> divisor_override) override;
+  void max_pool2d(const Tensor& out, const Tensor& x, const MaxPool2dOptions& o, const Pool2dShape& s) override;
+  void avg_pool2d(const Tensor& out, const Tensor& x, const AvgPool2dOptions& o, const Pool2dShape& s) override;
   void adaptive_avg_pool2d(const Tensor& out, const Tensor& x) override;
 
   // quantized_binary.cpp

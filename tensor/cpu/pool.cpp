@@ -1,9 +1,10 @@
 // CPU 2-d pooling: max, average and adaptive average, forward and backward.
 //
-// All tensors arrive contiguous as P = N*C planes (tensor/backend.h), and
-// threads split the planes: each plane is read and written by one thread in
-// a fixed order, so results (backward sums included) do not depend on the
-// thread count and need no atomics.
+// All tensors arrive contiguous as P = N*C planes (tensor/backend.h), with
+// the op's options and the sizes (Note [One pooling parameter struct] in
+// tensor/pool.h), and threads split the planes: each plane is read and
+// written by one thread in a fixed order, so results (backward sums
+// included) do not depend on the thread count and need no atomics.
 //
 // Max and average pooling walk the window taps outside the output columns.
 // For one kernel tap (ki, kj) the outputs whose tap lands inside the input
@@ -70,10 +71,11 @@ std::vector<Tap> taps(int64_t kernel, int64_t stride, int64_t pad, int64_t dilat
 }
 
 // 2x2 windows at stride 2 without padding or dilation, all inside the input
-// (ceil_mode may add a last window that overhangs it): LeNet's pooling.
-bool dense_2x2(const PoolGeometry& g) {
-  return g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 && g.pad_w == 0 &&
-         g.dilation_h == 1 && g.dilation_w == 1 && 2 * g.out_h <= g.height && 2 * g.out_w <= g.width;
+// (ceil_mode may add a last window that overhangs it): LeNet's pooling. Max
+// and average pooling both take it, average pooling with dilation 1.
+bool dense_2x2(Size2d kernel, Size2d stride, Size2d padding, Size2d dilation, const Pool2dShape& s) {
+  return kernel == Size2d(2) && stride == Size2d(2) && padding == Size2d(0) && dilation == Size2d(1) &&
+         2 * s.output.h <= s.input.h && 2 * s.output.w <= s.input.w;
 }
 
 // ---- max pooling ----
@@ -93,18 +95,20 @@ inline bool replaces(Acc v, Acc m) {
 // window's top-left corner (which may lie in the padding), -1 until a tap
 // inside the input has been seen.
 template <class T, class Acc, class Code>
-void max_pool_row(Acc* best, Code* code, Acc* run, const T* plane, int64_t oy, const PoolGeometry& g,
-                  const std::vector<Tap>& rows, const std::vector<Tap>& cols) {
-  std::fill(best, best + g.out_w, -std::numeric_limits<Acc>::infinity());
-  std::fill(code, code + g.out_w, Code{-1});
-  for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
+void max_pool_row(Acc* best, Code* code, Acc* run, const T* plane, int64_t oy, const MaxPool2dOptions& o,
+                  const Pool2dShape& s, const std::vector<Tap>& rows, const std::vector<Tap>& cols) {
+  const Size2d stride = o.stride_or_kernel();
+  const int64_t width = s.input.w, out_w = s.output.w;
+  std::fill(best, best + out_w, -std::numeric_limits<Acc>::infinity());
+  std::fill(code, code + out_w, Code{-1});
+  for (int64_t ki = 0; ki < o.kernel.h; ++ki) {
     const Tap& r = rows[ki];
     if (oy < r.lo || oy >= r.hi) continue;
-    const T* src = plane + (oy * g.stride_h + r.offset) * g.width;  // input row: (W)
-    for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
+    const T* src = plane + (oy * stride.h + r.offset) * width;  // input row: (W)
+    for (int64_t kj = 0; kj < o.kernel.w; ++kj) {
       const Tap& c = cols[kj];
-      auto tap = static_cast<Code>(ki * g.dilation_h * g.width + kj * g.dilation_w);
-      for (int64_t ox = c.lo; ox < c.hi; ++ox) run[ox] = static_cast<Acc>(src[ox * g.stride_w + c.offset]);
+      auto tap = static_cast<Code>(ki * o.dilation.h * width + kj * o.dilation.w);
+      for (int64_t ox = c.lo; ox < c.hi; ++ox) run[ox] = static_cast<Acc>(src[ox * stride.w + c.offset]);
       for (int64_t ox = c.lo; ox < c.hi; ++ox) {
         // The first tap inside the input is taken whatever its value: an
         // all -inf window reports it, as torch.
@@ -151,55 +155,58 @@ void max_pool_row_2x2(Acc* best, int64_t* where, Code* offset, const T* plane, i
 }
 
 template <class T, class Code>
-void max_pool_typed(const Tensor& values, const Tensor& indices, const Tensor& x, const PoolGeometry& g) {
+void max_pool_typed(const Tensor& values, const Tensor& indices, const Tensor& x, const MaxPool2dOptions& o,
+                    const Pool2dShape& s) {
   using Acc = ComputeType<T>;
   // x: (P, H, W); values, indices: (P, oh, ow)
   const T* x_data = static_cast<const T*>(x.data_ptr());
   T* v_data = values.data<T>();
   int64_t* i_data = indices.defined() ? indices.data<int64_t>() : nullptr;  // null: values only
-  int64_t in_plane = g.height * g.width, out_plane = g.out_h * g.out_w;
-  bool two_by_two = dense_2x2(g);
+  const Size2d stride = o.stride_or_kernel();
+  const int64_t width = s.input.w, out_h = s.output.h, out_w = s.output.w;
+  int64_t in_plane = s.input.h * width, out_plane = out_h * out_w;
+  bool two_by_two = dense_2x2(o.kernel, stride, o.padding, o.dilation, s);
   if constexpr (std::is_same_v<T, float>) {
     // Values only, rows exactly two windows wide: the AVX2 kernel.
-    if (two_by_two && !i_data && g.width == 2 * g.out_w && simd_level() >= SimdLevel::Avx2) {
+    if (two_by_two && !i_data && width == 2 * out_w && simd_level() >= SimdLevel::Avx2) {
       parallel_for(0, x.size(0), plane_grain(in_plane), [&](int64_t begin, int64_t end) {
         std::vector<float> hbuf(2 * out_plane);  // (2*oh, ow)
         for (int64_t p = begin; p < end; ++p) {
-          max_pool_2x2_values_avx2(x_data + p * in_plane, v_data + p * out_plane, hbuf.data(), g.out_h, g.out_w);
+          max_pool_2x2_values_avx2(x_data + p * in_plane, v_data + p * out_plane, hbuf.data(), out_h, out_w);
         }
       });
       return;
     }
   }
-  std::vector<Tap> rows = taps(g.kernel_h, g.stride_h, g.pad_h, g.dilation_h, g.height, g.out_h);
-  std::vector<Tap> cols = taps(g.kernel_w, g.stride_w, g.pad_w, g.dilation_w, g.width, g.out_w);
+  std::vector<Tap> rows = taps(o.kernel.h, stride.h, o.padding.h, o.dilation.h, s.input.h, out_h);
+  std::vector<Tap> cols = taps(o.kernel.w, stride.w, o.padding.w, o.dilation.w, width, out_w);
 
-  parallel_for(0, x.size(0), plane_grain(out_plane * g.kernel_h * g.kernel_w), [&](int64_t begin, int64_t end) {
-    std::vector<Acc> scratch(std::is_same_v<T, Acc> ? 2 * g.out_w : 3 * g.out_w);  // run, [best]: (ow) each
-    std::vector<Code> code(g.out_w);                                                 // (ow)
+  parallel_for(0, x.size(0), plane_grain(out_plane * o.kernel.h * o.kernel.w), [&](int64_t begin, int64_t end) {
+    std::vector<Acc> scratch(std::is_same_v<T, Acc> ? 2 * out_w : 3 * out_w);  // run, [best]: (ow) each
+    std::vector<Code> code(out_w);                                             // (ow)
     for (int64_t p = begin; p < end; ++p) {
       const T* plane = x_data + p * in_plane;
-      for (int64_t oy = 0; oy < g.out_h; ++oy) {
-        T* out_row = v_data + p * out_plane + oy * g.out_w;
-        int64_t* where = i_data ? i_data + p * out_plane + oy * g.out_w : nullptr;
+      for (int64_t oy = 0; oy < out_h; ++oy) {
+        T* out_row = v_data + p * out_plane + oy * out_w;
+        int64_t* where = i_data ? i_data + p * out_plane + oy * out_w : nullptr;
         Acc* run = scratch.data();
         Acc* best;
         if constexpr (std::is_same_v<T, Acc>) {
           best = out_row;
         } else {
-          best = scratch.data() + g.out_w;
+          best = scratch.data() + out_w;
         }
         if (two_by_two) {
-          max_pool_row_2x2<T, Acc, Code>(best, where, code.data(), plane, oy, g.width, g.out_w);
+          max_pool_row_2x2<T, Acc, Code>(best, where, code.data(), plane, oy, width, out_w);
         } else {
-          max_pool_row<T, Acc, Code>(best, code.data(), run, plane, oy, g, rows, cols);
-          int64_t corner = (oy * g.stride_h - g.pad_h) * g.width - g.pad_w;  // window (oy, 0)
-          for (int64_t ox = 0; where && ox < g.out_w; ++ox) {
-            where[ox] = code[ox] < 0 ? -1 : corner + ox * g.stride_w + code[ox];
+          max_pool_row<T, Acc, Code>(best, code.data(), run, plane, oy, o, s, rows, cols);
+          int64_t corner = (oy * stride.h - o.padding.h) * width - o.padding.w;  // window (oy, 0)
+          for (int64_t ox = 0; where && ox < out_w; ++ox) {
+            where[ox] = code[ox] < 0 ? -1 : corner + ox * stride.w + code[ox];
           }
         }
         if constexpr (!std::is_same_v<T, Acc>) {
-          for (int64_t ox = 0; ox < g.out_w; ++ox) out_row[ox] = static_cast<T>(best[ox]);
+          for (int64_t ox = 0; ox < out_w; ++ox) out_row[ox] = static_cast<T>(best[ox]);
         }
       }
     }
@@ -281,39 +288,43 @@ struct Divisors {
   std::vector<int64_t> rows, cols;
 };
 
-Divisors divisors(const PoolGeometry& g, bool count_include_pad, std::optional<int64_t> divisor_override) {
-  Divisors d{window_counts(g.kernel_h, g.stride_h, g.pad_h, g.height, g.out_h, count_include_pad),
-             window_counts(g.kernel_w, g.stride_w, g.pad_w, g.width, g.out_w, count_include_pad)};
-  if (divisor_override) {
-    for (int64_t& r : d.rows) r = r == 0 ? 0 : *divisor_override;
+Divisors divisors(const AvgPool2dOptions& o, const Pool2dShape& s) {
+  const Size2d stride = o.stride_or_kernel();
+  Divisors d{window_counts(o.kernel.h, stride.h, o.padding.h, s.input.h, s.output.h, o.count_include_pad),
+             window_counts(o.kernel.w, stride.w, o.padding.w, s.input.w, s.output.w, o.count_include_pad)};
+  if (o.divisor_override) {
+    for (int64_t& r : d.rows) r = r == 0 ? 0 : *o.divisor_override;
     for (int64_t& c : d.cols) c = c == 0 ? 0 : 1;
   }
   return d;
 }
 
 template <class T>
-void avg_pool_typed(const Tensor& out, const Tensor& x, const PoolGeometry& g, const Divisors& div) {
+void avg_pool_typed(const Tensor& out, const Tensor& x, const AvgPool2dOptions& o, const Pool2dShape& s,
+                    const Divisors& div) {
   using Acc = ComputeType<T>;
   // x: (P, H, W); out: (P, oh, ow)
   const T* x_data = static_cast<const T*>(x.data_ptr());
   T* o_data = out.data<T>();
-  int64_t in_plane = g.height * g.width, out_plane = g.out_h * g.out_w;
-  std::vector<Tap> rows = taps(g.kernel_h, g.stride_h, g.pad_h, 1, g.height, g.out_h);
-  std::vector<Tap> cols = taps(g.kernel_w, g.stride_w, g.pad_w, 1, g.width, g.out_w);
+  const Size2d stride = o.stride_or_kernel();
+  const int64_t width = s.input.w, out_h = s.output.h, out_w = s.output.w;
+  int64_t in_plane = s.input.h * width, out_plane = out_h * out_w;
+  std::vector<Tap> rows = taps(o.kernel.h, stride.h, o.padding.h, 1, s.input.h, out_h);
+  std::vector<Tap> cols = taps(o.kernel.w, stride.w, o.padding.w, 1, width, out_w);
 
-  bool two_by_two = dense_2x2(g);
+  bool two_by_two = dense_2x2(o.kernel, stride, o.padding, 1, s);
 
-  parallel_for(0, x.size(0), plane_grain(out_plane * g.kernel_h * g.kernel_w), [&](int64_t begin, int64_t end) {
-    std::vector<Acc> sum(g.out_w);  // (ow)
+  parallel_for(0, x.size(0), plane_grain(out_plane * o.kernel.h * o.kernel.w), [&](int64_t begin, int64_t end) {
+    std::vector<Acc> sum(out_w);  // (ow)
     for (int64_t p = begin; p < end; ++p) {
       const T* plane = x_data + p * in_plane;
-      for (int64_t oy = 0; oy < g.out_h; ++oy) {
+      for (int64_t oy = 0; oy < out_h; ++oy) {
         if (two_by_two) {
           // The general path's sum in the same order, 0 + a + b + c + d, so
           // that both paths round alike.
-          const T* top = plane + 2 * oy * g.width;  // input rows 2*oy, 2*oy + 1: (W)
-          const T* bottom = top + g.width;
-          for (int64_t ox = 0; ox < g.out_w; ++ox) {
+          const T* top = plane + 2 * oy * width;  // input rows 2*oy, 2*oy + 1: (W)
+          const T* bottom = top + width;
+          for (int64_t ox = 0; ox < out_w; ++ox) {
             sum[ox] = Acc{} + static_cast<Acc>(top[2 * ox]) + static_cast<Acc>(top[2 * ox + 1]) +
                       static_cast<Acc>(bottom[2 * ox]) + static_cast<Acc>(bottom[2 * ox + 1]);
           }
@@ -321,14 +332,14 @@ void avg_pool_typed(const Tensor& out, const Tensor& x, const PoolGeometry& g, c
           std::fill(sum.begin(), sum.end(), Acc{});
           for (const Tap& r : rows) {
             if (oy < r.lo || oy >= r.hi) continue;
-            const T* src = plane + (oy * g.stride_h + r.offset) * g.width;  // (W)
+            const T* src = plane + (oy * stride.h + r.offset) * width;  // (W)
             for (const Tap& c : cols) {
-              for (int64_t ox = c.lo; ox < c.hi; ++ox) sum[ox] += static_cast<Acc>(src[ox * g.stride_w + c.offset]);
+              for (int64_t ox = c.lo; ox < c.hi; ++ox) sum[ox] += static_cast<Acc>(src[ox * stride.w + c.offset]);
             }
           }
         }
-        T* dst = o_data + p * out_plane + oy * g.out_w;  // (ow)
-        for (int64_t ox = 0; ox < g.out_w; ++ox) {
+        T* dst = o_data + p * out_plane + oy * out_w;  // (ow)
+        for (int64_t ox = 0; ox < out_w; ++ox) {
           int64_t divisor = div.rows[oy] * div.cols[ox];
           dst[ox] = divisor == 0 ? T{} : static_cast<T>(sum[ox] / static_cast<Acc>(divisor));
         }
@@ -338,28 +349,30 @@ void avg_pool_typed(const Tensor& out, const Tensor& x, const PoolGeometry& g, c
 }
 
 template <class T>
-void avg_pool_backward_typed(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g,
-                             const Divisors& div) {
+void avg_pool_backward_typed(const Tensor& grad_x, const Tensor& grad_out, const AvgPool2dOptions& o,
+                             const Pool2dShape& s, const Divisors& div) {
   using Acc = ComputeType<T>;
   // grad_out: (P, oh, ow); grad_x: (P, H, W)
   const T* go = static_cast<const T*>(grad_out.data_ptr());
-  int64_t out_plane = g.out_h * g.out_w;
-  std::vector<Tap> rows = taps(g.kernel_h, g.stride_h, g.pad_h, 1, g.height, g.out_h);
-  std::vector<Tap> cols = taps(g.kernel_w, g.stride_w, g.pad_w, 1, g.width, g.out_w);
-  int64_t grain = plane_grain(std::max(out_plane * g.kernel_h * g.kernel_w, g.height * g.width));
-  bool two_by_two = dense_2x2(g);
+  const Size2d stride = o.stride_or_kernel();
+  const int64_t width = s.input.w, out_h = s.output.h, out_w = s.output.w;
+  int64_t out_plane = out_h * out_w;
+  std::vector<Tap> rows = taps(o.kernel.h, stride.h, o.padding.h, 1, s.input.h, out_h);
+  std::vector<Tap> cols = taps(o.kernel.w, stride.w, o.padding.w, 1, width, out_w);
+  int64_t grain = plane_grain(std::max(out_plane * o.kernel.h * o.kernel.w, s.input.h * width));
+  bool two_by_two = dense_2x2(o.kernel, stride, o.padding, 1, s);
   // share: (ow), each output's gradient over its divisor.
-  accumulate_planes<T>(grad_x, grain, g.out_w, [&](Acc* acc, int64_t p, Acc* share) {
-    for (int64_t oy = 0; oy < g.out_h; ++oy) {
-      const T* src = go + p * out_plane + oy * g.out_w;  // (ow)
-      for (int64_t ox = 0; ox < g.out_w; ++ox) {
+  accumulate_planes<T>(grad_x, grain, out_w, [&](Acc* acc, int64_t p, Acc* share) {
+    for (int64_t oy = 0; oy < out_h; ++oy) {
+      const T* src = go + p * out_plane + oy * out_w;  // (ow)
+      for (int64_t ox = 0; ox < out_w; ++ox) {
         int64_t divisor = div.rows[oy] * div.cols[ox];
         share[ox] = divisor == 0 ? Acc{} : static_cast<Acc>(src[ox]) / static_cast<Acc>(divisor);
       }
       if (two_by_two) {
-        Acc* top = acc + 2 * oy * g.width;  // input rows 2*oy, 2*oy + 1: (W)
-        Acc* bottom = top + g.width;
-        for (int64_t ox = 0; ox < g.out_w; ++ox) {
+        Acc* top = acc + 2 * oy * width;  // input rows 2*oy, 2*oy + 1: (W)
+        Acc* bottom = top + width;
+        for (int64_t ox = 0; ox < out_w; ++ox) {
           top[2 * ox] += share[ox];
           top[2 * ox + 1] += share[ox];
           bottom[2 * ox] += share[ox];
@@ -369,9 +382,9 @@ void avg_pool_backward_typed(const Tensor& grad_x, const Tensor& grad_out, const
       }
       for (const Tap& r : rows) {
         if (oy < r.lo || oy >= r.hi) continue;
-        Acc* dst = acc + (oy * g.stride_h + r.offset) * g.width;  // input row: (W)
+        Acc* dst = acc + (oy * stride.h + r.offset) * width;  // input row: (W)
         for (const Tap& c : cols) {
-          for (int64_t ox = c.lo; ox < c.hi; ++ox) dst[ox * g.stride_w + c.offset] += share[ox];
+          for (int64_t ox = c.lo; ox < c.hi; ++ox) dst[ox * stride.w + c.offset] += share[ox];
         }
       }
     }
@@ -451,39 +464,40 @@ void adaptive_avg_pool_backward_typed(const Tensor& grad_x, const Tensor& grad_o
 
 }  // namespace
 
-void CpuBackend::max_pool2d(const Tensor& values, const Tensor& indices, const Tensor& x, const PoolGeometry& g) {
+void CpuBackend::max_pool2d(const Tensor& values, const Tensor& indices, const Tensor& x, const MaxPool2dOptions& o,
+                            const Pool2dShape& s) {
   // The winner codes (tap offsets within a window, at most W + 1 on the 2x2
   // path) are int32 beside float maxima when they fit, so that both have
   // one width and the update vectorizes.
-  int64_t reach = (g.kernel_h - 1) * g.dilation_h * g.width + (g.kernel_w - 1) * g.dilation_w + g.width;
+  int64_t reach = (o.kernel.h - 1) * o.dilation.h * s.input.w + (o.kernel.w - 1) * o.dilation.w + s.input.w;
   bool narrow = reach < std::numeric_limits<int32_t>::max();
   visit_floating_dtype(x.dtype(), "max_pool2d", [&]<class T>() {
     if (std::is_same_v<ComputeType<T>, float> && narrow) {
-      max_pool_typed<T, int32_t>(values, indices, x, g);
+      max_pool_typed<T, int32_t>(values, indices, x, o, s);
     } else {
-      max_pool_typed<T, int64_t>(values, indices, x, g);
+      max_pool_typed<T, int64_t>(values, indices, x, o, s);
     }
   });
 }
 
-// The CPU scatters each index where it points, which needs no geometry.
+// The CPU scatters each index where it points, which needs neither the
+// options nor the sizes.
 void CpuBackend::max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
-                                     const PoolGeometry&) {
+                                     const MaxPool2dOptions&, const Pool2dShape&) {
   visit_floating_dtype(grad_x.dtype(), "max_pool2d_backward",
                        [&]<class T>() { max_pool_backward_typed<T>(grad_x, grad_out, indices); });
 }
 
-void CpuBackend::avg_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool count_include_pad,
-                            std::optional<int64_t> divisor_override) {
-  Divisors div = divisors(g, count_include_pad, divisor_override);
-  visit_floating_dtype(x.dtype(), "avg_pool2d", [&]<class T>() { avg_pool_typed<T>(out, x, g, div); });
+void CpuBackend::avg_pool2d(const Tensor& out, const Tensor& x, const AvgPool2dOptions& o, const Pool2dShape& s) {
+  Divisors div = divisors(o, s);
+  visit_floating_dtype(x.dtype(), "avg_pool2d", [&]<class T>() { avg_pool_typed<T>(out, x, o, s, div); });
 }
 
-void CpuBackend::avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g,
-                                     bool count_include_pad, std::optional<int64_t> divisor_override) {
-  Divisors div = divisors(g, count_include_pad, divisor_override);
+void CpuBackend::avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const AvgPool2dOptions& o,
+                                     const Pool2dShape& s) {
+  Divisors div = divisors(o, s);
   visit_floating_dtype(grad_x.dtype(), "avg_pool2d_backward",
-                       [&]<class T>() { avg_pool_backward_typed<T>(grad_x, grad_out, g, div); });
+                       [&]<class T>() { avg_pool_backward_typed<T>(grad_x, grad_out, o, s, div); });
 }
 
 void CpuBackend::adaptive_avg_pool2d(const Tensor& out, const Tensor& x) {

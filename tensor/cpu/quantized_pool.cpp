@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -40,8 +39,9 @@ struct Planes {
   int64_t channels = 1;
 };
 
-// Checks what the front-ends guarantee, and reads the plane geometry.
-Planes check_pool_pair(const Tensor& out, const Tensor& x, const PoolGeometry* g, std::string_view op) {
+// Checks what the front-ends guarantee (s, when given: the sizes of x and
+// out), and reads the plane geometry.
+Planes check_pool_pair(const Tensor& out, const Tensor& x, const Pool2dShape* s, std::string_view op) {
   KILN_CHECK(x.is_quantized() && out.is_quantized(), op, ": expected quantized input and output, got ", x.dtype(),
              " and ", out.dtype());
   KILN_CHECK(x.dtype() == out.dtype(), op, ": input ", x.dtype(), " but output ", out.dtype());
@@ -63,10 +63,10 @@ Planes check_pool_pair(const Tensor& out, const Tensor& x, const PoolGeometry* g
     KILN_CHECK(out.numel() == p.count * out.size(-2) * out.size(-1), op, ": input ", x.shape(), " and output ",
                out.shape(), " have different leading dims");
   }
-  if (g != nullptr) {
-    KILN_CHECK(g->height == p.h && g->width == p.w && g->out_h == out.size(-2) && g->out_w == out.size(-1), op,
-               ": the geometry (", g->height, "x", g->width, " -> ", g->out_h, "x", g->out_w,
-               ") does not match the tensors ", x.shape(), " -> ", out.shape());
+  if (s != nullptr) {
+    KILN_CHECK(s->input == Size2d(p.h, p.w) && s->output == Size2d(out.size(-2), out.size(-1)), op, ": the sizes (",
+               s->input.h, "x", s->input.w, " -> ", s->output.h, "x", s->output.w, ") do not match the tensors ",
+               x.shape(), " -> ", out.shape());
   }
   return p;
 }
@@ -103,9 +103,9 @@ TapRange taps_inside(int64_t o, int64_t stride, int64_t pad, int64_t kernel, int
 
 // The 2x2 window with stride 2 and no padding or dilation: each output
 // pixel's taps are the four inputs at twice its position.
-bool is_plain_2x2(const PoolGeometry& g) {
-  return g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 && g.pad_w == 0 &&
-         g.dilation_h == 1 && g.dilation_w == 1;
+bool is_plain_2x2(const MaxPool2dOptions& o) {
+  return o.kernel == Size2d(2) && o.stride_or_kernel() == Size2d(2) && o.padding == Size2d(0) &&
+         o.dilation == Size2d(1);
 }
 
 // `rows` output rows of a 2x2 / stride 2 window, one after the other from
@@ -129,37 +129,39 @@ void max_2x2_rows(T* __restrict dst, const T* __restrict src, int64_t w, int64_t
 }
 
 template <class T>
-void max_pool_typed(T* out, const T* x, const Planes& p, const PoolGeometry& g) {
+void max_pool_typed(T* out, const T* x, const Planes& p, const MaxPool2dOptions& o, const Pool2dShape& s) {
   // A window with no tap inside the input (possible only with dilation)
   // gives the dtype's lowest value, as -inf for floats.
   const T lowest = std::numeric_limits<T>::lowest();
-  const bool plain_2x2 = is_plain_2x2(g);
+  const bool plain_2x2 = is_plain_2x2(o);
+  const Size2d stride = o.stride_or_kernel();
+  const int64_t oh = s.output.h, ow = s.output.w;
   // With an even height the planes' row pairs follow one another, so a run
   // of output rows may cross planes; else it stops at each plane's end.
-  const bool pairs_cross_planes = p.h == 2 * g.out_h;
-  parallel_for(0, p.count * g.out_h, kRowGrain, [&](int64_t rb, int64_t re) {
+  const bool pairs_cross_planes = p.h == 2 * oh;
+  parallel_for(0, p.count * oh, kRowGrain, [&](int64_t rb, int64_t re) {
     if (plain_2x2) {
       // The common 2x2 / stride 2 window with no edge: two rows, pairwise,
       // a run of rows per call (a call per row cost as much as the rows).
       for (int64_t r = rb; r < re;) {
-        const int64_t plane = r / g.out_h, oy = r % g.out_h;
-        const int64_t rows = pairs_cross_planes ? re - r : std::min(re - r, g.out_h - oy);
-        max_2x2_rows(out + r * g.out_w, x + plane * p.h * p.w + 2 * oy * p.w, p.w, g.out_w, rows);
+        const int64_t plane = r / oh, oy = r % oh;
+        const int64_t rows = pairs_cross_planes ? re - r : std::min(re - r, oh - oy);
+        max_2x2_rows(out + r * ow, x + plane * p.h * p.w + 2 * oy * p.w, p.w, ow, rows);
         r += rows;
       }
       return;
     }
     for (int64_t r = rb; r < re; ++r) {
-      int64_t plane = r / g.out_h, oy = r % g.out_h;
+      int64_t plane = r / oh, oy = r % oh;
       const T* src = x + plane * p.h * p.w;
-      T* dst = out + r * g.out_w;
-      TapRange ry = taps_inside(oy, g.stride_h, g.pad_h, g.kernel_h, g.dilation_h, p.h);
-      for (int64_t ox = 0; ox < g.out_w; ++ox) {
-        TapRange rx = taps_inside(ox, g.stride_w, g.pad_w, g.kernel_w, g.dilation_w, p.w);
+      T* dst = out + r * ow;
+      TapRange ry = taps_inside(oy, stride.h, o.padding.h, o.kernel.h, o.dilation.h, p.h);
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        TapRange rx = taps_inside(ox, stride.w, o.padding.w, o.kernel.w, o.dilation.w, p.w);
         T best = lowest;
         for (int64_t ky = 0; ky < ry.count; ++ky) {
-          const T* row = src + (ry.first + ky * g.dilation_h) * p.w + rx.first;
-          for (int64_t kx = 0; kx < rx.count; ++kx) best = std::max(best, row[kx * g.dilation_w]);
+          const T* row = src + (ry.first + ky * o.dilation.h) * p.w + rx.first;
+          for (int64_t kx = 0; kx < rx.count; ++kx) best = std::max(best, row[kx * o.dilation.w]);
         }
         dst[ox] = best;
       }
@@ -177,22 +179,24 @@ int64_t window_count(int64_t start, int64_t kernel, int64_t pad, int64_t size, b
 }
 
 template <class T>
-void avg_pool_typed(T* out, const T* x, const Planes& p, const PoolGeometry& g, bool count_include_pad,
-                    std::optional<int64_t> divisor_override, int32_t zero_point, quant_math::QRange range) {
+void avg_pool_typed(T* out, const T* x, const Planes& p, const AvgPool2dOptions& o, const Pool2dShape& s,
+                    int32_t zero_point, quant_math::QRange range) {
   const float zp = static_cast<float>(zero_point), lo = static_cast<float>(range.lo),
               hi = static_cast<float>(range.hi);
-  parallel_for(0, p.count * g.out_h, kRowGrain, [&](int64_t rb, int64_t re) {
+  const Size2d stride = o.stride_or_kernel();
+  const int64_t oh = s.output.h, ow = s.output.w;
+  parallel_for(0, p.count * oh, kRowGrain, [&](int64_t rb, int64_t re) {
     for (int64_t r = rb; r < re; ++r) {
-      int64_t plane = r / g.out_h, oy = r % g.out_h;
+      int64_t plane = r / oh, oy = r % oh;
       const T* src = x + plane * p.h * p.w;
-      T* dst = out + r * g.out_w;
-      int64_t y0 = oy * g.stride_h - g.pad_h;
-      int64_t rows = window_count(y0, g.kernel_h, g.pad_h, p.h, count_include_pad);
-      int64_t ys = std::max<int64_t>(y0, 0), ye = std::min(y0 + g.kernel_h, p.h);
-      for (int64_t ox = 0; ox < g.out_w; ++ox) {
-        int64_t x0 = ox * g.stride_w - g.pad_w;
-        int64_t cols = window_count(x0, g.kernel_w, g.pad_w, p.w, count_include_pad);
-        int64_t xs = std::max<int64_t>(x0, 0), xe = std::min(x0 + g.kernel_w, p.w);
+      T* dst = out + r * ow;
+      int64_t y0 = oy * stride.h - o.padding.h;
+      int64_t rows = window_count(y0, o.kernel.h, o.padding.h, p.h, o.count_include_pad);
+      int64_t ys = std::max<int64_t>(y0, 0), ye = std::min(y0 + o.kernel.h, p.h);
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        int64_t x0 = ox * stride.w - o.padding.w;
+        int64_t cols = window_count(x0, o.kernel.w, o.padding.w, p.w, o.count_include_pad);
+        int64_t xs = std::max<int64_t>(x0, 0), xe = std::min(x0 + o.kernel.w, p.w);
         if (rows == 0 || cols == 0) {
           dst[ox] = static_cast<T>(zero_point);  // no element inside the input: real 0
           continue;
@@ -202,7 +206,7 @@ void avg_pool_typed(T* out, const T* x, const Planes& p, const PoolGeometry& g, 
           const T* row = src + iy * p.w;
           for (int64_t ix = xs; ix < xe; ++ix) sum += static_cast<int32_t>(row[ix]) - zero_point;
         }
-        auto divisor = static_cast<int32_t>(divisor_override ? *divisor_override : rows * cols);
+        auto divisor = static_cast<int32_t>(o.divisor_override ? *o.divisor_override : rows * cols);
         dst[ox] = static_cast<T>(quant_math::average_value(sum, divisor, zp, lo, hi));
       }
     }
@@ -278,29 +282,31 @@ void max_2x2_row_channels_last(T* __restrict dst, const T* __restrict r0, const 
 }
 
 template <class T>
-void max_pool_channels_last(T* out, const T* x, const Planes& p, const PoolGeometry& g) {
+void max_pool_channels_last(T* out, const T* x, const Planes& p, const MaxPool2dOptions& o, const Pool2dShape& s) {
   const T lowest = std::numeric_limits<T>::lowest();
   const int64_t c = p.channels;
-  if (is_plain_2x2(g)) {
+  const Size2d stride = o.stride_or_kernel();
+  const int64_t oh = s.output.h, ow = s.output.w;
+  if (is_plain_2x2(o)) {
     // The common window, a row at a time: the general walk below finds
     // each pixel's taps with divisions, which cost more than the maxima.
-    parallel_for(0, p.count * g.out_h, std::max<int64_t>(1, kRowGrain / std::max<int64_t>(1, g.out_w)),
+    parallel_for(0, p.count * oh, std::max<int64_t>(1, kRowGrain / std::max<int64_t>(1, ow)),
                  [&](int64_t rb, int64_t re) {
                    for (int64_t r = rb; r < re; ++r) {
-                     const int64_t image = r / g.out_h, oy = r % g.out_h;
+                     const int64_t image = r / oh, oy = r % oh;
                      const T* r0 = x + (image * p.h + 2 * oy) * p.w * c;
-                     max_2x2_row_channels_last(out + r * g.out_w * c, r0, r0 + p.w * c, g.out_w, c);
+                     max_2x2_row_channels_last(out + r * ow * c, r0, r0 + p.w * c, ow, c);
                    }
                  });
     return;
   }
-  for_each_output_pixel(out, p, g.out_h, g.out_w, [&](T* dst, int64_t image, int64_t oy, int64_t ox) {
+  for_each_output_pixel(out, p, oh, ow, [&](T* dst, int64_t image, int64_t oy, int64_t ox) {
     std::fill(dst, dst + c, lowest);
-    TapRange ry = taps_inside(oy, g.stride_h, g.pad_h, g.kernel_h, g.dilation_h, p.h);
-    TapRange rx = taps_inside(ox, g.stride_w, g.pad_w, g.kernel_w, g.dilation_w, p.w);
+    TapRange ry = taps_inside(oy, stride.h, o.padding.h, o.kernel.h, o.dilation.h, p.h);
+    TapRange rx = taps_inside(ox, stride.w, o.padding.w, o.kernel.w, o.dilation.w, p.w);
     for (int64_t ky = 0; ky < ry.count; ++ky) {
       for (int64_t kx = 0; kx < rx.count; ++kx) {
-        max_into(dst, x + ((image * p.h + ry.first + ky * g.dilation_h) * p.w + rx.first + kx * g.dilation_w) * c, c);
+        max_into(dst, x + ((image * p.h + ry.first + ky * o.dilation.h) * p.w + rx.first + kx * o.dilation.w) * c, c);
       }
     }
   });
@@ -325,21 +331,22 @@ void average_pixel(T* dst, const T* x, const Planes& p, int64_t image, int64_t y
 }
 
 template <class T>
-void avg_pool_channels_last(T* out, const T* x, const Planes& p, const PoolGeometry& g, bool count_include_pad,
-                            std::optional<int64_t> divisor_override, int32_t zero_point, quant_math::QRange range) {
+void avg_pool_channels_last(T* out, const T* x, const Planes& p, const AvgPool2dOptions& o, const Pool2dShape& s,
+                            int32_t zero_point, quant_math::QRange range) {
   const float zp = static_cast<float>(zero_point), lo = static_cast<float>(range.lo),
               hi = static_cast<float>(range.hi);
-  for_each_output_pixel(out, p, g.out_h, g.out_w, [&](T* dst, int64_t image, int64_t oy, int64_t ox) {
-    const int64_t y0 = oy * g.stride_h - g.pad_h, x0 = ox * g.stride_w - g.pad_w;
-    const int64_t rows = window_count(y0, g.kernel_h, g.pad_h, p.h, count_include_pad);
-    const int64_t cols = window_count(x0, g.kernel_w, g.pad_w, p.w, count_include_pad);
+  const Size2d stride = o.stride_or_kernel();
+  for_each_output_pixel(out, p, s.output.h, s.output.w, [&](T* dst, int64_t image, int64_t oy, int64_t ox) {
+    const int64_t y0 = oy * stride.h - o.padding.h, x0 = ox * stride.w - o.padding.w;
+    const int64_t rows = window_count(y0, o.kernel.h, o.padding.h, p.h, o.count_include_pad);
+    const int64_t cols = window_count(x0, o.kernel.w, o.padding.w, p.w, o.count_include_pad);
     if (rows == 0 || cols == 0) {
       std::fill(dst, dst + p.channels, static_cast<T>(zero_point));  // no element inside the input: real 0
       return;
     }
-    auto divisor = static_cast<int32_t>(divisor_override ? *divisor_override : rows * cols);
-    average_pixel(dst, x, p, image, std::max<int64_t>(y0, 0), std::min(y0 + g.kernel_h, p.h), std::max<int64_t>(x0, 0),
-                  std::min(x0 + g.kernel_w, p.w), divisor, zero_point, zp, lo, hi);
+    auto divisor = static_cast<int32_t>(o.divisor_override ? *o.divisor_override : rows * cols);
+    average_pixel(dst, x, p, image, std::max<int64_t>(y0, 0), std::min(y0 + o.kernel.h, p.h), std::max<int64_t>(x0, 0),
+                  std::min(x0 + o.kernel.w, p.w), divisor, zero_point, zp, lo, hi);
   });
 }
 
@@ -357,30 +364,31 @@ void adaptive_avg_pool_channels_last(T* out, const T* x, const Planes& p, int64_
 
 }  // namespace
 
-void CpuQuantizedKernels::max_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g) {
+void CpuQuantizedKernels::max_pool2d(const Tensor& out, const Tensor& x, const MaxPool2dOptions& o,
+                                     const Pool2dShape& s) {
   constexpr std::string_view op = "quantized max_pool2d";
-  Planes p = check_pool_pair(out, x, &g, op);
+  Planes p = check_pool_pair(out, x, &s, op);
   visit_pool_dtype(x.dtype(), /*allow_int32=*/true, op, [&]<class T>() {
     T* dst = static_cast<T*>(out.data_ptr());
     const T* src = static_cast<const T*>(x.data_ptr());
-    if (p.channels_last) max_pool_channels_last(dst, src, p, g);
-    else max_pool_typed(dst, src, p, g);
+    if (p.channels_last) max_pool_channels_last(dst, src, p, o, s);
+    else max_pool_typed(dst, src, p, o, s);
   });
 }
 
-void CpuQuantizedKernels::avg_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool count_include_pad,
-                                     std::optional<int64_t> divisor_override) {
+void CpuQuantizedKernels::avg_pool2d(const Tensor& out, const Tensor& x, const AvgPool2dOptions& o,
+                                     const Pool2dShape& s) {
   constexpr std::string_view op = "quantized avg_pool2d";
-  Planes p = check_pool_pair(out, x, &g, op);
-  KILN_CHECK(!divisor_override || *divisor_override != 0, op, ": divisor_override must be non-zero");
+  Planes p = check_pool_pair(out, x, &s, op);
+  KILN_CHECK(!o.divisor_override || *o.divisor_override != 0, op, ": divisor_override must be non-zero");
   const auto zp = static_cast<int32_t>(x.impl()->quant_params()->zero_points[0]);
   visit_pool_dtype(x.dtype(), /*allow_int32=*/false, op, [&]<class T>() {
     T* dst = static_cast<T*>(out.data_ptr());
     const T* src = static_cast<const T*>(x.data_ptr());
     if (p.channels_last) {
-      avg_pool_channels_last(dst, src, p, g, count_include_pad, divisor_override, zp, quant_math::qrange(x.dtype()));
+      avg_pool_channels_last(dst, src, p, o, s, zp, quant_math::qrange(x.dtype()));
     } else {
-      avg_pool_typed(dst, src, p, g, count_include_pad, divisor_override, zp, quant_math::qrange(x.dtype()));
+      avg_pool_typed(dst, src, p, o, s, zp, quant_math::qrange(x.dtype()));
     }
   });
 }

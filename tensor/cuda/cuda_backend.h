@@ -62,13 +62,13 @@ class CudaBackend final : public Backend {
                        const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Conv2dParams& p,
                        const Conv2dShape& s) override;
 
-  void max_pool2d(const Tensor& values, const Tensor& indices, const Tensor& x, const PoolGeometry& g) override;
+  void max_pool2d(const Tensor& values, const Tensor& indices, const Tensor& x, const MaxPool2dOptions& o,
+                  const Pool2dShape& s) override;
   void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
-                           const PoolGeometry& g) override;
-  void avg_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool count_include_pad,
-                  std::optional<int64_t> divisor_override) override;
-  void avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g,
-                           bool count_include_pad, std::optional<int64_t> divisor_override) override;
+                           const MaxPool2dOptions& o, const Pool2dShape& s) override;
+  void avg_pool2d(const Tensor& out, const Tensor& x, const AvgPool2dOptions& o, const Pool2dShape& s) override;
+  void avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const AvgPool2dOptions& o,
+                           const Pool2dShape& s) override;
   void adaptive_avg_pool2d(const Tensor& out, const Tensor& x) override;
   void adaptive_avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out) override;
   void sgd_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,

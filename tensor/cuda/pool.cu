@@ -1,6 +1,10 @@
 // CUDA 2-d pooling: max, average and adaptive average, forward and backward.
 //
 // Every tensor arrives contiguous as P = N*C planes (tensor/backend.h).
+// The kernels take the op's options and the sizes by value (Note [One
+// pooling parameter struct] in tensor/pool.h), and beside them what device
+// code cannot read from the options' std::optional fields: the stride, as
+// o.stride_or_kernel(), and divisor_override as an int, 0 for none.
 // Forward kernels run one thread per output element and visit its window's
 // taps in row-major order, so ties, NaN and the order of the sums are the
 // CPU's (tensor/cpu/pool.cpp) and the results are its bits.
@@ -44,24 +48,26 @@ using Acc = decltype(to_compute(D{}));
 
 // values, indices: (P, oh, ow); x: (P, H, W). indices may be null (values only).
 template <class D>
-__global__ void max_pool_kernel(D* values, int64_t* indices, const D* x, PoolGeometry g, int64_t n) {
+__global__ void max_pool_kernel(D* values, int64_t* indices, const D* x, MaxPool2dOptions o, Size2d stride,
+                                Pool2dShape s, int64_t n) {
+  const int64_t height = s.input.h, width = s.input.w, oh = s.output.h, ow = s.output.w;
   for (int64_t i = global_thread_index(); i < n; i += grid_stride()) {
-    const int64_t ox = i % g.out_w, oy = (i / g.out_w) % g.out_h, p = i / (g.out_w * g.out_h);
-    const D* plane = x + p * g.height * g.width;
+    const int64_t ox = i % ow, oy = (i / ow) % oh, p = i / (ow * oh);
+    const D* plane = x + p * height * width;
     Acc<D> best = -static_cast<Acc<D>>(INFINITY);
     int64_t where = -1;
-    for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
-      const int64_t iy = oy * g.stride_h - g.pad_h + ki * g.dilation_h;
-      if (iy < 0 || iy >= g.height) continue;
-      for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
-        const int64_t ix = ox * g.stride_w - g.pad_w + kj * g.dilation_w;
-        if (ix < 0 || ix >= g.width) continue;
-        const Acc<D> v = to_compute(plane[iy * g.width + ix]);
+    for (int64_t ki = 0; ki < o.kernel.h; ++ki) {
+      const int64_t iy = oy * stride.h - o.padding.h + ki * o.dilation.h;
+      if (iy < 0 || iy >= height) continue;
+      for (int64_t kj = 0; kj < o.kernel.w; ++kj) {
+        const int64_t ix = ox * stride.w - o.padding.w + kj * o.dilation.w;
+        if (ix < 0 || ix >= width) continue;
+        const Acc<D> v = to_compute(plane[iy * width + ix]);
         // Larger, or NaN (a later NaN over an earlier one); the first tap
         // inside the input is taken whatever its value, as torch.
         if (v > best || v != v || where < 0) {
           best = v;
-          where = iy * g.width + ix;
+          where = iy * width + ix;
         }
       }
     }
@@ -85,32 +91,33 @@ __device__ int64_t window_count(int64_t o, int64_t kernel, int64_t stride, int64
 
 // A divisor_override (0: none) replaces the product of the counts, keeping
 // the empty windows' zeros.
-__device__ int64_t window_divisor(int64_t oy, int64_t ox, const PoolGeometry& g, bool count_include_pad,
-                                  int64_t divisor_override) {
-  const int64_t rows = window_count(oy, g.kernel_h, g.stride_h, g.pad_h, g.height, count_include_pad);
-  const int64_t cols = window_count(ox, g.kernel_w, g.stride_w, g.pad_w, g.width, count_include_pad);
+__device__ int64_t window_divisor(int64_t oy, int64_t ox, const AvgPool2dOptions& o, Size2d stride,
+                                  const Pool2dShape& s, int64_t divisor_override) {
+  const int64_t rows = window_count(oy, o.kernel.h, stride.h, o.padding.h, s.input.h, o.count_include_pad);
+  const int64_t cols = window_count(ox, o.kernel.w, stride.w, o.padding.w, s.input.w, o.count_include_pad);
   if (divisor_override != 0) return rows == 0 || cols == 0 ? 0 : divisor_override;
   return rows * cols;
 }
 
 // out: (P, oh, ow); x: (P, H, W).
 template <class D>
-__global__ void avg_pool_kernel(D* out, const D* x, PoolGeometry g, bool count_include_pad, int64_t divisor_override,
-                                int64_t n) {
+__global__ void avg_pool_kernel(D* out, const D* x, AvgPool2dOptions o, Size2d stride, Pool2dShape s,
+                                int64_t divisor_override, int64_t n) {
+  const int64_t height = s.input.h, width = s.input.w, oh = s.output.h, ow = s.output.w;
   for (int64_t i = global_thread_index(); i < n; i += grid_stride()) {
-    const int64_t ox = i % g.out_w, oy = (i / g.out_w) % g.out_h, p = i / (g.out_w * g.out_h);
-    const D* plane = x + p * g.height * g.width;
+    const int64_t ox = i % ow, oy = (i / ow) % oh, p = i / (ow * oh);
+    const D* plane = x + p * height * width;
     Acc<D> sum{};
-    for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
-      const int64_t iy = oy * g.stride_h - g.pad_h + ki;
-      if (iy < 0 || iy >= g.height) continue;
-      for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
-        const int64_t ix = ox * g.stride_w - g.pad_w + kj;
-        if (ix < 0 || ix >= g.width) continue;
-        sum = sum + to_compute(plane[iy * g.width + ix]);
+    for (int64_t ki = 0; ki < o.kernel.h; ++ki) {
+      const int64_t iy = oy * stride.h - o.padding.h + ki;
+      if (iy < 0 || iy >= height) continue;
+      for (int64_t kj = 0; kj < o.kernel.w; ++kj) {
+        const int64_t ix = ox * stride.w - o.padding.w + kj;
+        if (ix < 0 || ix >= width) continue;
+        sum = sum + to_compute(plane[iy * width + ix]);
       }
     }
-    const int64_t divisor = window_divisor(oy, ox, g, count_include_pad, divisor_override);
+    const int64_t divisor = window_divisor(oy, ox, o, stride, s, divisor_override);
     out[i] = divisor == 0 ? from_compute<D>(Acc<D>{}) : from_compute<D>(sum / static_cast<Acc<D>>(divisor));
   }
 }
@@ -128,49 +135,49 @@ __device__ void covering_outputs(int64_t i, int64_t kernel, int64_t stride, int6
 // i < n_in gather input element i's gradient; threads o < n_out check index
 // o, recording a bad one as (index, position, plane).
 template <class D>
-__global__ void max_pool_backward_kernel(D* grad_x, const D* grad_out, const int64_t* indices, PoolGeometry g,
-                                         int64_t n_in, int64_t n_out, ErrorSlot bad) {
-  const int64_t plane_size = g.height * g.width, out_plane = g.out_h * g.out_w;
+__global__ void max_pool_backward_kernel(D* grad_x, const D* grad_out, const int64_t* indices, MaxPool2dOptions o,
+                                         Size2d stride, Pool2dShape s, int64_t n_in, int64_t n_out, ErrorSlot bad) {
+  const int64_t width = s.input.w, plane_size = s.input.h * width, out_plane = s.output.h * s.output.w;
   // The extent of a window: its taps span (kernel - 1) * dilation + 1 inputs.
-  const int64_t span_h = (g.kernel_h - 1) * g.dilation_h + 1, span_w = (g.kernel_w - 1) * g.dilation_w + 1;
+  const int64_t span_h = (o.kernel.h - 1) * o.dilation.h + 1, span_w = (o.kernel.w - 1) * o.dilation.w + 1;
   for (int64_t i = global_thread_index(); i < n_in; i += grid_stride()) {
     const int64_t at = i % plane_size, p = i / plane_size;
     int64_t oy_lo, oy_hi, ox_lo, ox_hi;
-    covering_outputs(at / g.width, span_h, g.stride_h, g.pad_h, g.out_h, oy_lo, oy_hi);
-    covering_outputs(at % g.width, span_w, g.stride_w, g.pad_w, g.out_w, ox_lo, ox_hi);
+    covering_outputs(at / width, span_h, stride.h, o.padding.h, s.output.h, oy_lo, oy_hi);
+    covering_outputs(at % width, span_w, stride.w, o.padding.w, s.output.w, ox_lo, ox_hi);
     const D* go = grad_out + p * out_plane;
     const int64_t* won = indices + p * out_plane;
     Acc<D> acc{};
     for (int64_t oy = oy_lo; oy <= oy_hi; ++oy) {
       for (int64_t ox = ox_lo; ox <= ox_hi; ++ox) {
-        const int64_t o = oy * g.out_w + ox;
-        if (won[o] == at) acc = acc + to_compute(go[o]);
+        const int64_t k = oy * s.output.w + ox;
+        if (won[k] == at) acc = acc + to_compute(go[k]);
       }
     }
     grad_x[i] = from_compute<D>(acc);
   }
-  for (int64_t o = global_thread_index(); o < n_out; o += grid_stride()) {
-    const int64_t at = indices[o];
-    if (at != -1 && (at < 0 || at >= plane_size)) bad.record(at, o % out_plane, o / out_plane);
+  for (int64_t k = global_thread_index(); k < n_out; k += grid_stride()) {
+    const int64_t at = indices[k];
+    if (at != -1 && (at < 0 || at >= plane_size)) bad.record(at, k % out_plane, k / out_plane);
   }
 }
 
 // grad_x: (P, H, W), overwritten; grad_out: (P, oh, ow).
 template <class D>
-__global__ void avg_pool_backward_kernel(D* grad_x, const D* grad_out, PoolGeometry g, bool count_include_pad,
+__global__ void avg_pool_backward_kernel(D* grad_x, const D* grad_out, AvgPool2dOptions o, Size2d stride, Pool2dShape s,
                                          int64_t divisor_override, int64_t n) {
+  const int64_t height = s.input.h, width = s.input.w, ow = s.output.w;
   for (int64_t i = global_thread_index(); i < n; i += grid_stride()) {
-    const int64_t ix = i % g.width, iy = (i / g.width) % g.height, p = i / (g.width * g.height);
-    const D* go = grad_out + p * g.out_h * g.out_w;
+    const int64_t ix = i % width, iy = (i / width) % height, p = i / (width * height);
+    const D* go = grad_out + p * s.output.h * ow;
     int64_t oy_lo, oy_hi, ox_lo, ox_hi;
-    covering_outputs(iy, g.kernel_h, g.stride_h, g.pad_h, g.out_h, oy_lo, oy_hi);
-    covering_outputs(ix, g.kernel_w, g.stride_w, g.pad_w, g.out_w, ox_lo, ox_hi);
+    covering_outputs(iy, o.kernel.h, stride.h, o.padding.h, s.output.h, oy_lo, oy_hi);
+    covering_outputs(ix, o.kernel.w, stride.w, o.padding.w, ow, ox_lo, ox_hi);
     Acc<D> acc{};
     for (int64_t oy = oy_lo; oy <= oy_hi; ++oy) {
       for (int64_t ox = ox_hi; ox >= ox_lo; --ox) {  // the CPU's order (see the top of this file)
-        const int64_t divisor = window_divisor(oy, ox, g, count_include_pad, divisor_override);
-        const Acc<D> share =
-            divisor == 0 ? Acc<D>{} : to_compute(go[oy * g.out_w + ox]) / static_cast<Acc<D>>(divisor);
+        const int64_t divisor = window_divisor(oy, ox, o, stride, s, divisor_override);
+        const Acc<D> share = divisor == 0 ? Acc<D>{} : to_compute(go[oy * ow + ox]) / static_cast<Acc<D>>(divisor);
         acc = acc + share;
       }
     }
@@ -245,7 +252,8 @@ void visit_floating(DType dtype, const char* op, Fn&& fn) {
 
 }  // namespace
 
-void CudaBackend::max_pool2d(const Tensor& values, const Tensor& indices, const Tensor& x, const PoolGeometry& g) {
+void CudaBackend::max_pool2d(const Tensor& values, const Tensor& indices, const Tensor& x, const MaxPool2dOptions& o,
+                             const Pool2dShape& s) {
   const int64_t n = values.numel();
   if (n == 0) return;
   DeviceGuard guard(x.device(), "max_pool2d");
@@ -253,54 +261,53 @@ void CudaBackend::max_pool2d(const Tensor& values, const Tensor& indices, const 
   visit_floating(x.dtype(), "max_pool2d", [&]<class D>() {
     int64_t* where = indices.defined() ? static_cast<int64_t*>(indices.data_ptr()) : nullptr;
     max_pool_kernel<D><<<grid_for(n), kThreadsPerBlock, 0, stream>>>(
-        static_cast<D*>(values.data_ptr()), where, static_cast<const D*>(x.data_ptr()), g, n);
+        static_cast<D*>(values.data_ptr()), where, static_cast<const D*>(x.data_ptr()), o, o.stride_or_kernel(), s, n);
     KILN_CUDA_CHECK_LAUNCH("max_pool_kernel");
   });
 }
 
 void CudaBackend::max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
-                                      const PoolGeometry& g) {
+                                      const MaxPool2dOptions& o, const Pool2dShape& s) {
   const int64_t n_in = grad_x.numel(), n_out = grad_out.numel();
   if (n_in == 0) return;
   DeviceGuard guard(grad_x.device(), "max_pool2d_backward");
   cudaStream_t stream = current_raw_stream(grad_x.device());
-  const int64_t height = g.height, width = g.width;
-  const ErrorSlot bad = watch_kernel_errors(grad_x.device(), stream, [height, width](const KernelErrorValues& v) {
+  const Size2d input = s.input;
+  const ErrorSlot bad = watch_kernel_errors(grad_x.device(), stream, [input](const KernelErrorValues& v) {
     return kiln::detail::str("max_pool2d_backward: index ", v[0], " at position ", v[1], " of plane ", v[2],
-                             " is outside the input plane of ", height, " x ", width, " elements");
+                             " is outside the input plane of ", input.h, " x ", input.w, " elements");
   });
   visit_floating(grad_x.dtype(), "max_pool2d_backward", [&]<class D>() {
     max_pool_backward_kernel<D><<<grid_for(std::max(n_in, n_out)), kThreadsPerBlock, 0, stream>>>(
         static_cast<D*>(grad_x.data_ptr()), static_cast<const D*>(grad_out.data_ptr()),
-        static_cast<const int64_t*>(indices.data_ptr()), g, n_in, n_out, bad);
+        static_cast<const int64_t*>(indices.data_ptr()), o, o.stride_or_kernel(), s, n_in, n_out, bad);
     KILN_CUDA_CHECK_LAUNCH("max_pool_backward_kernel");
   });
 }
 
-void CudaBackend::avg_pool2d(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool count_include_pad,
-                             std::optional<int64_t> divisor_override) {
+void CudaBackend::avg_pool2d(const Tensor& out, const Tensor& x, const AvgPool2dOptions& o, const Pool2dShape& s) {
   const int64_t n = out.numel();
   if (n == 0) return;
   DeviceGuard guard(x.device(), "avg_pool2d");
   cudaStream_t stream = current_raw_stream(x.device());
   visit_floating(x.dtype(), "avg_pool2d", [&]<class D>() {
     avg_pool_kernel<D><<<grid_for(n), kThreadsPerBlock, 0, stream>>>(
-        static_cast<D*>(out.data_ptr()), static_cast<const D*>(x.data_ptr()), g, count_include_pad,
-        divisor_override.value_or(0), n);
+        static_cast<D*>(out.data_ptr()), static_cast<const D*>(x.data_ptr()), o, o.stride_or_kernel(), s,
+        o.divisor_override.value_or(0), n);
     KILN_CUDA_CHECK_LAUNCH("avg_pool_kernel");
   });
 }
 
-void CudaBackend::avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g,
-                                      bool count_include_pad, std::optional<int64_t> divisor_override) {
+void CudaBackend::avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const AvgPool2dOptions& o,
+                                      const Pool2dShape& s) {
   const int64_t n = grad_x.numel();
   if (n == 0) return;
   DeviceGuard guard(grad_x.device(), "avg_pool2d_backward");
   cudaStream_t stream = current_raw_stream(grad_x.device());
   visit_floating(grad_x.dtype(), "avg_pool2d_backward", [&]<class D>() {
     avg_pool_backward_kernel<D><<<grid_for(n), kThreadsPerBlock, 0, stream>>>(
-        static_cast<D*>(grad_x.data_ptr()), static_cast<const D*>(grad_out.data_ptr()), g, count_include_pad,
-        divisor_override.value_or(0), n);
+        static_cast<D*>(grad_x.data_ptr()), static_cast<const D*>(grad_out.data_ptr()), o, o.stride_or_kernel(), s,
+        o.divisor_override.value_or(0), n);
     KILN_CUDA_CHECK_LAUNCH("avg_pool_backward_kernel");
   });
 }
