@@ -11,8 +11,8 @@
 // these kernels use nothing but CUDA's thread and block indices,
 // __syncthreads, __shfl_down_sync and dynamic shared memory (through
 // KILN_DYNAMIC_SHARED below), and tests/tensor/cuda_emulation.h can compile
-// them as C++ and run each block's threads as host threads
-// (tests/tensor/cuda_direct_conv_emulation_test.cpp compares them with the
+// them as C++ and run each block's threads as fibers on one host thread
+// (Note [Threads as fibers] there; tests/tensor/cuda_direct_conv_emulation_test.cpp compares them with the
 // CPU backend on every CI run). That checks the arithmetic; speed, memory
 // ordering and the real hardware are checked by the CUDA tests on a GPU.
 #pragma once
@@ -582,8 +582,8 @@ inline WeightPlan grad_weight_plan(const Geometry32& g, int64_t images, int64_t 
 
 // ---- which kernel runs ----
 // launch(kernel, shape, args...) launches `kernel` (a __global__ function)
-// with `shape`: with <<<...>>> on a stream in conv_direct.cu, on host
-// threads in the emulation test (Note [Emulated kernels]), so that both run
+// with `shape`: with <<<...>>> on a stream in conv_direct.cu, as fibers
+// on the CPU in the emulation test (Note [Emulated kernels]), so that both run
 // the same choice.
 
 template <class T, class Launch>

@@ -68,12 +68,11 @@ inline int popcount(unsigned v) { return std::popcount(v); }
 inline unsigned ballot(bool flag) {
   emulation::Block& block = *emulation::running_block;
   const unsigned t = emulation::thread_index.x, first = t - t % emulation::kWarpLanes;
-  std::barrier<>& warp = *block.warps[t / emulation::kWarpLanes];
   block.lanes[t][0] = flag;
-  warp.arrive_and_wait();
+  emulation::sync_warp();
   unsigned mask = 0;
   for (unsigned lane = 0; lane < emulation::kWarpLanes; ++lane) mask |= unsigned{block.lanes[first + lane][0]} << lane;
-  warp.arrive_and_wait();
+  emulation::sync_warp();
   return mask;
 }
 #else
