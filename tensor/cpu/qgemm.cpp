@@ -181,33 +181,43 @@ void qgemm_scalar(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& 
   }
 }
 
-Epilogue make_epilogue(const QGemmOutput& out, const int32_t* colsum, int64_t n, int64_t padded) {
+Epilogue make_epilogue(const QGemmOutput& out, const int32_t* colsum, int64_t n, int64_t padded,
+                       EpilogueArrays& arrays) {
   using Kind = QGemmOutput::Kind;
   // offset = bias - a_zero_point * colsum in wrapping int32 (Note [Int8
   // GEMM packing]); every array zero past n, so that kernels load whole
   // vectors.
-  thread_local std::vector<int32_t> offset;
-  thread_local std::vector<float> scale, float_bias;
-  offset.assign(padded, 0);
+  arrays.offset.assign(padded, 0);
   for (int64_t j = 0; j < n; ++j) {
     uint32_t v = static_cast<uint32_t>(out.bias ? out.bias[j] : 0) -
                  static_cast<uint32_t>(out.a_zero_point) * static_cast<uint32_t>(colsum[j]);
-    offset[j] = static_cast<int32_t>(v);
+    arrays.offset[j] = static_cast<int32_t>(v);
   }
+  arrays.scale.clear();
+  if (out.kind != Kind::Int32) {
+    arrays.scale.assign(padded, 0.0f);
+    for (int64_t j = 0; j < n; ++j) arrays.scale[j] = out.scale[out.scale_per_channel ? j : 0];
+  }
+  arrays.float_bias.clear();
+  if (out.kind == Kind::Float && out.float_bias) {
+    arrays.float_bias.assign(padded, 0.0f);
+    std::copy(out.float_bias, out.float_bias + n, arrays.float_bias.begin());
+  }
+  return epilogue_from(out, n, arrays);
+}
+
+Epilogue make_epilogue(const QGemmOutput& out, const int32_t* colsum, int64_t n, int64_t padded) {
+  thread_local EpilogueArrays arrays;
+  return make_epilogue(out, colsum, n, padded, arrays);
+}
+
+Epilogue epilogue_from(const QGemmOutput& out, int64_t n, const EpilogueArrays& arrays) {
   Epilogue e;
   e.kind = out.kind;
   e.n = n;
-  e.offset = offset.data();
-  if (out.kind != Kind::Int32) {
-    scale.assign(padded, 0.0f);
-    for (int64_t j = 0; j < n; ++j) scale[j] = out.scale[out.scale_per_channel ? j : 0];
-    e.scale = scale.data();
-  }
-  if (out.kind == Kind::Float && out.float_bias) {
-    float_bias.assign(padded, 0.0f);
-    std::copy(out.float_bias, out.float_bias + n, float_bias.begin());
-    e.float_bias = float_bias.data();
-  }
+  e.offset = arrays.offset.data();
+  if (!arrays.scale.empty()) e.scale = arrays.scale.data();
+  if (!arrays.float_bias.empty()) e.float_bias = arrays.float_bias.data();
   e.zero_point = static_cast<float>(out.zero_point);
   e.lo = static_cast<float>(out.lo);
   e.hi = static_cast<float>(out.hi);
@@ -315,6 +325,32 @@ void qgemm_runs(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, con
   const qgemm_detail::Epilogue e = epilogue_for(packed, out);
   if (w.path() == QGemmPath::AvxVnni) qgemm_detail::qgemm_runs_avxvnni(m, a, lda, runs, packed, e);
   else qgemm_detail::qgemm_runs_avx512vnni(m, a, lda, runs, packed, e);
+}
+
+QGemmRunsCalls::QGemmRunsCalls(const ARuns& runs, const PackedQWeight& w, const QGemmOutput& out)
+    : runs_(runs), w_(w), stage_(out) {
+  KILN_CHECK(qgemm_runs_supported(w.path()), "qgemm_runs: the ", qgemm_path_name(w.path()),
+             " path cannot read A in runs (it needs avxvnni, avx512vnni or amx)");
+  KILN_CHECK(runs.count > 0 && runs.offset != nullptr && runs.groups >= 0 && runs.count * runs.groups * 4 == w.k(),
+             "qgemm_runs: ", runs.count, " runs of ", runs.groups, " groups of 4 do not make k=", w.k());
+  // One row's worth of checks: each call's m, A and output are checked there.
+  check_call("qgemm_runs", 0, nullptr, 0, 0, w, out);
+  const auto& packed = static_cast<const qgemm_detail::PackedPanels&>(w);
+  qgemm_detail::make_epilogue(out, packed.colsum().data(), packed.n(), packed.panels() * packed.lanes(), arrays_);
+}
+
+void QGemmRunsCalls::operator()(int64_t m, const uint8_t* a, int64_t lda, void* out, const uint8_t* residual) const {
+  KILN_CHECK((residual != nullptr) == (stage_.residual != nullptr), "qgemm_runs: a call ",
+             residual ? "gave" : "left out", " the residual operand its stage was built ",
+             stage_.residual ? "with" : "without");
+  QGemmOutput stage = stage_;
+  stage.out = out;
+  stage.residual = residual;
+  if (!check_call("qgemm_runs", m, a, lda, 0, w_, stage)) return;
+  const auto& packed = static_cast<const qgemm_detail::PackedPanels&>(w_);
+  qgemm_detail::Epilogue e = qgemm_detail::epilogue_from(stage, packed.n(), arrays_);
+  if (w_.path() == QGemmPath::AvxVnni) qgemm_detail::qgemm_runs_avxvnni(m, a, lda, runs_, packed, e);
+  else qgemm_detail::qgemm_runs_avx512vnni(m, a, lda, runs_, packed, e);
 }
 
 void qgemm_detail::qgemm_own_kernel(int64_t m, const uint8_t* a, int64_t lda, const PackedQWeight& w,

@@ -142,4 +142,34 @@ bool qgemm_runs_supported(QGemmPath path);
 void qgemm_runs(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, const PackedQWeight& w,
                 const QGemmOutput& out);
 
+namespace qgemm_detail {
+// An output stage's per-column arrays, each padded with zeros to whole
+// vectors (Epilogue in qgemm_kernels.h).
+struct EpilogueArrays {
+  std::vector<int32_t> offset;
+  std::vector<float> scale, float_bias;
+};
+}  // namespace qgemm_detail
+
+// qgemm_runs for many calls that share the runs, the weight and the output
+// stage, as an implicit convolution's output rows do: the stage is checked
+// and its per-column arrays built once, where qgemm_runs does both every
+// call (LeNet's second layer makes 10 calls an image). `runs.offset` and w
+// must outlive it.
+class QGemmRunsCalls {
+ public:
+  // out: the stage of every call; its `out` and `residual` are only checked
+  // (non-null where the calls will give one), each call gives its own.
+  QGemmRunsCalls(const ARuns& runs, const PackedQWeight& w, const QGemmOutput& out);
+  // qgemm_runs(m, a, lda, runs, w, stage) with the stage's out and residual
+  // replaced by these (residual null exactly when the stage's is).
+  void operator()(int64_t m, const uint8_t* a, int64_t lda, void* out, const uint8_t* residual) const;
+
+ private:
+  ARuns runs_;
+  const PackedQWeight& w_;
+  QGemmOutput stage_;
+  qgemm_detail::EpilogueArrays arrays_;
+};
+
 }  // namespace kiln::cpu

@@ -75,8 +75,12 @@ struct Epilogue {
 
 // The Epilogue of one call with output stage `out` on n columns with these
 // column sums (n values), its arrays `padded` (>= n) entries long. They live
-// in the calling thread's storage until its next call.
+// in `arrays`, or in the calling thread's storage until its next call.
+Epilogue make_epilogue(const QGemmOutput& out, const int32_t* colsum, int64_t n, int64_t padded,
+                       EpilogueArrays& arrays);
 Epilogue make_epilogue(const QGemmOutput& out, const int32_t* colsum, int64_t n, int64_t padded);
+// The same stage's Epilogue again from arrays make_epilogue filled.
+Epilogue epilogue_from(const QGemmOutput& out, int64_t n, const EpilogueArrays& arrays);
 
 // out[m][n] of the Epilogue for one accumulator (the scalar output stage,
 // which every SIMD store repeats).

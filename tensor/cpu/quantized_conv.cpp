@@ -180,15 +180,19 @@ void conv_rows(const uint8_t* padded, const ConvPlan& plan,
     };
     if (plan.in_place()) {
       // A's rows in place: each output row's pixels are rows stride_w*C
-      // bytes apart in the plane.
+      // bytes apart in the plane; one call per output row, the output
+      // stage built once for them all.
       const ARuns runs{plan.runs.offsets.data(), static_cast<int>(plan.runs.offsets.size()), plan.runs.groups};
       const int64_t ow = plan.s.output.w;
+      out.out = image.data;  // checked, not used: each row gives its own
+      out.residual = residual_at(begin);
+      const QGemmRunsCalls rows_of(runs, *packs[group], out);
       for (int64_t b = begin; b < end;) {
         const int64_t y = b / ow, x = b % ow, count = std::min(end - b, ow - x);
         const uint8_t* a = plane + (y * plan.p.stride.h * plan.padded_w + x * plan.p.stride.w) * cg;
-        out.out = image.data + (o0 * image.stride_c + b * image.stride_position) * static_cast<int64_t>(image.element_size);
-        out.residual = residual_at(b);
-        qgemm_runs(count, a, plan.p.stride.w * cg, runs, *packs[group], out);
+        rows_of(count, a, plan.p.stride.w * cg,
+                image.data + (o0 * image.stride_c + b * image.stride_position) * static_cast<int64_t>(image.element_size),
+                residual_at(b));
         b += count;
       }
       continue;

@@ -397,6 +397,18 @@ TEST(QGemm, RunsGiveTheBytesOfTheRowsTheyName) {
       Result got;
       qgemm_runs(m, image.data(), lda, runs, *packed, output_into(got, p, s));
       EXPECT_EQ(first_difference(got, want, p, s.kind), "") << "path " << path_name(path) << " " << describe(p, s);
+      // The same rows in three calls through one QGemmRunsCalls, as an
+      // implicit convolution makes one per output row.
+      Result pieces;
+      const QGemmOutput stage = output_into(pieces, p, s);
+      const QGemmRunsCalls calls(runs, *packed, stage);
+      for (int64_t i0 : {int64_t{0}, int64_t{8}, int64_t{16}}) {
+        const int64_t rows_here = std::min<int64_t>(8, m - i0);
+        calls(rows_here, image.data() + i0 * lda, lda,
+              pieces.bytes.data() + i0 * stage.stride_m * element_bytes(s.kind), nullptr);
+      }
+      EXPECT_EQ(first_difference(pieces, want, p, s.kind), "")
+          << "path " << path_name(path) << " in three calls " << describe(p, s);
     }
     ++ran;
   }
@@ -420,7 +432,16 @@ TEST(QGemm, RunsThatDoNotMakeKOrAPathWithoutThemThrow) {
     expect_error([&] { qgemm_runs(2, a, 8, ARuns{offsets, 2, 2}, *packed, o); },
                  "qgemm_runs: 2 runs of 2 groups of 4 do not make k=8");
     expect_error([&] { qgemm_runs(-1, a, 8, ARuns{offsets, 2, 1}, *packed, o); }, "qgemm_runs: negative row count");
+    expect_error([&] { QGemmRunsCalls(ARuns{offsets, 2, 2}, *packed, o); },
+                 "qgemm_runs: 2 runs of 2 groups of 4 do not make k=8");
+    const QGemmRunsCalls calls(ARuns{offsets, 2, 1}, *packed, o);
+    expect_error([&] { calls(-1, a, 8, out, nullptr); }, "qgemm_runs: negative row count");
+    expect_error([&] { calls(2, a, 8, nullptr, nullptr); }, "qgemm_runs: null output");
+    expect_error([&] { calls(2, a, 8, out, a); },
+                 "qgemm_runs: a call gave the residual operand its stage was built without");
   }
+  expect_error([&] { QGemmRunsCalls(ARuns{offsets, 2, 1}, *scalar, o); },
+               "qgemm_runs: the scalar path cannot read A in runs");
 }
 
 TEST(QGemm, PackingForAPathTheCpuLacksThrows) {
