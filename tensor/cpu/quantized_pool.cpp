@@ -110,12 +110,16 @@ bool is_plain_2x2(const MaxPool2dOptions& o) {
 
 // `rows` output rows of a 2x2 / stride 2 window, one after the other from
 // dst; output row r from input rows 2r and 2r + 1 of src (w wide). On
-// AVX-512 for the 8-bit dtypes (quantized_pool_simd.h).
+// AVX-512 or AVX2 for the 8-bit dtypes (quantized_pool_simd.h).
 template <class T>
 void max_2x2_rows(T* __restrict dst, const T* __restrict src, int64_t w, int64_t ow, int64_t rows) {
   if (simd_level() == SimdLevel::Avx512) {
     if constexpr (std::is_same_v<T, uint8_t>) return max_pool_2x2_rows_u8_avx512(dst, src, w, ow, rows);
     if constexpr (std::is_same_v<T, int8_t>) return max_pool_2x2_rows_s8_avx512(dst, src, w, ow, rows);
+  }
+  if (simd_level() == SimdLevel::Avx2) {
+    if constexpr (std::is_same_v<T, uint8_t>) return max_pool_2x2_rows_u8_avx2(dst, src, w, ow, rows);
+    if constexpr (std::is_same_v<T, int8_t>) return max_pool_2x2_rows_s8_avx2(dst, src, w, ow, rows);
   }
   for (int64_t r = 0; r < rows; ++r, dst += ow, src += 2 * w) {
     const T* r0 = src;

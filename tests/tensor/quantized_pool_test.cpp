@@ -93,11 +93,13 @@ TEST(QuantizedPool, TwoByTwoRunsOfRowsOverEvenAndOddHeights) {
   set_num_threads(saved);
 }
 
-// The AVX-512 row loops of the 2x2 max pool against the plain one, for
-// widths around their 32-output blocks, one row and several, both 8-bit
-// dtypes and extreme values.
-TEST(QuantizedPool, TheAvx512TwoByTwoRowsMatchThePlainLoop) {
-  if (cpu::simd_level() < cpu::SimdLevel::Avx512) GTEST_SKIP() << "this CPU has no AVX-512: only the plain loop exists";
+// The AVX-512 and AVX2 row loops of the 2x2 max pool against the plain
+// one, for widths around their 32-output blocks, one row and several, both
+// 8-bit dtypes and extreme values.
+using RowsU8 = void (*)(uint8_t*, const uint8_t*, int64_t, int64_t, int64_t);
+using RowsS8 = void (*)(int8_t*, const int8_t*, int64_t, int64_t, int64_t);
+
+void expect_two_by_two_rows_match_the_plain_loop(RowsU8 rows_u8, RowsS8 rows_s8, const char* isa) {
   for (int64_t ow : {1, 5, 14, 31, 32, 33, 64, 100}) {
     for (int64_t rows : {1, 3}) {
       const int64_t w = 2 * ow + 1;  // an odd row pitch: the last column is never read
@@ -115,12 +117,23 @@ TEST(QuantizedPool, TheAvx512TwoByTwoRowsMatchThePlainLoop) {
           want_s[y * ow + x] = std::max({s[r0 + 2 * x], s[r0 + 2 * x + 1], s[r1 + 2 * x], s[r1 + 2 * x + 1]});
         }
       }
-      cpu::max_pool_2x2_rows_u8_avx512(got.data(), u.data(), w, ow, rows);
-      cpu::max_pool_2x2_rows_s8_avx512(got_s.data(), s, w, ow, rows);
-      EXPECT_EQ(got, want) << "quint8, width " << ow << ", " << rows << " rows";
-      EXPECT_EQ(got_s, want_s) << "qint8, width " << ow << ", " << rows << " rows";
+      rows_u8(got.data(), u.data(), w, ow, rows);
+      rows_s8(got_s.data(), s, w, ow, rows);
+      EXPECT_EQ(got, want) << isa << ", quint8, width " << ow << ", " << rows << " rows";
+      EXPECT_EQ(got_s, want_s) << isa << ", qint8, width " << ow << ", " << rows << " rows";
     }
   }
+}
+
+TEST(QuantizedPool, TheAvx512TwoByTwoRowsMatchThePlainLoop) {
+  if (cpu::simd_level() < cpu::SimdLevel::Avx512) GTEST_SKIP() << "this CPU has no AVX-512: only the plain loop exists";
+  expect_two_by_two_rows_match_the_plain_loop(cpu::max_pool_2x2_rows_u8_avx512, cpu::max_pool_2x2_rows_s8_avx512,
+                                              "AVX-512");
+}
+
+TEST(QuantizedPool, TheAvx2TwoByTwoRowsMatchThePlainLoop) {
+  if (cpu::simd_level() < cpu::SimdLevel::Avx2) GTEST_SKIP() << "this CPU has no AVX2: only the plain loop exists";
+  expect_two_by_two_rows_match_the_plain_loop(cpu::max_pool_2x2_rows_u8_avx2, cpu::max_pool_2x2_rows_s8_avx2, "AVX2");
 }
 
 TEST(QuantizedPool, MaxPoolWithIndicesOfAQuantizedTensorIsAnError) {
