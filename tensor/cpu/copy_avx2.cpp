@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "tensor/cpu/copy_simd.h"
 
@@ -117,6 +118,68 @@ void transpose_32_avx2(char* dst, int64_t ld_dst, const char* src, int64_t ld_sr
 
 void transpose_64_avx2(char* dst, int64_t ld_dst, const char* src, int64_t ld_src, int64_t rows, int64_t cols) {
   transpose_blocked<uint64_t, 4>(dst, ld_dst, src, ld_src, rows, cols, transpose_4x4_64);
+}
+
+namespace {
+
+// Pixels [0, 16) of 8 byte planes (p[c]: plane c's 16 bytes) as 16 pixels
+// of 8 bytes: px[k] holds pixels 2k (low half) and 2k + 1.
+void transpose_8x16_u8(const __m128i p[8], __m128i px[8]) {
+  __m128i pairs[8], quads[8];  // planes (2c, 2c + 1) and (4c .. 4c + 3) side by side
+  for (int c = 0; c < 4; ++c) {
+    pairs[2 * c] = _mm_unpacklo_epi8(p[2 * c], p[2 * c + 1]);      // pixels 0..7
+    pairs[2 * c + 1] = _mm_unpackhi_epi8(p[2 * c], p[2 * c + 1]);  // pixels 8..15
+  }
+  for (int c = 0; c < 2; ++c) {
+    for (int half = 0; half < 2; ++half) {
+      const __m128i a = pairs[4 * c + half], b = pairs[4 * c + 2 + half];
+      quads[4 * c + 2 * half] = _mm_unpacklo_epi16(a, b);      // pixels 8*half + 0..3
+      quads[4 * c + 2 * half + 1] = _mm_unpackhi_epi16(a, b);  // pixels 8*half + 4..7
+    }
+  }
+  for (int k = 0; k < 4; ++k) {
+    px[2 * k] = _mm_unpacklo_epi32(quads[k], quads[4 + k]);      // pixels 4k, 4k + 1
+    px[2 * k + 1] = _mm_unpackhi_epi32(quads[k], quads[4 + k]);  // pixels 4k + 2, 4k + 3
+  }
+}
+
+// 16 pixels' bytes to dst, 8 a pixel at dst + x * planes: bytes past a
+// pixel's planes land on the next pixels', which their own stores rewrite;
+// the last pixel's spill needs 8 - planes bytes of room after it.
+void store_pixels(uint8_t* dst, const __m128i px[8], int64_t planes) {
+  for (int k = 0; k < 8; ++k) {
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + (2 * k) * planes), px[k]);
+    _mm_storeh_pd(reinterpret_cast<double*>(dst + (2 * k + 1) * planes), _mm_castsi128_pd(px[k]));
+  }
+}
+
+}  // namespace
+
+void interleave_planes_u8_avx2(uint8_t* dst, const uint8_t* src, int64_t plane_stride, int64_t planes, int64_t n) {
+  __m128i p[8], px[8];
+  for (int c = 0; c < 8; ++c) p[c] = _mm_setzero_si128();
+  int64_t x = 0;
+  // Whole steps whose last pixel's 8-byte store ends inside dst (its spill
+  // is rewritten by the pixels after it).
+  for (; x + 16 <= n && (x + 15) * planes + 8 <= n * planes; x += 16) {
+    for (int64_t c = 0; c < planes; ++c)
+      p[c] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c * plane_stride + x));
+    transpose_8x16_u8(p, px);
+    store_pixels(dst + x * planes, px, planes);
+  }
+  // The rest (up to 22 pixels), through buffers: nothing read or written
+  // past the planes and dst.
+  for (; x < n; x += 16) {
+    const int64_t pixels = std::min<int64_t>(16, n - x);
+    alignas(16) uint8_t in[16] = {}, out[16 * 8 + 8];
+    for (int64_t c = 0; c < planes; ++c) {
+      std::memcpy(in, src + c * plane_stride + x, static_cast<size_t>(pixels));
+      p[c] = _mm_load_si128(reinterpret_cast<const __m128i*>(in));
+    }
+    transpose_8x16_u8(p, px);
+    store_pixels(out, px, planes);
+    std::memcpy(dst + x * planes, out, static_cast<size_t>(pixels * planes));
+  }
 }
 
 }  // namespace kiln::cpu

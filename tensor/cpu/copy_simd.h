@@ -31,6 +31,11 @@ namespace kiln::cpu {
 // (tensor/cpu/quantized_conv.cpp). AVX-512 VBMI (copy_avx512vbmi.cpp): each
 // step masked-loads 16 bytes of every plane (8 above 8 planes) into two
 // registers and one or two vpermt2b pick the pixels' bytes in order.
+// AVX2 (copy_avx2.cpp), planes <= 8 only: a byte transpose of 8 planes (the
+// missing ones zero) by 16 pixels in three rounds of unpacks, each pixel's
+// 8 bytes stored where its `planes` go, the next pixels' stores overwriting
+// the rest; the last step or two go through a buffer.
+void interleave_planes_u8_avx2(uint8_t* dst, const uint8_t* src, int64_t plane_stride, int64_t planes, int64_t n);
 void interleave_planes_u8_avx512vbmi(uint8_t* dst, const uint8_t* src, int64_t plane_stride, int64_t planes,
                                      int64_t n);
 

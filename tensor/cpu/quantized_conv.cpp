@@ -90,18 +90,21 @@ void pad_channels_last(const uint8_t* image, int64_t stride_c, int64_t stride_h,
     return;
   }
   if (p.padding.h > 0 || p.padding.w > 0) std::memset(padded, zero_point, static_cast<size_t>(plan.image_bytes));
-  if (p.groups == 1 && stride_w == 1 && cg <= 16 && simd_level() == SimdLevel::Avx512 && int8_features().avx512vbmi) {
+  const bool vbmi = simd_level() == SimdLevel::Avx512 && int8_features().avx512vbmi;
+  if (p.groups == 1 && stride_w == 1 && (vbmi ? cg <= 16 : cg <= 8 && simd_level() >= SimdLevel::Avx2)) {
     // An NCHW image with few channels (LeNet's second layer reads 6 from the
-    // first, whose direct form writes NCHW): its planes' rows interleaved
-    // with byte permutes, a whole image at once when its rows and the
-    // padded ones both follow one another.
+    // first, whose direct form writes NCHW; its first reads the 3 of the
+    // image): its planes' rows interleaved with byte permutes (VBMI) or
+    // unpacks (AVX2), a whole image at once when its rows and the padded
+    // ones both follow one another.
+    const auto interleave = vbmi ? interleave_planes_u8_avx512vbmi : interleave_planes_u8_avx2;
     const int64_t row = plan.padded_w * cg;
     uint8_t* interior = padded + p.padding.h * row + p.padding.w * cg;
     if (p.padding.w == 0 && stride_h == s.input.w) {
-      interleave_planes_u8_avx512vbmi(interior, image, stride_c, cg, s.input.h * s.input.w);
+      interleave(interior, image, stride_c, cg, s.input.h * s.input.w);
     } else {
       for (int64_t y = 0; y < s.input.h; ++y) {
-        interleave_planes_u8_avx512vbmi(interior + y * row, image + y * stride_h, stride_c, cg, s.input.w);
+        interleave(interior + y * row, image + y * stride_h, stride_c, cg, s.input.w);
       }
     }
     return;

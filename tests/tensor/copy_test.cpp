@@ -98,6 +98,29 @@ TEST(InterleavePlanes, MatchesPlainLoop) {
   }
 }
 
+// The AVX2 interleave (up to 8 planes), likewise: around its 16-pixel
+// steps, nothing written outside dst's pixels, nothing read past the planes
+// (src ends one byte after the last plane's pixels).
+TEST(InterleavePlanes, Avx2MatchesPlainLoop) {
+  if (cpu::simd_level() < cpu::SimdLevel::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  for (int64_t planes = 1; planes <= 8; ++planes) {
+    for (int64_t n = 0; n <= 70; ++n) {
+      const int64_t stride = n + 3;
+      auto bits = random_bits(planes * stride + planes * n + 9, static_cast<uint32_t>(planes * 103 + n));
+      std::vector<uint8_t> src(static_cast<size_t>((planes - 1) * stride + n + 2)),
+          dst(static_cast<size_t>(planes * n + 8));
+      for (size_t k = 0; k < src.size(); ++k) src[k] = static_cast<uint8_t>(bits[k]);
+      for (size_t k = 0; k < dst.size(); ++k) dst[k] = static_cast<uint8_t>(bits[src.size() + k]);
+      std::vector<uint8_t> expected = dst;
+      for (int64_t x = 0; x < n; ++x) {
+        for (int64_t c = 0; c < planes; ++c) expected[4 + x * planes + c] = src[1 + c * stride + x];
+      }
+      cpu::interleave_planes_u8_avx2(dst.data() + 4, src.data() + 1, stride, planes, n);
+      ASSERT_EQ(dst, expected) << planes << " planes of " << n;
+    }
+  }
+}
+
 // A (rows, cols) tensor of `dtype` with distinct values v(i, j) = bits of
 // element i * cols + j of random_bits, truncated to the element size.
 template <class T>

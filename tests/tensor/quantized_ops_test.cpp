@@ -496,7 +496,9 @@ TEST(QuantizedConv2dDirect, MatchesIntegerReferenceOnEveryPathThatHasIt) {
 }
 
 TEST(QuantizedConv2dDirect, ThreadsGiveTheSameBytes) {
-  if (!cpu::int8_features().avx512vbmi) GTEST_SKIP() << "this CPU has no AVX-512 VBMI: the direct form never runs";
+  if (!cpu::direct_qconv_available(cpu::qgemm_path()))
+    GTEST_SKIP() << "the " << cpu::qgemm_path_name(cpu::qgemm_path()) << " path (this CPU, or KILN_QGEMM) has no "
+                 << "direct form: it needs AVX-512 VNNI and VBMI";
   const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Direct);
   expect_threads_agree({6, 3, 5, 5}, {3, 64, 64}, {}, 350);
 }
@@ -522,7 +524,9 @@ TEST(QuantizedConv2dDirect, ForcedWhereItCannotRunNamesWhy) {
 }
 
 TEST(QuantizedConv2dDirect, DynamicMatchesTheGemmForm) {
-  if (!cpu::int8_features().avx512vbmi) GTEST_SKIP() << "this CPU has no AVX-512 VBMI: the direct form never runs";
+  if (!cpu::direct_qconv_available(cpu::qgemm_path()))
+    GTEST_SKIP() << "the " << cpu::qgemm_path_name(cpu::qgemm_path()) << " path (this CPU, or KILN_QGEMM) has no "
+                 << "direct form: it needs AVX-512 VNNI and VBMI";
   Tensor x = random_float({2, 3, 20, 20}, -1.5, 2.5, 370);
   Tensor w = random_weight({6, 3, 5, 5}, true, 371);
   Tensor b = random_float({6}, -1, 1, 372);
