@@ -315,16 +315,7 @@ bool qgemm_runs_supported(QGemmPath path) {
 
 void qgemm_runs(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, const PackedQWeight& w,
                 const QGemmOutput& out) {
-  KILN_CHECK(qgemm_runs_supported(w.path()), "qgemm_runs: the ", qgemm_path_name(w.path()),
-             " path cannot read A in runs (it needs avxvnni, avx512vnni or amx)");
-  KILN_CHECK(runs.count > 0 && runs.offset != nullptr && runs.groups >= 0 && runs.count * runs.groups * 4 == w.k(),
-             "qgemm_runs: ", runs.count, " runs of ", runs.groups, " groups of 4 do not make k=", w.k());
-  // A row's first run starts at offset[0]; lda bounds only whole rows.
-  if (!check_call("qgemm_runs", m, a, lda, 0, w, out)) return;
-  const auto& packed = static_cast<const qgemm_detail::PackedPanels&>(w);
-  const qgemm_detail::Epilogue e = epilogue_for(packed, out);
-  if (w.path() == QGemmPath::AvxVnni) qgemm_detail::qgemm_runs_avxvnni(m, a, lda, runs, packed, e);
-  else qgemm_detail::qgemm_runs_avx512vnni(m, a, lda, runs, packed, e);
+  QGemmRunsCalls(runs, w, out)(m, a, lda, out.out, out.residual);
 }
 
 QGemmRunsCalls::QGemmRunsCalls(const ARuns& runs, const PackedQWeight& w, const QGemmOutput& out)
@@ -333,7 +324,8 @@ QGemmRunsCalls::QGemmRunsCalls(const ARuns& runs, const PackedQWeight& w, const 
              " path cannot read A in runs (it needs avxvnni, avx512vnni or amx)");
   KILN_CHECK(runs.count > 0 && runs.offset != nullptr && runs.groups >= 0 && runs.count * runs.groups * 4 == w.k(),
              "qgemm_runs: ", runs.count, " runs of ", runs.groups, " groups of 4 do not make k=", w.k());
-  // One row's worth of checks: each call's m, A and output are checked there.
+  // The stage's checks; each call's m, A and output are checked there (a
+  // row's first run starts at offset[0], so lda bounds only whole rows).
   check_call("qgemm_runs", 0, nullptr, 0, 0, w, out);
   const auto& packed = static_cast<const qgemm_detail::PackedPanels&>(w);
   qgemm_detail::make_epilogue(out, packed.colsum().data(), packed.n(), packed.panels() * packed.lanes(), arrays_);

@@ -12,8 +12,8 @@
 // __syncthreads, __shfl_down_sync and dynamic shared memory (through
 // KILN_DYNAMIC_SHARED below), and tests/tensor/cuda_emulation.h can compile
 // them as C++ and run each block's threads as fibers on one host thread
-// (Note [Threads as fibers] there; tests/tensor/cuda_direct_conv_emulation_test.cpp compares them with the
-// CPU backend on every CI run). That checks the arithmetic; speed, memory
+// (Note [Threads as fibers] there; tests/tensor/cuda_direct_conv_emulation_test.cpp
+// compares them with the CPU backend on every CI run). That checks the arithmetic; speed, memory
 // ordering and the real hardware are checked by the CUDA tests on a GPU.
 #pragma once
 

@@ -495,10 +495,16 @@ TEST(QuantizedConv2dDirect, MatchesIntegerReferenceOnEveryPathThatHasIt) {
   }
 }
 
+// Why the direct form cannot run on the path in use (this CPU's, or one
+// KILN_QGEMM caps it to), or "" when it can.
+std::string no_direct_form() {
+  if (cpu::direct_qconv_available(cpu::qgemm_path())) return "";
+  return "the " + std::string(cpu::qgemm_path_name(cpu::qgemm_path())) +
+         " path (this CPU, or KILN_QGEMM) has no direct form: it needs AVX-512 VNNI and VBMI";
+}
+
 TEST(QuantizedConv2dDirect, ThreadsGiveTheSameBytes) {
-  if (!cpu::direct_qconv_available(cpu::qgemm_path()))
-    GTEST_SKIP() << "the " << cpu::qgemm_path_name(cpu::qgemm_path()) << " path (this CPU, or KILN_QGEMM) has no "
-                 << "direct form: it needs AVX-512 VNNI and VBMI";
+  if (const std::string why = no_direct_form(); !why.empty()) GTEST_SKIP() << why;
   const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Direct);
   expect_threads_agree({6, 3, 5, 5}, {3, 64, 64}, {}, 350);
 }
@@ -524,9 +530,7 @@ TEST(QuantizedConv2dDirect, ForcedWhereItCannotRunNamesWhy) {
 }
 
 TEST(QuantizedConv2dDirect, DynamicMatchesTheGemmForm) {
-  if (!cpu::direct_qconv_available(cpu::qgemm_path()))
-    GTEST_SKIP() << "the " << cpu::qgemm_path_name(cpu::qgemm_path()) << " path (this CPU, or KILN_QGEMM) has no "
-                 << "direct form: it needs AVX-512 VNNI and VBMI";
+  if (const std::string why = no_direct_form(); !why.empty()) GTEST_SKIP() << why;
   Tensor x = random_float({2, 3, 20, 20}, -1.5, 2.5, 370);
   Tensor w = random_weight({6, 3, 5, 5}, true, 371);
   Tensor b = random_float({6}, -1, 1, 372);
