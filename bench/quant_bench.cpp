@@ -9,6 +9,7 @@
 //       [--modes dynamic,static,qat] [--calib-images 512] [--test-images 10000] [--qat-epochs 1]
 //       [--profile-seconds S] [--profile-batch 1|64]   (then run each quantized mode's forward S seconds
 //       more at that batch size, for perf)
+//       [--reduce-range 0|1]   (7-bit activations for static and qat: quant::default_qconfig(true))
 //       [--qconv auto|gemm|implicit|direct]   (force one int8 convolution form, for before/after figures;
 //       a form that cannot run a layer is an error naming it)
 #include <cstdlib>
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
       else if (arg == "--seed") o.seed = std::stoull(value);
       else if (arg == "--profile-seconds") o.profile_seconds = std::stod(value);
       else if (arg == "--profile-batch") o.profile_batch = std::stoll(value);
+      else if (arg == "--reduce-range") o.reduce_range = value == "1";
       else if (arg == "--qconv") {
         using kiln::cpu::QConvAlgorithm;
         const QConvAlgorithm a = value == "gemm"       ? QConvAlgorithm::Gemm

@@ -19,12 +19,18 @@ ObserverFactory per_channel_weight() {
 
 }  // namespace
 
-QConfig default_qconfig() {
-  return {.activation = [] { return std::make_shared<HistogramObserver>(); }, .weight = per_channel_weight()};
+QConfig default_qconfig(bool reduce_range) {
+  ObserverOptions activation;
+  activation.reduce_range = reduce_range;
+  return {.activation = [activation] { return std::make_shared<HistogramObserver>(activation); },
+          .weight = per_channel_weight()};
 }
 
-QConfig default_qat_qconfig() {
-  return {.activation = [] { return std::make_shared<MovingAverageMinMaxObserver>(); }, .weight = per_channel_weight()};
+QConfig default_qat_qconfig(bool reduce_range) {
+  ObserverOptions activation;
+  activation.reduce_range = reduce_range;
+  return {.activation = [activation] { return std::make_shared<MovingAverageMinMaxObserver>(0.01, activation); },
+          .weight = per_channel_weight()};
 }
 
 QConfig default_dynamic_qconfig() {

@@ -27,10 +27,13 @@ struct QConfig {
 
 // Post-training static quantization: HistogramObserver (affine quint8,
 // range minimising the L2 error) for activations, PerChannelMinMaxObserver
-// (symmetric qint8) for weights.
-QConfig default_qconfig();
+// (symmetric qint8) for weights. reduce_range: 7-bit activations ([0, 127],
+// as torch's "x86" and "fbgemm" qconfigs), which CPUs without VNNI multiply
+// at twice the rate (Note [Int8 GEMM on AVX2 without VNNI] in
+// tensor/cpu/qgemm_kernels.h), for one bit of precision.
+QConfig default_qconfig(bool reduce_range = false);
 // QAT: MovingAverageMinMaxObserver activations, per-channel symmetric weights.
-QConfig default_qat_qconfig();
+QConfig default_qat_qconfig(bool reduce_range = false);
 // Dynamic quantization: only the weight observer is used.
 QConfig default_dynamic_qconfig();
 

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
                               .modes = options.quantize,
                               .calib_images = options.calib_images,
                               .qat_epochs = options.qat_epochs,
+                              .reduce_range = options.reduce_range,
                               .seed = options.seed,
                               .sensitivity = options.sensitivity};
       QuantizeReport report = quantization_report(q, std::cout);

@@ -146,6 +146,8 @@ void validate(const TrainerOptions& o) {
              "--quantize needs the trained model: give --weights FILE.safetensors or --resume CHECKPOINT");
   KILN_CHECK(o.quantize.empty() || !(o.ddp || o.fsdp || o.dp || o.eval_only),
              "--quantize runs in one process on its own; drop --ddp, --fsdp, --dp and --eval-only");
+  KILN_CHECK(!o.reduce_range || !o.quantize.empty(), "--reduce-range goes with --quantize (e.g. --quantize static "
+             "--reduce-range)");
   KILN_CHECK(o.calib_images >= 1, "--calib-images must be at least 1, got ", o.calib_images);
   KILN_CHECK(o.qat_epochs > 0, "--qat-epochs must be positive, got ", o.qat_epochs);
 }
@@ -204,6 +206,9 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
       ->delimiter(',');
   add_integer(app, "--calib-images", o.calib_images, "training images that calibrate --quantize static and qat");
   app.add_option("--qat-epochs", o.qat_epochs, "QAT fine-tuning passes over the training set with --quantize qat");
+  app.add_flag("--reduce-range", o.reduce_range,
+               "with --quantize: 7-bit activations for static and qat (as torch's x86 qconfig), which CPUs without "
+               "VNNI multiply at twice the rate");
   app.add_flag("--sensitivity", o.sensitivity,
                "with --quantize: also the per-layer sensitivity table (test accuracy with only that layer "
                "quantized, static and calibrated), most sensitive first");

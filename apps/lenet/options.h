@@ -75,6 +75,7 @@ struct TrainerOptions {
   int64_t calib_images = 512;  // training images that calibrate static quantization
   double qat_epochs = 1;       // QAT fine-tuning passes over the training set
   bool sensitivity = false;    // with --quantize: also the per-layer sensitivity table
+  bool reduce_range = false;   // with --quantize: 7-bit activations (static and qat)
   // Data parallel training over the processes kiln-run starts (Note
   // [kiln-lenet with DDP]); batch_size is then per process.
   bool ddp = false;

@@ -201,7 +201,7 @@ QuantizeReport quantization_report(const QuantizeReportOptions& o, std::ostream&
       m = std::make_shared<quant::QuantWrapper>(f);
       m->eval();
       quant::fuse_modules(*m, fusion_groups(*f, "module."));
-      quant::prepare(*m);
+      quant::prepare(*m, quant::QConfigMapping(quant::default_qconfig(o.reduce_range)));
       calibrate(*m, calib);
       quant::convert(*m);
       fuse_residual_convs(*m, *f, "module.");
@@ -210,7 +210,7 @@ QuantizeReport quantization_report(const QuantizeReportOptions& o, std::ostream&
       m = std::make_shared<quant::QuantWrapper>(f);
       m->train();
       quant::fuse_modules_qat(*m, fusion_groups(*f, "module."));
-      quant::prepare_qat(*m);
+      quant::prepare_qat(*m, quant::QConfigMapping(quant::default_qat_qconfig(o.reduce_range)));
       m->eval();
       calibrate(*m, calib);  // observers start from the float model's ranges
       train_qat(*m, *data.train, o, log);

@@ -27,6 +27,7 @@ struct QuantizeReportOptions {
   double qat_epochs = 1;               // QAT fine-tuning, in passes over qat_images
   int64_t qat_images = 50000;          // training images per QAT epoch (at most the training set)
   double qat_lr = 1e-3;                // SGD, momentum 0.9
+  bool reduce_range = false;           // static and QAT: 7-bit activations (quant::default_qconfig)
   uint64_t seed = 0;
   // Latency: untimed runs, then at least this many runs and this long, per batch size.
   int64_t warmup = 20;

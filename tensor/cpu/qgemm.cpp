@@ -113,7 +113,7 @@ static std::vector<int32_t> column_sums(const int8_t* w, int64_t n, int64_t k, i
 PackedPanels::PackedPanels(const int8_t* w, int64_t n, int64_t k, int64_t ldw, QGemmPath path, int lanes,
                            int group, int kgroup_multiple)
     : PackedQWeight(n, k, path, column_sums(w, n, k, ldw)), lanes_(lanes), group_(group) {
-  const int elem = path == QGemmPath::Avx2 ? 2 : 1;  // Avx2 stores int16
+  const int elem = path == QGemmPath::Avx2 && group == 2 ? 2 : 1;  // the Avx2 path's int16 copy
   panels_ = (n + lanes - 1) / lanes;
   kgroups_ = (k + group - 1) / group;
   kgroups_ = (kgroups_ + kgroup_multiple - 1) / kgroup_multiple * kgroup_multiple;
@@ -137,7 +137,21 @@ PackedPanels::PackedPanels(const int8_t* w, int64_t n, int64_t k, int64_t ldw, Q
         out[at] = static_cast<char>(v);
       }
     }
+    // Note [Int8 GEMM on AVX2 without VNNI] in qgemm_kernels.h.
+    const int8_t* wr = w + row * ldw;
+    for (int64_t kk = 0; kk < k; kk += 2) {
+      const int32_t pair = std::abs(int32_t{wr[kk]}) + (kk + 1 < k ? std::abs(int32_t{wr[kk + 1]}) : 0);
+      pair_sum_max_ = std::max(pair_sum_max_, pair);
+    }
   }
+  if (path == QGemmPath::Avx2 && group == 4)
+    wide_ = std::make_unique<const PackedPanels>(w, n, k, ldw, path, lanes, 2, 1);
+}
+
+uint8_t max_byte(const uint8_t* p, int64_t count) {
+  uint8_t top = 0;
+  for (int64_t i = 0; i < count; ++i) top = std::max(top, p[i]);
+  return top;
 }
 
 PackedPanels::~PackedPanels() { std::free(data_); }
@@ -243,7 +257,7 @@ std::shared_ptr<const PackedQWeight> pack_qweight(const int8_t* w, int64_t n, in
   switch (path) {
     case QGemmPath::Scalar:  // each row one panel of one lane, K values in one group
       return std::make_shared<PackedPanels>(w, n, k, ldw, path, 1, static_cast<int>(std::max<int64_t>(k, 1)), 1);
-    case QGemmPath::Avx2: return std::make_shared<PackedPanels>(w, n, k, ldw, path, 8, 2, 1);
+    case QGemmPath::Avx2: return std::make_shared<PackedPanels>(w, n, k, ldw, path, 8, 4, 1);
     case QGemmPath::AvxVnni: return std::make_shared<PackedPanels>(w, n, k, ldw, path, 8, 4, 1);
     case QGemmPath::Avx512Vnni: return std::make_shared<PackedPanels>(w, n, k, ldw, path, 16, 4, 1);
     case QGemmPath::Amx: return std::make_shared<PackedPanels>(w, n, k, ldw, path, 16, 4, 16);
@@ -310,7 +324,8 @@ void qgemm(int64_t m, const uint8_t* a, int64_t lda, const PackedQWeight& w, con
 }
 
 bool qgemm_runs_supported(QGemmPath path) {
-  return path == QGemmPath::AvxVnni || path == QGemmPath::Avx512Vnni || path == QGemmPath::Amx;
+  return path == QGemmPath::Avx2 || path == QGemmPath::AvxVnni || path == QGemmPath::Avx512Vnni ||
+         path == QGemmPath::Amx;
 }
 
 void qgemm_runs(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, const PackedQWeight& w,
@@ -318,10 +333,13 @@ void qgemm_runs(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, con
   QGemmRunsCalls(runs, w, out)(m, a, lda, out.out, out.residual);
 }
 
-QGemmRunsCalls::QGemmRunsCalls(const ARuns& runs, const PackedQWeight& w, const QGemmOutput& out)
-    : runs_(runs), w_(w), stage_(out) {
+QGemmRunsCalls::QGemmRunsCalls(const ARuns& runs, const PackedQWeight& w, const QGemmOutput& out,
+                               const uint8_t* span, int64_t span_bytes)
+    : runs_(runs), w_(w), stage_(out), span_(span), span_end_(span ? span + span_bytes : nullptr) {
   KILN_CHECK(qgemm_runs_supported(w.path()), "qgemm_runs: the ", qgemm_path_name(w.path()),
-             " path cannot read A in runs (it needs avxvnni, avx512vnni or amx)");
+             " path cannot read A in runs (it needs avx2, avxvnni, avx512vnni or amx)");
+  KILN_CHECK(span != nullptr || span_bytes == 0, "qgemm_runs: a null span of ", span_bytes, " bytes");
+  KILN_CHECK(span_bytes >= 0, "qgemm_runs: a span of negative size ", span_bytes);
   KILN_CHECK(runs.count > 0 && runs.offset != nullptr && runs.groups >= 0 && runs.count * runs.groups * 4 == w.k(),
              "qgemm_runs: ", runs.count, " runs of ", runs.groups, " groups of 4 do not make k=", w.k());
   // The stage's checks; each call's m, A and output are checked there (a
@@ -329,6 +347,16 @@ QGemmRunsCalls::QGemmRunsCalls(const ARuns& runs, const PackedQWeight& w, const 
   check_call("qgemm_runs", 0, nullptr, 0, 0, w, out);
   const auto& packed = static_cast<const qgemm_detail::PackedPanels&>(w);
   qgemm_detail::make_epilogue(out, packed.colsum().data(), packed.n(), packed.panels() * packed.lanes(), arrays_);
+  if (span && w.path() == QGemmPath::Avx2) span_max_ = qgemm_detail::max_byte(span, span_bytes);
+}
+
+// The largest byte m rows of runs read from a (rows lda apart).
+static uint8_t max_of_runs(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs) {
+  uint8_t top = 0;
+  for (int64_t i = 0; i < m && top < 255; ++i)
+    for (int r = 0; r < runs.count; ++r)
+      top = std::max(top, qgemm_detail::max_byte(a + i * lda + runs.offset[r], runs.groups * 4));
+  return top;
 }
 
 void QGemmRunsCalls::operator()(int64_t m, const uint8_t* a, int64_t lda, void* out, const uint8_t* residual) const {
@@ -341,8 +369,26 @@ void QGemmRunsCalls::operator()(int64_t m, const uint8_t* a, int64_t lda, void* 
   if (!check_call("qgemm_runs", m, a, lda, 0, w_, stage)) return;
   const auto& packed = static_cast<const qgemm_detail::PackedPanels&>(w_);
   qgemm_detail::Epilogue e = qgemm_detail::epilogue_from(stage, packed.n(), arrays_);
-  if (w_.path() == QGemmPath::AvxVnni) qgemm_detail::qgemm_runs_avxvnni(m, a, lda, runs_, packed, e);
-  else qgemm_detail::qgemm_runs_avx512vnni(m, a, lda, runs_, packed, e);
+  switch (w_.path()) {
+    case QGemmPath::Avx2: {
+      // The bound on A's bytes (Note [Int8 GEMM on AVX2 without VNNI] in
+      // qgemm_kernels.h): the span's, when the rows lie inside it.
+      uint8_t a_max = 255;
+      if (span_) {
+        const int64_t first = *std::min_element(runs_.offset, runs_.offset + runs_.count);
+        const int64_t last = *std::max_element(runs_.offset, runs_.offset + runs_.count) + runs_.groups * 4;
+        KILN_CHECK(a + first >= span_ && a + (m - 1) * lda + last <= span_end_, "qgemm_runs: ", m,
+                   " rows ", lda, " bytes apart read outside the span the calls were promised to stay in");
+        a_max = span_max_;
+      } else {
+        a_max = max_of_runs(m, a, lda, runs_);
+      }
+      qgemm_detail::qgemm_runs_avx2(m, a, lda, runs_, packed, e, a_max);
+      return;
+    }
+    case QGemmPath::AvxVnni: qgemm_detail::qgemm_runs_avxvnni(m, a, lda, runs_, packed, e); return;
+    default: qgemm_detail::qgemm_runs_avx512vnni(m, a, lda, runs_, packed, e); return;
+  }
 }
 
 void qgemm_detail::qgemm_own_kernel(int64_t m, const uint8_t* a, int64_t lda, const PackedQWeight& w,

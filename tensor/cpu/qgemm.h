@@ -14,10 +14,11 @@
 // Note [Int8 GEMM paths]
 // Which instructions multiply is chosen at run time, per CPU:
 //   Scalar      the reference, plain C++; every other path equals it bit for bit
-//   Avx2        vpmovzxbw / vpmovsxbw then vpmaddwd: int16 products summed in
-//               pairs into int32, exact for the full u8 x s8 range (no
-//               vpmaddubsw, whose int16 saturation would make the result
-//               depend on the data unless activations were 7-bit)
+//   Avx2        vpmaddubsw then vpmaddwd by ones where the call's bytes of A
+//               are small enough for vpmaddubsw's int16 sums not to saturate
+//               (7-bit activations: reduce_range), else A widened to int16
+//               and vpmaddwd (Note [Int8 GEMM on AVX2 without VNNI] in
+//               qgemm_kernels.h)
 //   AvxVnni     vpdpbusd on 256-bit registers (VEX-encoded AVX-VNNI)
 //   Avx512Vnni  vpdpbusd on 512-bit registers
 //   Amx         AMX-INT8 tiles (tdpbusd), after asking the kernel for the tile
@@ -135,9 +136,9 @@ struct ARuns {
 };
 
 // qgemm with row i of A read as `runs` from a + i * lda. Only the paths that
-// read A's bytes as they are: w packed for AvxVnni, Avx512Vnni or Amx (whose
-// panels the Avx512Vnni kernels read); throws for others or when the runs do
-// not add up to w.k().
+// read A's bytes as they are: w packed for Avx2, AvxVnni, Avx512Vnni or Amx
+// (whose panels the Avx512Vnni kernels read); throws for others or when the
+// runs do not add up to w.k().
 bool qgemm_runs_supported(QGemmPath path);
 void qgemm_runs(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, const PackedQWeight& w,
                 const QGemmOutput& out);
@@ -160,7 +161,13 @@ class QGemmRunsCalls {
  public:
   // out: the stage of every call; its `out` and `residual` are only checked
   // (non-null where the calls will give one), each call gives its own.
-  QGemmRunsCalls(const ARuns& runs, const PackedQWeight& w, const QGemmOutput& out);
+  // span: where every call's runs lie, if known (a convolution's padded
+  // plane). The Avx2 path needs the largest byte a call reads (Note [Int8
+  // GEMM on AVX2 without VNNI] in qgemm_kernels.h): it scans the span once
+  // here, and without one, the rows of each call; a call reading outside
+  // the span throws.
+  QGemmRunsCalls(const ARuns& runs, const PackedQWeight& w, const QGemmOutput& out, const uint8_t* span = nullptr,
+                 int64_t span_bytes = 0);
   // qgemm_runs(m, a, lda, runs, w, stage) with the stage's out and residual
   // replaced by these (residual null exactly when the stage's is).
   void operator()(int64_t m, const uint8_t* a, int64_t lda, void* out, const uint8_t* residual) const;
@@ -170,6 +177,8 @@ class QGemmRunsCalls {
   const PackedQWeight& w_;
   QGemmOutput stage_;
   qgemm_detail::EpilogueArrays arrays_;
+  const uint8_t *span_, *span_end_;
+  uint8_t span_max_ = 255;
 };
 
 }  // namespace kiln::cpu

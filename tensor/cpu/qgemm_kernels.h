@@ -5,8 +5,10 @@
 // Note [Int8 GEMM packing]
 // Every SIMD path keeps the accumulators of one output row in vector lanes,
 // one lane per column n, and multiplies a few k at once per lane:
-//   Avx2        8 lanes x 2 k: int16 pairs (w[n][k], w[n][k+1]) for vpmaddwd
 //   AvxVnni     8 lanes x 4 k: 4 int8 (w[n][k..k+3]) for vpdpbusd
+//   Avx2        the AvxVnni layout, for vpmaddubsw, and a second copy of W
+//               in 8 lanes x 2 k of int16 pairs (w[n][k], w[n][k+1]) for
+//               vpmaddwd (the Note below)
 //   Avx512Vnni 16 lanes x 4 k
 //   Amx        16 lanes x 4 k, as Avx512Vnni, with k padded to a multiple of 64
 // so W is cut into panels of `lanes` columns, and a panel stores for each
@@ -19,6 +21,27 @@
 // bytes apart, so the AMX path and its small-problem fallback to the
 // Avx512Vnni kernels (Note [Int8 GEMM paths]) read the same packed weight.
 // Scalar keeps W as it came, N rows of K.
+//
+// Note [Int8 GEMM on AVX2 without VNNI]
+// Without vpdpbusd, the way to multiply bytes as they are is vpmaddubsw:
+// per int16, a0*w0 + a1*w1 of two adjacent k (a unsigned, w signed),
+// saturated to [-32768, 32767]. Then vpmaddwd by a vector of ones sums each
+// int32 lane's two int16 into the lane, 4 values of k per lane as vpdpbusd.
+// The saturation is the catch: 255 * 127 * 2 = 64770 does not fit, and a
+// result that depends on the data is no GEMM. But |a0*w0 + a1*w1| <=
+// a_max * (|w0| + |w1|), so with
+//   pair_sum_max = the largest |w[n][k]| + |w[n][k+1]| over the packed
+//                  pairs (k even: the pairs vpmaddubsw forms)
+// no pair saturates whenever a_max * pair_sum_max <= 32767, a_max being the
+// largest byte of A the call reads. That holds for every weight when A is
+// 7-bit (127 * 256 = 32512): activations observed with reduce_range, as
+// PyTorch's fbgemm and x86 qconfigs and ONNX Runtime advise for CPUs without
+// VNNI; and for full-range A when the weights are 7-bit. So the Avx2 path
+// packs W twice, as AvxVnni's bytes and as int16 pairs, and each call
+// checks a_max: the bytes with vpmaddubsw where the bound holds, else A
+// widened to int16 and vpmaddwd, exact for any bytes (16 products per
+// instruction against vpmaddubsw's 32, plus the widening, and no reading A
+// in place). Both give Scalar's bytes, whatever the data.
 //
 // The accumulator starts at offset[n] = bias[n] - a_zero_point * colsum[n]
 // rather than 0: integer addition in int32 wraps the same whatever the order,
@@ -41,6 +64,8 @@ class PackedPanels final : public PackedQWeight {
   // w: (N, K) int8 with rows ldw apart; lanes and group as in the Note;
   // kgroup_multiple: the group count is rounded up to a multiple of it (16
   // for Amx, 1 otherwise).
+  // The Avx2 path's bytes (group 4) make the int16 copy too; group 2 on
+  // Avx2 is that copy.
   PackedPanels(const int8_t* w, int64_t n, int64_t k, int64_t ldw, QGemmPath path, int lanes, int group,
                int kgroup_multiple);
   ~PackedPanels() override;
@@ -51,12 +76,27 @@ class PackedPanels final : public PackedQWeight {
   int64_t panels() const { return panels_; }
   int64_t kgroups() const { return kgroups_; }        // groups per panel, padding included
   int64_t panel_bytes() const { return panel_bytes_; }  // distance between panels
+  // The largest |w[n][k]| + |w[n][k+1]| over k even (Note [Int8 GEMM on
+  // AVX2 without VNNI]).
+  int32_t pair_sum_max() const { return pair_sum_max_; }
+  // Avx2 only: the same W as int16 pairs (group 2).
+  const PackedPanels& wide() const { return *wide_; }
 
  private:
   void* data_ = nullptr;
   int lanes_, group_;
   int64_t panels_, kgroups_, panel_bytes_;
+  int32_t pair_sum_max_ = 0;
+  std::unique_ptr<const PackedPanels> wide_;
 };
+
+// The largest of `count` bytes at p (0 for none).
+uint8_t max_byte(const uint8_t* p, int64_t count);
+
+// Whether vpmaddubsw multiplies A's bytes, none above a_max, by w exactly.
+inline bool avx2_bytes_exact(uint8_t a_max, const PackedPanels& w) {
+  return int32_t{a_max} * w.pair_sum_max() <= 32767;
+}
 
 // One call's output stage (QGemmOutput) with the per-column values laid out
 // for whole vectors: every array has padded_n() entries, zero past n.
@@ -99,6 +139,9 @@ void qgemm_runs_avxvnni(int64_t m, const uint8_t* a, int64_t lda, const ARuns& r
                         const Epilogue& e);
 void qgemm_runs_avx512vnni(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, const PackedPanels& w,
                            const Epilogue& e);
+// a_max: no byte the runs read is larger.
+void qgemm_runs_avx2(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, const PackedPanels& w,
+                     const Epilogue& e, uint8_t a_max);
 
 // Whether qgemm on an Amx-packed weight multiplies m rows with the tiles or
 // hands them to the Avx512Vnni kernels, which read the same panels: the

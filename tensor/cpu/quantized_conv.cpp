@@ -189,7 +189,7 @@ void conv_rows(const uint8_t* padded, const ConvPlan& plan,
       const int64_t ow = plan.s.output.w;
       out.out = image.data;  // checked, not used: each row gives its own
       out.residual = residual_at(begin);
-      const QGemmRunsCalls rows_of(runs, *packs[group], out);
+      const QGemmRunsCalls rows_of(runs, *packs[group], out, plane, plane_bytes + plan.runs.overread);
       for (int64_t b = begin; b < end;) {
         const int64_t y = b / ow, x = b % ow, count = std::min(end - b, ow - x);
         const uint8_t* a = plane + (y * plan.p.stride.h * plan.padded_w + x * plan.p.stride.w) * cg;

@@ -9,7 +9,11 @@
 namespace kiln::cpu {
 namespace {
 
-bool vnni_path(QGemmPath path) { return path == QGemmPath::AvxVnni || path == QGemmPath::Avx512Vnni; }
+// The paths whose kernels broadcast A's bytes as they are (Note [Implicit
+// int8 convolution on the VNNI paths]).
+bool reads_bytes(QGemmPath path) {
+  return path == QGemmPath::Avx2 || path == QGemmPath::AvxVnni || path == QGemmPath::Avx512Vnni;
+}
 
 // R: a kernel row of kw*C bytes rounded up to what the path reads at once,
 // a tile's 64-byte row on Amx, a broadcast's 4 bytes on the VNNI paths.
@@ -21,7 +25,7 @@ int64_t row_bytes_for(QGemmPath path, int64_t channels, int64_t kw) {
 }  // namespace
 
 bool implicit_qconv_packable(QGemmPath path, int64_t channels, int64_t kw) {
-  if (vnni_path(path)) return kw * channels % 4 != 0;
+  if (reads_bytes(path)) return kw * channels % 4 != 0;
   return path == QGemmPath::Amx && row_bytes_for(path, channels, kw) <= 3 * kw * channels;
 }
 
@@ -61,7 +65,7 @@ int64_t run_bytes(const Conv2dParams& p, const Conv2dShape& s) {
 
 bool implicit_runs_pay(QGemmPath path, const ImplicitQConvWeight* w, const Conv2dParams& p, const Conv2dShape& s) {
   const bool pointwise = s.kernel == Size2d(1) && p.stride == Size2d(1) && p.padding == Size2d(0);
-  if (!vnni_path(path) || pointwise) return false;
+  if (!reads_bytes(path) || pointwise) return false;
   return run_bytes(p, s) % 4 == 0 || (w != nullptr && p.groups == 1 && p.dilation.w == 1);
 }
 

@@ -45,9 +45,9 @@
 // row are stride_w*C bytes apart. qgemm_runs (qgemm.h) takes the runs'
 // offsets from a pixel's first byte and multiplies an output row's pixels
 // as rows of A lda = stride_w*C apart, on the GEMM form's packed weight.
-// - It runs (implicit_runs_pay) on the AvxVnni and Avx512Vnni paths where
-//   kw*C (or C, with dilation_w > 1) is a multiple of 4: every 3x3 layer
-//   with 4k channels. A 1x1 with stride 1 and no padding needs neither
+// - It runs (implicit_runs_pay) on the Avx2, AvxVnni and Avx512Vnni paths
+//   where kw*C (or C, with dilation_w > 1) is a multiple of 4: every 3x3
+//   layer with 4k channels. A 1x1 with stride 1 and no padding needs neither
 //   form: the plane is A already.
 // - Where kw*C is not (LeNet's conv2: 5*6 = 30 bytes), the kernel rows are
 //   padded as on AMX, but only to a multiple of 4 (R = 32 for LeNet's):
@@ -58,8 +58,10 @@
 //   tail room (ImplicitQConvRuns::overread). K grows by under 4/(kw*C) per
 //   row (7% for LeNet's), where patch rows would copy every byte of A. With
 //   dilation_w > 1 and taps of C % 4 != 0 bytes, the patch rows stay.
-// - The Amx path keeps its tiles (above); the Avx2 path widens A to int16
-//   first, so it needs the patch rows.
+// - The Amx path keeps its tiles (above). The Avx2 path reads the runs as
+//   the VNNI paths do where vpmaddubsw cannot saturate on the plane's bytes
+//   (Note [Int8 GEMM on AVX2 without VNNI] in qgemm_kernels.h), and else
+//   gathers each row's runs into int16 patch rows as it widens them.
 // - Broadcasts read only inside the runs: no tail room is needed, and the
 //   bytes equal the GEMM form's, whose rows are copies of the same runs.
 #pragma once
@@ -83,7 +85,7 @@ struct ImplicitQConvWeight {
 
 // Whether a (O, C, kh, kw) weight is worth packing this way on `path`: on
 // Amx, kernel rows that 64-byte padding at most triples (R <= 3*kw*C); on
-// AvxVnni and Avx512Vnni, rows of kw*C % 4 != 0 bytes (the others are read
+// Avx2, AvxVnni and Avx512Vnni, rows of kw*C % 4 != 0 bytes (the others are read
 // on the GEMM form's own weight).
 bool implicit_qconv_packable(QGemmPath path, int64_t channels, int64_t kw);
 // reordered: (O, kh, kw, C) int8, the GEMM form's order of K.

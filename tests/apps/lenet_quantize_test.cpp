@@ -36,6 +36,17 @@ TEST(LenetQuantizeFlags, ParseAndCheck) {
   EXPECT_THROW(parse_command_line(std::vector<std::string>{"kiln-lenet", "--weights", "w.safetensors", "--quantize",
                                                            "static", "--ddp"}),
                Error);
+  const CommandLine seven = parse_command_line(
+      std::vector<std::string>{"kiln-lenet", "--weights", "w.safetensors", "--quantize", "static", "--reduce-range"});
+  ASSERT_TRUE(seven.options.has_value());
+  EXPECT_TRUE(seven.options->reduce_range);
+  try {
+    parse_command_line(std::vector<std::string>{"kiln-lenet", "--weights", "w.safetensors", "--eval-only",
+                                                "--reduce-range"});
+    FAIL() << "--reduce-range without --quantize was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--reduce-range goes with --quantize"), std::string::npos) << e.what();
+  }
 }
 
 TEST(LenetQuantizeReport, EveryModeOnAFewImages) {

@@ -16,6 +16,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tensor/cpu/qgemm_kernels.h"
@@ -53,10 +54,12 @@ struct Problem {
   std::vector<float> scale, float_bias;
 };
 
-Problem make_problem(int64_t m, int64_t n, int64_t k, uint32_t seed) {
+// a_top: A's largest value (127 for 7-bit activations, which the Avx2
+// path multiplies as bytes: Note [Int8 GEMM on AVX2 without VNNI]).
+Problem make_problem(int64_t m, int64_t n, int64_t k, uint32_t seed, int a_top = 255) {
   std::mt19937 rng(seed);
   Problem p{m, n, k, k + 3, k + 1, {}, {}, {}, {}, {}};
-  std::uniform_int_distribution<int> u8(0, 255), s8(-128, 127), bias(-50000, 50000);
+  std::uniform_int_distribution<int> u8(0, a_top), s8(-128, 127), bias(-50000, 50000);
   p.a.resize(std::max<int64_t>(m * p.lda, 1));
   for (auto& v : p.a) v = static_cast<uint8_t>(u8(rng));
   p.w.resize(std::max<int64_t>(n * p.ldw, 1));
@@ -271,6 +274,100 @@ TEST(QGemm, EveryPathEqualsScalarOnConvolutionShapes) {
   }
 }
 
+TEST(QGemm, EveryPathEqualsScalarOnSevenBitActivations) {
+  // A in [0, 127] (reduce_range): the Avx2 path multiplies the bytes with
+  // vpmaddubsw, for any weight.
+  const Stage plain{Kind::Int32, 0, false, false, false, 0, 0, 255, false};
+  const Stage full{Kind::Int32, 77, true, false, false, 0, 0, 255, true};
+  uint32_t seed = 3000;
+  for (int64_t m : kSizes)
+    for (int64_t n : {1, 6, 10, 17, 33, 64})
+      for (int64_t k : {1, 3, 5, 17, 31, 64, 75, 150, 576}) {
+        if (m * n * k > 3000000) continue;
+        check_all_paths(make_problem(m, n, k, seed++, 127), {plain, full});
+        if (HasFatalFailure()) return;
+      }
+  const int64_t shapes[][3] = {{1, 10, 84}, {17, 6, 75}, {64, 84, 120}, {31, 64, 288}};
+  for (const auto& s : shapes) {
+    check_all_paths(make_problem(s[0], s[1], s[2], seed++, 127), all_stages());
+    if (HasFatalFailure()) return;
+  }
+}
+
+// The bound of Note [Int8 GEMM on AVX2 without VNNI]: the largest pair sum
+// of the packed pairs (k even), and a_max * it <= 32767 exactly.
+TEST(QGemm, Avx2MultipliesBytesOnlyWhereNoPairCanSaturate) {
+  // Row 0: pairs (3, -7) (100, 0) (-128): 10, 100, 128. Row 1: (127, 90)
+  // and (-1, 5): 217 and 6. The odd pair (-7, 100) is never formed.
+  const int8_t w[2 * 5] = {3, -7, 100, 0, -128, 127, 90, -1, 5, 0};
+  auto packed = std::make_shared<qgemm_detail::PackedPanels>(w, 2, 5, 5, QGemmPath::Avx2, 8, 4, 1);
+  EXPECT_EQ(packed->pair_sum_max(), 217);
+  EXPECT_EQ(packed->wide().pair_sum_max(), 217);
+  // 151 * 217 = 32767 fits; 152 * 217 = 32984 does not.
+  EXPECT_TRUE(qgemm_detail::avx2_bytes_exact(151, *packed));
+  EXPECT_FALSE(qgemm_detail::avx2_bytes_exact(152, *packed));
+  const int8_t small[4] = {64, -64, 0, 0};  // 7-bit weights: 128 * 255 = 32640
+  EXPECT_TRUE(qgemm_detail::avx2_bytes_exact(
+      255, qgemm_detail::PackedPanels(small, 1, 4, 4, QGemmPath::Avx2, 8, 4, 1)));
+  const int8_t over[4] = {64, -65, 0, 0};
+  EXPECT_FALSE(qgemm_detail::avx2_bytes_exact(
+      255, qgemm_detail::PackedPanels(over, 1, 4, 4, QGemmPath::Avx2, 8, 4, 1)));
+}
+
+TEST(QGemm, Avx2GivesExactSumsWherePairsWouldSaturate) {
+  // Every pair a0*w0 + a1*w1 at the edge: 151 * (127 + 90) = 32767 fits
+  // int16, 152 * 217 = 32984 and 255 * 254 would saturate it, -128 * 2 * 255
+  // too on the negative side. Whatever the bytes, the path equals Scalar.
+  auto paths_here = paths();
+  if (std::find(paths_here.begin(), paths_here.end(), QGemmPath::Avx2) == paths_here.end())
+    GTEST_SKIP() << "this CPU has no AVX2: only the scalar path runs";
+  const Stage s{Kind::Int32, 0, false, false, false, 0, 0, 255, false};
+  for (const auto& [a_value, w0, w1] : {std::tuple{151, 127, 90}, std::tuple{152, 127, 90},
+                                        std::tuple{255, 127, 127}, std::tuple{255, -128, -128},
+                                        std::tuple{127, -128, -128}, std::tuple{128, -128, -128}}) {
+    Problem p = make_problem(19, 11, 40, 4000);
+    std::fill(p.a.begin(), p.a.end(), static_cast<uint8_t>(a_value));
+    for (int64_t j = 0; j < p.n; ++j)
+      for (int64_t kk = 0; kk < p.k; ++kk) p.w[j * p.ldw + kk] = static_cast<int8_t>(kk % 2 == 0 ? w0 : w1);
+    auto packed = pack_qweight(p.w.data(), p.n, p.k, p.ldw, QGemmPath::Avx2);
+    const Result want = reference(p, s);
+    EXPECT_EQ(first_difference(run(p, s, *packed, false), want, p, s.kind), "")
+        << "a=" << a_value << " w=(" << w0 << ", " << w1 << ")";
+    // The same bytes read as runs: scanned per call, and through a span.
+    const int64_t offsets[2] = {0, 20};
+    const ARuns runs{offsets, 2, 5};
+    Result got, spanned;
+    qgemm_runs(p.m, p.a.data(), p.lda, runs, *packed, output_into(got, p, s));
+    EXPECT_EQ(first_difference(got, want, p, s.kind), "") << "runs, a=" << a_value;
+    const QGemmOutput stage = output_into(spanned, p, s);
+    const QGemmRunsCalls calls(runs, *packed, stage, p.a.data(), static_cast<int64_t>(p.a.size()));
+    calls(p.m, p.a.data(), p.lda, stage.out, nullptr);
+    EXPECT_EQ(first_difference(spanned, want, p, s.kind), "") << "runs in a span, a=" << a_value;
+  }
+}
+
+TEST(QGemm, RunsOutsideTheirSpanThrow) {
+  auto paths_here = paths();
+  if (std::find(paths_here.begin(), paths_here.end(), QGemmPath::Avx2) == paths_here.end())
+    GTEST_SKIP() << "this CPU has no AVX2: only the scalar path runs";
+  const int8_t w[2 * 8] = {};
+  uint8_t a[64] = {};
+  int32_t out[8];
+  QGemmOutput o;
+  o.out = out;
+  o.stride_m = 2;
+  const int64_t offsets[2] = {0, 4};
+  auto packed = pack_qweight(w, 2, 8, 8, QGemmPath::Avx2);
+  const QGemmRunsCalls calls(ARuns{offsets, 2, 1}, *packed, o, a, 16);
+  calls(2, a, 8, out, nullptr);  // rows 0 and 1 read a[0, 16)
+  expect_error([&] { calls(3, a, 8, out, nullptr); },
+               "qgemm_runs: 3 rows 8 bytes apart read outside the span the calls were promised to stay in");
+  const QGemmRunsCalls later(ARuns{offsets, 2, 1}, *packed, o, a + 4, 16);
+  expect_error([&] { later(1, a, 8, out, nullptr); }, "read outside the span");
+  expect_error([&] { QGemmRunsCalls(ARuns{offsets, 2, 1}, *packed, o, nullptr, 16); },
+               "qgemm_runs: a null span of 16 bytes");
+}
+
 TEST(QGemm, RoundsHalvesToEven) {
   // Multiplier 0.5 on small accumulators puts half of all values exactly
   // halfway between two integers: nearbyint must pick the even one (2.5 -> 2,
@@ -375,44 +472,56 @@ TEST(QGemm, RunsGiveTheBytesOfTheRowsTheyName) {
   const std::vector<int64_t> offsets = {0, 40, 9, 200};  // out of order, overlapping rows
   const int64_t k = static_cast<int64_t>(offsets.size()) * groups * 4;
   Problem p = make_problem(m, n, k, 71);
+  auto scalar = pack_qweight(p.w.data(), n, k, p.ldw, QGemmPath::Scalar);
   std::mt19937 rng(72);
-  std::vector<uint8_t> image((m - 1) * lda + offsets.back() + groups * 4);
-  for (auto& v : image) v = static_cast<uint8_t>(rng());
-  std::vector<uint8_t> rows(m * k);
-  for (int64_t i = 0; i < m; ++i)
-    for (size_t r = 0; r < offsets.size(); ++r)
-      std::memcpy(rows.data() + i * k + r * groups * 4, image.data() + i * lda + offsets[r], groups * 4);
-  Problem copied = p;  // the same problem with the runs copied into rows of A
-  copied.a = rows;
-  copied.lda = k;
+  std::vector<uint8_t> full((m - 1) * lda + offsets.back() + groups * 4);
+  for (auto& v : full) v = static_cast<uint8_t>(rng());
+  std::vector<uint8_t> seven_bit(full.size());  // what the Avx2 path multiplies as bytes
+  for (size_t i = 0; i < full.size(); ++i) seven_bit[i] = full[i] & 127;
   const ARuns runs{offsets.data(), static_cast<int>(offsets.size()), groups};
   int ran = 0;
-  for (QGemmPath path : paths()) {
-    if (!qgemm_runs_supported(path)) continue;
-    auto packed = pack_qweight(p.w.data(), n, k, p.ldw, path);
-    for (const Stage& s : {Stage{Kind::Int32, 7, true, false, false, 0, 0, 255, false},
-                           Stage{Kind::UInt8, 130, true, true, false, 60, 60, 255, true},
-                           Stage{Kind::Float, 3, false, true, true, 0, 0, 255, false}}) {
-      const Result want = run(copied, s, *packed, false);
-      Result got;
-      qgemm_runs(m, image.data(), lda, runs, *packed, output_into(got, p, s));
-      EXPECT_EQ(first_difference(got, want, p, s.kind), "") << "path " << path_name(path) << " " << describe(p, s);
-      // The same rows in three calls through one QGemmRunsCalls, as an
-      // implicit convolution makes one per output row.
-      Result pieces;
-      const QGemmOutput stage = output_into(pieces, p, s);
-      const QGemmRunsCalls calls(runs, *packed, stage);
-      for (int64_t i0 : {int64_t{0}, int64_t{8}, int64_t{16}}) {
-        const int64_t rows_here = std::min<int64_t>(8, m - i0);
-        calls(rows_here, image.data() + i0 * lda, lda,
-              pieces.bytes.data() + i0 * stage.stride_m * element_bytes(s.kind), nullptr);
+  for (const std::vector<uint8_t>* image : {&full, &seven_bit}) {
+    std::vector<uint8_t> rows(m * k);
+    for (int64_t i = 0; i < m; ++i)
+      for (size_t r = 0; r < offsets.size(); ++r)
+        std::memcpy(rows.data() + i * k + r * groups * 4, image->data() + i * lda + offsets[r], groups * 4);
+    Problem copied = p;  // the same problem with the runs copied into rows of A
+    copied.a = rows;
+    copied.lda = k;
+    const std::string bits = image == &full ? " 8-bit A " : " 7-bit A ";
+    for (QGemmPath path : paths()) {
+      if (!qgemm_runs_supported(path)) continue;
+      auto packed = pack_qweight(p.w.data(), n, k, p.ldw, path);
+      for (const Stage& s : {Stage{Kind::Int32, 7, true, false, false, 0, 0, 255, false},
+                             Stage{Kind::UInt8, 130, true, true, false, 60, 60, 255, true},
+                             Stage{Kind::Float, 3, false, true, true, 0, 0, 255, false}}) {
+        const Result want = run(copied, s, *scalar, false);
+        Result got;
+        qgemm_runs(m, image->data(), lda, runs, *packed, output_into(got, p, s));
+        EXPECT_EQ(first_difference(got, want, p, s.kind), "") << "path " << path_name(path) << bits << describe(p, s);
+        // The same rows in three calls through one QGemmRunsCalls, as an
+        // implicit convolution makes one per output row, with and without
+        // the span they lie in.
+        for (bool span : {false, true}) {
+          Result pieces;
+          const QGemmOutput stage = output_into(pieces, p, s);
+          const QGemmRunsCalls calls = span ? QGemmRunsCalls(runs, *packed, stage, image->data(),
+                                                             static_cast<int64_t>(image->size()))
+                                            : QGemmRunsCalls(runs, *packed, stage);
+          for (int64_t i0 : {int64_t{0}, int64_t{8}, int64_t{16}}) {
+            const int64_t rows_here = std::min<int64_t>(8, m - i0);
+            calls(rows_here, image->data() + i0 * lda, lda,
+                  pieces.bytes.data() + i0 * stage.stride_m * element_bytes(s.kind), nullptr);
+          }
+          EXPECT_EQ(first_difference(pieces, want, p, s.kind), "")
+              << "path " << path_name(path) << bits << "in three calls" << (span ? " in a span " : " ")
+              << describe(p, s);
+        }
       }
-      EXPECT_EQ(first_difference(pieces, want, p, s.kind), "")
-          << "path " << path_name(path) << " in three calls " << describe(p, s);
+      ++ran;
     }
-    ++ran;
   }
-  if (ran == 0) GTEST_SKIP() << "this CPU has no path that reads runs (avxvnni, avx512vnni, amx)";
+  if (ran == 0) GTEST_SKIP() << "this CPU has no path that reads runs (avx2, avxvnni, avx512vnni, amx)";
 }
 
 TEST(QGemm, RunsThatDoNotMakeKOrAPathWithoutThemThrow) {
@@ -425,7 +534,7 @@ TEST(QGemm, RunsThatDoNotMakeKOrAPathWithoutThemThrow) {
   const int64_t offsets[2] = {0, 4};
   auto scalar = pack_qweight(w, 2, 8, 8, QGemmPath::Scalar);
   expect_error([&] { qgemm_runs(2, a, 8, ARuns{offsets, 2, 1}, *scalar, o); },
-               "qgemm_runs: the scalar path cannot read A in runs");
+               "qgemm_runs: the scalar path cannot read A in runs (it needs avx2, avxvnni, avx512vnni or amx)");
   for (QGemmPath path : paths()) {
     if (!qgemm_runs_supported(path)) continue;
     auto packed = pack_qweight(w, 2, 8, 8, path);

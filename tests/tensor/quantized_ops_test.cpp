@@ -45,9 +45,10 @@ Tensor random_float(const Shape& shape, double lo, double hi, uint64_t seed) {
   return from_vector<float>(std::vector<float>(v.begin(), v.end()), shape);
 }
 
-// A quint8 activation with values spread over the whole grid.
-Tensor random_activation(const Shape& shape, double scale, int64_t zero_point, uint64_t seed) {
-  const double lo = -scale * double(zero_point), hi = scale * double(255 - zero_point);
+// A quint8 activation with values spread over the whole grid, or over [0,
+// top] (top 127: 7-bit, as with reduce_range).
+Tensor random_activation(const Shape& shape, double scale, int64_t zero_point, uint64_t seed, int64_t top = 255) {
+  const double lo = -scale * double(zero_point), hi = scale * double(top - zero_point);
   return ops::quantize_per_tensor(random_float(shape, lo, hi, seed), scale, zero_point, DType::UInt8);
 }
 
@@ -379,9 +380,10 @@ bool implicit_runs_here(const cpu::CpuPackedQuantizedWeight& w, const Conv2dPara
 
 // Runs the case on every path (with `algorithm`: Direct and Implicit only on
 // the paths and params that support them) against the integer reference; returns how
-// many paths ran.
-int check_conv(const ConvCase& c, uint64_t seed, cpu::QConvAlgorithm algorithm = cpu::QConvAlgorithm::Auto) {
-  Tensor x = random_activation(c.x, 0.05, c.zx, seed);
+// many paths ran. top: the input's largest value (127: 7-bit).
+int check_conv(const ConvCase& c, uint64_t seed, cpu::QConvAlgorithm algorithm = cpu::QConvAlgorithm::Auto,
+               int64_t top = 255) {
+  Tensor x = random_activation(c.x, 0.05, c.zx, seed, top);
   Tensor w = random_weight(c.w, c.per_channel, seed + 1);
   Tensor bias = c.bias ? random_float({c.w[0]}, -2.0, 2.0, seed + 2) : Tensor();
   const double out_scale = 0.05 * std::sqrt(double(c.w[1] * c.w[2] * c.w[3])) * 0.3;
@@ -391,7 +393,8 @@ int check_conv(const ConvCase& c, uint64_t seed, cpu::QConvAlgorithm algorithm =
       conv_reference(ints<uint8_t>(x), zero_point_of(x), c.x, ints<int8_t>(w), c.w, c.p, stage);
   const std::string what =
       detail::str("conv x=", c.x, " w=", c.w, " stride=", c.p.stride.h, "x", c.p.stride.w, " pad=", c.p.padding.h, "x",
-                  c.p.padding.w, " dilation=", c.p.dilation.h, "x", c.p.dilation.w, " groups=", c.p.groups);
+                  c.p.padding.w, " dilation=", c.p.dilation.h, "x", c.p.dilation.w, " groups=", c.p.groups,
+                  " top=", top);
   const cpu::ForceQConvAlgorithm force(algorithm);
   const Conv2dShape shape = group_shape(c.x, c.w, c.p);
   int ran = 0;
@@ -606,25 +609,27 @@ const ConvCase kImplicitRunsCases[] = {
 };
 
 TEST(QuantizedConv2dImplicit, MatchesIntegerReferenceOnEveryPathThatHasIt) {
-  if (!has_path(cpu::QGemmPath::Amx) && !has_path(cpu::QGemmPath::Avx512Vnni) && !has_path(cpu::QGemmPath::AvxVnni))
-    GTEST_SKIP() << "this CPU has no VNNI or AMX path: the implicit form never runs";
+  if (!has_path(cpu::QGemmPath::Avx2)) GTEST_SKIP() << "this CPU has no AVX2: the implicit form never runs";
   uint64_t seed = 500;
   int cases_run = 0;
   auto check = [&](const ConvCase& c) {
-    const int ran = check_conv(c, seed += 5, cpu::QConvAlgorithm::Implicit);
-    if (implicit_runs_somewhere(c)) EXPECT_GE(ran, 1) << "no path ran the implicit form";
-    else EXPECT_EQ(ran, 0);
-    cases_run += ran > 0;
-    check_conv(c, seed, cpu::QConvAlgorithm::Gemm);
+    // Full-range inputs, and 7-bit ones, whose bytes the Avx2 path
+    // multiplies as they are (Note [Int8 GEMM on AVX2 without VNNI]).
+    for (int64_t top : {255, 127}) {
+      const int ran = check_conv(c, seed += 5, cpu::QConvAlgorithm::Implicit, top);
+      if (implicit_runs_somewhere(c)) EXPECT_GE(ran, 1) << "no path ran the implicit form";
+      else EXPECT_EQ(ran, 0);
+      cases_run += ran > 0;
+      check_conv(c, seed, cpu::QConvAlgorithm::Gemm, top);
+    }
   };
   for (const ConvCase& c : kImplicitCases) check(c);
   for (const ConvCase& c : kImplicitRunsCases) check(c);
-  EXPECT_GE(cases_run, 10);
+  EXPECT_GE(cases_run, 20);
 }
 
 TEST(QuantizedConv2dImplicit, ThreadsGiveTheSameBytes) {
-  if (!has_path(cpu::QGemmPath::Amx) && !has_path(cpu::QGemmPath::Avx512Vnni) && !has_path(cpu::QGemmPath::AvxVnni))
-    GTEST_SKIP() << "this CPU has no VNNI or AMX path: the implicit form never runs";
+  if (!has_path(cpu::QGemmPath::Avx2)) GTEST_SKIP() << "this CPU has no AVX2: the implicit form never runs";
   const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Implicit);
   expect_threads_agree({32, 16, 3, 3}, {16, 30, 30}, {.padding = 1}, 550);
   // Batch 1 splits positions mid-row: 3 rows of 29 over 2 threads.
@@ -639,18 +644,20 @@ TEST(QuantizedConv2dImplicit, AutoPicksItWhereTheRowsPay) {
   EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 3, 3));
   EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 16, 1));
   EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 32, 1));
-  // On the VNNI paths only rows of kw*C % 4 != 0 bytes are packed again,
-  // padded to 4k (LeNet's 30 in 32).
+  // On the paths that read bytes (Avx2 and the VNNI ones) only rows of
+  // kw*C % 4 != 0 bytes are packed again, padded to 4k (LeNet's 30 in 32).
   EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Avx512Vnni, 16, 3));
   EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Avx512Vnni, 6, 5));
   EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::AvxVnni, 3, 3));
-  EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Avx2, 6, 5));
-  // The runs of the VNNI paths: kernel rows (or taps) of 4k bytes, or the
-  // weight's padded rows, not a plain 1x1.
+  EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Avx2, 6, 5));
+  EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Scalar, 6, 5));
+  // Their runs: kernel rows (or taps) of 4k bytes, or the weight's padded
+  // rows, not a plain 1x1.
   const Conv2dShape layer1 = group_shape({1, 16, 32, 32}, {16, 16, 3, 3}, {.padding = 1});
   EXPECT_TRUE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx512Vnni, nullptr, {.padding = 1}, layer1));
   EXPECT_TRUE(cpu::implicit_runs_pay(cpu::QGemmPath::AvxVnni, nullptr, {.padding = 1}, layer1));
-  EXPECT_FALSE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx2, nullptr, {.padding = 1}, layer1));
+  EXPECT_TRUE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx2, nullptr, {.padding = 1}, layer1));
+  EXPECT_FALSE(cpu::implicit_runs_pay(cpu::QGemmPath::Scalar, nullptr, {.padding = 1}, layer1));
   EXPECT_FALSE(cpu::implicit_runs_pay(cpu::QGemmPath::Amx, nullptr, {.padding = 1}, layer1));
   const Conv2dShape lenet2 = group_shape({1, 6, 14, 14}, {16, 6, 5, 5}, {});
   EXPECT_FALSE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx512Vnni, nullptr, {}, group_shape({1, 3, 32, 32}, {16, 3, 3, 3}, {})));
@@ -658,7 +665,7 @@ TEST(QuantizedConv2dImplicit, AutoPicksItWhereTheRowsPay) {
   EXPECT_FALSE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx512Vnni, nullptr, {}, group_shape({1, 16, 8, 8}, {32, 16, 1, 1}, {})));
   EXPECT_TRUE(cpu::implicit_runs_pay(cpu::QGemmPath::Avx512Vnni, nullptr, {.stride = 2},
                                      group_shape({1, 16, 8, 8}, {32, 16, 1, 1}, {.stride = 2})));
-  for (cpu::QGemmPath path : {cpu::QGemmPath::AvxVnni, cpu::QGemmPath::Avx512Vnni}) {
+  for (cpu::QGemmPath path : {cpu::QGemmPath::Avx2, cpu::QGemmPath::AvxVnni, cpu::QGemmPath::Avx512Vnni}) {
     if (!has_path(path)) continue;
     auto lenet = cpu::pack_quantized_weight(random_weight({16, 6, 5, 5}, true, 559), path);
     const cpu::ImplicitQConvWeight* rows = lenet->groups(1).implicit.get();
@@ -703,7 +710,8 @@ TEST(QuantizedConv2dImplicit, DynamicMatchesTheGemmForm) {
   Tensor w = random_weight({32, 32, 3, 3}, true, 581);
   Tensor b = random_float({32}, -1, 1, 582);
   int ran = 0;
-  for (cpu::QGemmPath path : {cpu::QGemmPath::Amx, cpu::QGemmPath::Avx512Vnni, cpu::QGemmPath::AvxVnni}) {
+  for (cpu::QGemmPath path :
+       {cpu::QGemmPath::Amx, cpu::QGemmPath::Avx512Vnni, cpu::QGemmPath::AvxVnni, cpu::QGemmPath::Avx2}) {
     if (!has_path(path)) continue;
     auto packed = cpu::pack_quantized_weight(w, path);
     Tensor gemm, implicit;
@@ -719,7 +727,7 @@ TEST(QuantizedConv2dImplicit, DynamicMatchesTheGemmForm) {
     EXPECT_EQ(floats(gemm), floats(implicit)) << path_name(path);
     ++ran;
   }
-  if (ran == 0) GTEST_SKIP() << "this CPU has no VNNI or AMX path: the implicit form never runs";
+  if (ran == 0) GTEST_SKIP() << "this CPU has no AVX2: the implicit form never runs";
 }
 
 // A convolution's channels-last output fed to the next convolution (as in
