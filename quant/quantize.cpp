@@ -119,7 +119,7 @@ void convert_children(nn::Module& parent, const std::string& prefix) {
                  " (QuantStub): its observer has recorded nothing, so there is no scale to quantize with; run "
                  "calibration data through the prepared model before convert()");
       QParams q = fq->qparams();  // the grid its forward used
-      out = std::make_shared<Quantize>(path, q.scales[0], q.zero_points[0]);
+      out = std::make_shared<Quantize>(path, q.scales[0], q.zero_points[0], q.quant_min, q.quant_max);
     } else if (is<DeQuantStub>(child)) {
       out = std::make_shared<DeQuantize>(path);
     } else if (auto conv = std::dynamic_pointer_cast<FakeQuantConv2d>(child)) {

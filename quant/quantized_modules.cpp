@@ -83,13 +83,13 @@ void QuantizedModule::check_quantized_input(const Tensor& x, const char* which) 
 
 // ---- Quantize / DeQuantize ----
 
-Quantize::Quantize(std::string name, double scale, int64_t zero_point)
-    : QuantizedModule(std::move(name), scale, zero_point) {}
+Quantize::Quantize(std::string name, double scale, int64_t zero_point, int64_t qmin, int64_t qmax)
+    : QuantizedModule(std::move(name), scale, zero_point), quant_min(qmin), quant_max(qmax) {}
 
 Tensor Quantize::forward(const Tensor& x) {
   KILN_CHECK(x.defined() && x.is_floating_point() && !x.is_quantized(), where(), ": expected a float input, got ",
              x.defined() ? std::string(dtype_name(x.dtype())) : std::string("an undefined tensor"));
-  return ops::quantize_per_tensor(x, scale(), zero_point(), DType::UInt8);
+  return ops::quantize_per_tensor(x, scale(), zero_point(), DType::UInt8, quant_min, quant_max);
 }
 
 DeQuantize::DeQuantize(std::string name) : qualified_name(std::move(name)) {}

@@ -65,8 +65,12 @@ class QuantizedModule : public nn::Module {
 // float32 -> quint8 on a fixed grid (a converted QuantStub).
 class Quantize : public QuantizedModule {
  public:
-  Quantize(std::string qualified_name, double scale, int64_t zero_point);
+  // [quant_min, quant_max]: the grid's range, narrower than quint8's with
+  // reduce_range, as the FakeQuantize it replaces clamps.
+  Quantize(std::string qualified_name, double scale, int64_t zero_point, int64_t quant_min = 0,
+           int64_t quant_max = 255);
   Tensor forward(const Tensor& x) override;
+  const int64_t quant_min, quant_max;
 };
 
 // Any quantized tensor -> float32 (a converted DeQuantStub).

@@ -71,12 +71,13 @@ std::string_view quantize_op_name(const QuantParams& p) {
 }
 
 Tensor quantize_checked(const Tensor& x, std::shared_ptr<const QuantParams> params, DType dtype,
-                        std::string_view op) {
+                        std::string_view op, std::optional<quant_math::QRange> range = std::nullopt) {
   Tensor in = float_input(x, op);
   QuantizedKernels& kernels = quantized_kernels_for(in.device(), op);
   Tensor out = Tensor::empty(in.shape(), {dtype, in.device()});
   out.impl()->set_quant_params(std::move(params));
-  if (out.numel() > 0) kernels.quantize(out, in);
+  const quant_math::QRange r = range.value_or(quant_math::qrange(dtype));
+  if (out.numel() > 0) kernels.quantize(out, in, r.lo, r.hi);
   return out;
 }
 
@@ -100,6 +101,22 @@ Tensor quantize_per_tensor(const Tensor& x, double scale, int64_t zero_point, DT
   params->scales = {scale};
   params->zero_points = {zero_point};
   return quantize_checked(x, std::move(params), dtype, op);
+}
+
+Tensor quantize_per_tensor(const Tensor& x, double scale, int64_t zero_point, DType dtype, int64_t quant_min,
+                           int64_t quant_max) {
+  constexpr std::string_view op = "quantize_per_tensor";
+  check_quantized_dtype(dtype, op);
+  check_scale(scale, op, "scale");
+  check_zero_point(zero_point, dtype, op, "zero point");
+  const quant_math::QRange full = quant_math::qrange(dtype);
+  KILN_CHECK(full.lo <= quant_min && quant_min <= quant_max && quant_max <= full.hi, op, ": the range [", quant_min,
+             ", ", quant_max, "] is not inside ", quantized_dtype_name(dtype), "'s [", full.lo, ", ", full.hi, "]");
+  auto params = std::make_shared<QuantParams>();
+  params->scales = {scale};
+  params->zero_points = {zero_point};
+  return quantize_checked(x, std::move(params), dtype, op,
+                          quant_math::QRange{static_cast<int32_t>(quant_min), static_cast<int32_t>(quant_max)});
 }
 
 Tensor quantize_per_channel(const Tensor& x, std::vector<double> scales, std::vector<int64_t> zero_points,

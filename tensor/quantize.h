@@ -27,6 +27,10 @@ namespace kiln::ops {
 // x: float32 (other floating dtypes are converted first); dtype UInt8, Int8
 // or Int32; scale > 0 and finite; zero_point within dtype's range.
 Tensor quantize_per_tensor(const Tensor& x, double scale, int64_t zero_point, DType dtype);
+// The same, clamped to [quant_min, quant_max] inside dtype's range: what a
+// FakeQuantize with a narrower grid (reduce_range) gives, as integers.
+Tensor quantize_per_tensor(const Tensor& x, double scale, int64_t zero_point, DType dtype, int64_t quant_min,
+                           int64_t quant_max);
 // One scale and zero point per index of x's dim `axis` (negative counts from
 // the end).
 Tensor quantize_per_channel(const Tensor& x, std::vector<double> scales, std::vector<int64_t> zero_points,

@@ -53,8 +53,9 @@ class QuantizedKernels : public KernelGroup {
   static constexpr std::string_view kName = "quantized";
 
   // ---- conversions (tensor/cpu/quantize.cpp) ----
-  // out (quantized, any of the three dtypes, its own params) <- in (float32, same shape).
-  virtual void quantize(const Tensor& out, const Tensor& in) = 0;
+  // out (quantized, any of the three dtypes, its own params) <- in (float32,
+  // same shape), clamped to [lo, hi] (within the dtype's range).
+  virtual void quantize(const Tensor& out, const Tensor& in, int64_t lo, int64_t hi) = 0;
   // out (float32) <- in (quantized).
   virtual void dequantize(const Tensor& out, const Tensor& in) = 0;
   // out (quantized) <- in (quantized, other params): dequantize then quantize, per element.

@@ -10,7 +10,7 @@ namespace kiln::cpu {
 class CpuQuantizedKernels final : public QuantizedKernels {
  public:
   // quantize.cpp
-  void quantize(const Tensor& out, const Tensor& in) override;
+  void quantize(const Tensor& out, const Tensor& in, int64_t lo, int64_t hi) override;
   void dequantize(const Tensor& out, const Tensor& in) override;
   void requantize(const Tensor& out, const Tensor& in) override;
 

@@ -164,6 +164,31 @@ inline void finish_zmm(const int32_t* c, int rows, int nv, int64_t m0, int64_t n
 #endif
 
 #if defined(__AVX2__)
+// dst[0, n) = src[0, n) for a tile row, n <= 64 bytes, without a call to
+// memcpy (whose size is not known here): whole 16-byte pieces, the last one
+// overlapping the one before; under 16 bytes, two overlapping pieces of 8,
+// 4 or 2 bytes, or one byte.
+inline void copy_tile_row(uint8_t* dst, const uint8_t* src, int64_t n) {
+  if (n >= 16) {
+    for (int64_t i = 0; i + 16 < n; i += 16)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + n - 16),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + n - 16)));
+    return;
+  }
+  auto two = [&](auto piece) {
+    constexpr int64_t size = sizeof(piece);
+    std::memcpy(&piece, src, size);
+    std::memcpy(dst, &piece, size);
+    std::memcpy(&piece, src + n - size, size);
+    std::memcpy(dst + n - size, &piece, size);
+  };
+  if (n >= 8) two(uint64_t{});
+  else if (n >= 4) two(uint32_t{});
+  else if (n >= 2) two(uint16_t{});
+  else if (n == 1) dst[0] = src[0];
+}
+
 // finish_zmm_residual on 8 lanes. AVX2 has no byte-masked loads and
 // stores: a vector past the last column goes through 8 bytes of its own.
 inline void finish_ymm_residual(const int32_t* c, int rows, int nv, int64_t m0, int64_t n0, const Epilogue& e) {
@@ -270,8 +295,8 @@ inline void finish_ymm(const int32_t* c, int rows, int nv, int64_t m0, int64_t n
     const size_t eb = e.kind == QGemmOutput::Kind::UInt8 ? 1 : 4;
     const auto* src = e.kind == QGemmOutput::Kind::UInt8 ? tmp8 : reinterpret_cast<const uint8_t*>(tmp32);
     for (int i = 0; i < rows; ++i)
-      std::memcpy(static_cast<uint8_t*>(e.out) + ((m0 + i) * e.stride_m + n0) * eb, src + i * stride * eb,
-                  cols * eb);
+      copy_tile_row(static_cast<uint8_t*>(e.out) + ((m0 + i) * e.stride_m + n0) * eb, src + i * stride * eb,
+                    cols * eb);
     return;
   }
   // scatter_tile wants rows cols apart: tmp rows are stride apart, so

@@ -188,7 +188,7 @@ void finish(const Tensor& out, const Tensor& target) {
 
 }  // namespace
 
-void CpuQuantizedKernels::quantize(const Tensor& out, const Tensor& in) {
+void CpuQuantizedKernels::quantize(const Tensor& out, const Tensor& in, int64_t lo, int64_t hi) {
   constexpr std::string_view op = "quantize";
   check_pair(out, in, op);
   KILN_CHECK(out.is_quantized(), op, ": the output is not a quantized tensor (", out.dtype(), ")");
@@ -197,6 +197,13 @@ void CpuQuantizedKernels::quantize(const Tensor& out, const Tensor& in) {
   Tensor dst = contiguous_target(out);
   ChannelLayout layout = layout_of(dst);
   std::vector<Grid> grids = grids_of(dst);
+  const quant_math::QRange full = quant_math::qrange(dst.dtype());
+  KILN_CHECK(full.lo <= lo && lo <= hi && hi <= full.hi, op, ": the range [", lo, ", ", hi, "] is not inside ",
+             dst.dtype(), "'s [", full.lo, ", ", full.hi, "]");
+  for (Grid& g : grids) {
+    g.lo = static_cast<float>(lo);
+    g.hi = static_cast<float>(hi);
+  }
   const float* x = src.data<float>();
   visit_quantized(dst.dtype(), op, [&]<class T>() {
     T* y = static_cast<T*>(dst.data_ptr());

@@ -174,14 +174,9 @@ Tensor quantize_dynamic_input(const Tensor& x, bool reduce_range) {
   Tensor q = Tensor::empty(x.shape(), DType::UInt8);
   q.impl()->set_quant_params(std::move(params));
   if (q.numel() == 0) return q;
-  kernels_for<QuantizedKernels>(kCPU, "quantize_dynamic").quantize(q, xc);
-  if (reduce_range) {
-    // The quantize kernel clamps to quint8's [0, 255]; the reduced range
-    // ends at 127, which x's own max can round one past. Clamping again is
-    // the same as clamping once to [0, 127].
-    uint8_t* values = q.data<uint8_t>();
-    for (int64_t i = 0; i < q.numel(); ++i) values[i] = std::min<uint8_t>(values[i], 127);
-  }
+  // The reduced range ends at 127, which x's own max can round one past.
+  const quant_math::QRange range = quant_math::qrange(DType::UInt8, reduce_range);
+  kernels_for<QuantizedKernels>(kCPU, "quantize_dynamic").quantize(q, xc, range.lo, range.hi);
   return q;
 }
 

@@ -120,6 +120,31 @@ TEST(QuantStatic, LeNetFakeQuantEqualsConvertedBitForBit) {
   EXPECT_LT(max_err, 0.1 * range) << "int8 LeNet strays too far from float";
 }
 
+// With 7-bit activations (what CPUs without VNNI multiply fastest): the
+// observers' grids stop at 127, the converted model still equals the
+// fake-quantized one to the bit, and stays close to float.
+TEST(QuantStatic, ReducedRangeLeNetFakeQuantEqualsConvertedBitForBit) {
+  auto model = lenet();
+  model->eval();
+  prepare(*model, QConfigMapping(default_qconfig(/*reduce_range=*/true)));
+  calibrate(*model);
+  auto fc1 = std::dynamic_pointer_cast<FakeQuantModule>(model->get_submodule("module.fc1"));
+  ASSERT_NE(fc1, nullptr);
+  const QParams grid = observer_qparams(*fc1->output_observer(), "module.fc1");
+  EXPECT_EQ(grid.quant_min, 0);
+  EXPECT_EQ(grid.quant_max, 127);
+  Tensor x = images(64, 8);
+  auto [fake, converted] = fake_and_converted(*model, x);
+  EXPECT_TRUE(same_bits(fake, converted));
+  auto float_model = lenet();
+  float_model->eval();
+  NoGradGuard no_grad;
+  Tensor reference = (*float_model)(x);
+  double max_err = ops::max(ops::abs(ops::sub(reference, converted))).item<float>();
+  double range = ops::max(ops::abs(reference)).item<float>();
+  EXPECT_LT(max_err, 0.1 * range) << "7-bit int8 LeNet strays too far from float";
+}
+
 TEST(QuantStatic, ConvertedLayersAreInt8AndNamed) {
   auto model = lenet();
   model->eval();

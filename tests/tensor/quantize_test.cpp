@@ -65,6 +65,25 @@ TEST(Quantize, RoundsHalfToEvenAndSaturates) {
   EXPECT_EQ(ints(u), (std::vector<int64_t>{0, 2, 2, 0, 0, 3, 255, 0}));
 }
 
+TEST(Quantize, ANarrowerRangeClampsThere) {
+  // reduce_range's [0, 127] (and [-64, 63]): what a FakeQuantize on that
+  // grid clamps to, as integers; long enough for the SIMD loops.
+  std::vector<float> v;
+  for (int i = 0; i < 100; ++i) v.push_back(static_cast<float>(i * 3) - 20.5f);
+  const Tensor x = floats(v);
+  const Tensor u = ops::quantize_per_tensor(x, 1.0, 10, DType::UInt8, 0, 127);
+  const Tensor s = ops::quantize_per_tensor(x, 1.0, 0, DType::Int8, -64, 63);
+  for (int i = 0; i < 100; ++i) {
+    const float r = std::nearbyint(v[i]);
+    EXPECT_EQ(ints(u)[i], static_cast<int64_t>(std::fmin(std::fmax(r + 10, 0.0f), 127.0f))) << v[i];
+    EXPECT_EQ(ints(s)[i], static_cast<int64_t>(std::fmin(std::fmax(r, -64.0f), 63.0f))) << v[i];
+  }
+  EXPECT_EQ(ops::q_zero_point(u), 10);
+  // The full range is the plain op's.
+  EXPECT_EQ(ints(ops::quantize_per_tensor(x, 1.0, 10, DType::UInt8, 0, 255)),
+            ints(ops::quantize_per_tensor(x, 1.0, 10, DType::UInt8)));
+}
+
 TEST(Quantize, NaNGoesToTheLowEndAndInfinitiesSaturate) {
   Tensor x = floats({kNaN, kInf, -kInf, -0.0f});
   EXPECT_EQ(ints(ops::quantize_per_tensor(x, 0.1, 3, DType::Int8)), (std::vector<int64_t>{-128, 127, -128, 3}));
@@ -143,7 +162,7 @@ TEST(Quantize, NonContiguousInputsAndOutputs) {
   Tensor out = Tensor::empty({9, 7}, DType::Int8).t();
   out.impl()->set_quant_params(qx.impl()->quant_params());
   cpu::CpuQuantizedKernels kernels;
-  kernels.quantize(out, x);
+  kernels.quantize(out, x, -128, 127);
   EXPECT_EQ(ints(out), ints(qx));
   Tensor deq = Tensor::empty({9, 7}).t();
   kernels.dequantize(deq, qx);
@@ -335,6 +354,13 @@ TEST(QuantizeErrors, ZeroPointsOutsideTheRange) {
                "zero point 128 is outside qint8's range [-128, 127]");
   expect_error([&] { ops::quantize_per_channel(floats({1, 2}), {0.1, 0.1}, {0, 300}, 0, DType::UInt8); },
                "zero point of channel 1 300 is outside quint8's range");
+  expect_error([&] { ops::quantize_per_tensor(x, 0.1, 0, DType::UInt8, 0, 256); },
+               "quantize_per_tensor: the range [0, 256] is not inside quint8's [0, 255]");
+  expect_error([&] { ops::quantize_per_tensor(x, 0.1, 0, DType::Int8, 5, 4); },
+               "quantize_per_tensor: the range [5, 4] is not inside qint8's [-128, 127]");
+  cpu::CpuQuantizedKernels kernels;
+  Tensor out = ops::quantize_per_tensor(x, 0.1, 0, DType::UInt8);
+  expect_error([&] { kernels.quantize(out, x, -1, 255); }, "quantize: the range [-1, 255] is not inside");
 }
 
 TEST(QuantizeErrors, WrongDTypesAndInputs) {
