@@ -20,8 +20,12 @@ namespace {
 
 using qgemm_detail::Epilogue;
 
-// Blocks per tile for ot channels: at most 24 accumulators, 4 blocks.
-constexpr int blocks_for(int ot) { return ot >= 24 ? 1 : std::min(4, std::max(1, 24 / ot)); }
+// Blocks per tile for ot channels: at most 20 accumulators, 4 blocks. With
+// 24 (LeNet's conv1: 6 channels x 4 blocks), the accumulators, the blocks'
+// permuted inputs and the index left GCC 12 moving registers and spilling
+// one accumulator to the stack every quad; 3 blocks ran LeNet int8 at
+// batch 64 in 0.45 ms against 0.53-0.74 (docs/BENCHMARKS.md, AMD EPYC).
+constexpr int blocks_for(int ot) { return ot >= 20 ? 1 : std::min(4, std::max(1, 20 / ot)); }
 constexpr int kMaxChannels = 16;  // per tile; more are cut into even chunks
 
 // OT channels [o0, o0 + OT) x PB blocks, the whole K.
