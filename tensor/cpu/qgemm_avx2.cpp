@@ -18,35 +18,16 @@
 namespace kiln::cpu::qgemm_detail {
 namespace {
 
-struct Ymm8 {
-  using V = __m256i;
-  using AElem = uint8_t;
-  static constexpr int kLanes = 8, kGroup = 4, kGroupBytes = 32, kMaxNV = 2;
+struct Ymm8 : YmmBytes {
   // 16 registers: the accumulators, W's vectors, the broadcast, the
   // vector of ones and a product. The accumulation chain is one vpaddd, so
   // few rows hide its latency; the two multiplies per step are the limit.
   static constexpr int rows(int nv) { return nv == 1 ? 10 : 5; }
-  static V load_i32(const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-  static void store_i32(int32_t* p, V v) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), v); }
-  static V load_w(const char* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
-  static V broadcast(const uint8_t* p) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-  }
-  static V broadcast_tail(const uint8_t* p, int count) {
-    int32_t v = 0;
-    std::memcpy(&v, p, count);
-    return _mm256_set1_epi32(v);
-  }
   // a0*w0 + a1*w1 per int16 (exact: the caller checked that it cannot
   // saturate), then the two int16 of each lane summed into int32.
   static V dot(V acc, V a, V w) {
     const V pairs = _mm256_maddubs_epi16(a, w);
     return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-  }
-  static void finish(const int32_t* c, int rows, int nv, int64_t m0, int64_t n0, const Epilogue& e) {
-    finish_ymm(c, rows, nv, m0, n0, e);
   }
 };
 

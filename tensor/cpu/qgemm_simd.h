@@ -9,7 +9,7 @@
 // An Isa (each file defines its own) provides:
 //   V, kLanes (columns per vector), kGroup (k values per lane), kGroupBytes
 //   (bytes of one group across the lanes in a packed panel), AElem (what A
-//   holds: uint8_t, or int16_t for Avx2, which widens A first);
+//   holds: uint8_t, or int16_t for Avx2's kernel that widens A first);
 //   load_i32(p), store_i32(p, v), load_w(p) (64-byte-aligned panel data),
 //   broadcast(p) (kGroup values of A at p, in every lane),
 //   broadcast_tail(p, count) (count < kGroup values, the rest zero),
@@ -17,6 +17,7 @@
 //   kMaxNV (vectors per tile row), rows(nv) (tile rows for nv vectors), and
 //   finish(c, rows, nv, m0, n0, e): the output stage of a tile of
 //   accumulators c (rows x nv*kLanes int32, row-major).
+// YmmBytes below has all but rows and dot for the 8-lane byte kernels.
 #pragma once
 
 #include <immintrin.h>
@@ -317,6 +318,30 @@ inline void finish_ymm(const int32_t* c, int rows, int nv, int64_t m0, int64_t n
     }
   }
 }
+
+// What the 8-lane Isas whose A is bytes in groups of 4 share (AvxVnni's
+// vpdpbusd, and Avx2's vpmaddubsw kernel): each adds rows(nv) and dot.
+struct YmmBytes {
+  using V = __m256i;
+  using AElem = uint8_t;
+  static constexpr int kLanes = 8, kGroup = 4, kGroupBytes = 32, kMaxNV = 2;
+  static V load_i32(const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static void store_i32(int32_t* p, V v) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), v); }
+  static V load_w(const char* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
+  static V broadcast(const uint8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+  }
+  static V broadcast_tail(const uint8_t* p, int count) {
+    int32_t v = 0;
+    std::memcpy(&v, p, count);
+    return _mm256_set1_epi32(v);
+  }
+  static void finish(const int32_t* c, int rows, int nv, int64_t m0, int64_t n0, const Epilogue& e) {
+    finish_ymm(c, rows, nv, m0, n0, e);
+  }
+};
 #endif
 
 // One register tile: MR rows of A against NV panels (NV * kLanes columns),

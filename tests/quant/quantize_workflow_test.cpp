@@ -99,6 +99,18 @@ std::pair<Tensor, Tensor> fake_and_converted(nn::Module& model, const Tensor& x)
   return {fake, converted};
 }
 
+// The converted LeNet's logits on x are within a tenth of the float
+// LeNet's range of them: a few output steps.
+void expect_near_float_lenet(const Tensor& converted, const Tensor& x) {
+  auto float_model = lenet();
+  float_model->eval();
+  NoGradGuard no_grad;
+  Tensor reference = (*float_model)(x);
+  double max_err = ops::max(ops::abs(ops::sub(reference, converted))).item<float>();
+  double range = ops::max(ops::abs(reference)).item<float>();
+  EXPECT_LT(max_err, 0.1 * range) << "int8 LeNet strays too far from float";
+}
+
 TEST(QuantStatic, LeNetFakeQuantEqualsConvertedBitForBit) {
   auto model = lenet();
   model->eval();
@@ -109,15 +121,8 @@ TEST(QuantStatic, LeNetFakeQuantEqualsConvertedBitForBit) {
   EXPECT_EQ(converted.dtype(), DType::Float32);
   EXPECT_EQ(converted.shape(), (Shape{64, 10}));
   EXPECT_TRUE(same_bits(fake, converted));
-  // And the int8 model is close to the float one: the logits within a few
-  // output steps.
-  auto float_model = lenet();
-  float_model->eval();
-  NoGradGuard no_grad;
-  Tensor reference = (*float_model)(x);
-  double max_err = ops::max(ops::abs(ops::sub(reference, converted))).item<float>();
-  double range = ops::max(ops::abs(reference)).item<float>();
-  EXPECT_LT(max_err, 0.1 * range) << "int8 LeNet strays too far from float";
+  // And the int8 model is close to the float one.
+  expect_near_float_lenet(converted, x);
 }
 
 // With 7-bit activations (what CPUs without VNNI multiply fastest): the
@@ -136,13 +141,7 @@ TEST(QuantStatic, ReducedRangeLeNetFakeQuantEqualsConvertedBitForBit) {
   Tensor x = images(64, 8);
   auto [fake, converted] = fake_and_converted(*model, x);
   EXPECT_TRUE(same_bits(fake, converted));
-  auto float_model = lenet();
-  float_model->eval();
-  NoGradGuard no_grad;
-  Tensor reference = (*float_model)(x);
-  double max_err = ops::max(ops::abs(ops::sub(reference, converted))).item<float>();
-  double range = ops::max(ops::abs(reference)).item<float>();
-  EXPECT_LT(max_err, 0.1 * range) << "7-bit int8 LeNet strays too far from float";
+  expect_near_float_lenet(converted, x);
 }
 
 TEST(QuantStatic, ConvertedLayersAreInt8AndNamed) {
