@@ -25,8 +25,16 @@ using qgemm_detail::Epilogue;
 // permuted inputs and the index left GCC 12 moving registers and spilling
 // one accumulator to the stack every quad; 3 blocks ran LeNet int8 at
 // batch 64 in 0.45 ms against 0.53-0.74 (docs/BENCHMARKS.md, AMD EPYC).
+// With dpbusd below, 24 measured no better than 20.
 constexpr int blocks_for(int ot) { return ot >= 20 ? 1 : std::min(4, std::max(1, 20 / ot)); }
 constexpr int kMaxChannels = 16;  // per tile; more are cut into even chunks
+
+// acc += the lane-wise 4-term dot products of a (u8) and w (s8): vpdpbusd,
+// written as inline assembly with acc tied in place. With the intrinsic,
+// GCC 12 renamed the accumulators from one quad to the next here, copying
+// registers and spilling some to the stack every quad (the GEMM's tiles in
+// qgemm_simd.h compile clean with it). Same instruction, same bytes.
+inline void dpbusd(__m512i& acc, __m512i a, __m512i w) { asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(w)); }
 
 // OT channels [o0, o0 + OT) x PB blocks, the whole K.
 template <int OT, int PB>
@@ -58,7 +66,7 @@ void tile(const DirectQConvPlan& plan, const int32_t* weight, int64_t group_out,
     for (int o = 0; o < OT; ++o) {
       const __m512i w = _mm512_set1_epi32(wq[o]);
 #pragma GCC unroll 4
-      for (int b = 0; b < PB; ++b) acc[o][b] = _mm512_dpbusd_epi32(acc[o][b], a[b], w);
+      for (int b = 0; b < PB; ++b) dpbusd(acc[o][b], a[b], w);
     }
   }
 #pragma GCC unroll 4
