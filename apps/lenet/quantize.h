@@ -63,6 +63,11 @@ struct QuantizeReport {
 // Throws kiln::Error for an unknown mode or model, or weights that do not fit.
 QuantizeReport quantization_report(const QuantizeReportOptions& options, std::ostream& log);
 
+// The line quantization_report logs first where static or QAT int8 would
+// run the slower of the AVX2 kernels: int8 path `path` (qgemm_path_name),
+// 8-bit activations. "" otherwise.
+std::string reduce_range_hint(const std::string& path, bool reduce_range, const std::vector<std::string>& modes);
+
 // The table kiln-lenet prints: one row per mode, with accuracy drop and
 // size and latency ratios against float32.
 std::string format_quantization_table(const QuantizeReport& report);

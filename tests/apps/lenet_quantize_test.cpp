@@ -15,6 +15,16 @@
 namespace kiln::apps::lenet {
 namespace {
 
+TEST(LenetQuantizeFlags, AnAvx2CpuIsToldOfReduceRange) {
+  const std::vector<std::string> both{"static", "qat"};
+  EXPECT_NE(reduce_range_hint("avx2", false, both).find("--reduce-range (7-bit activations)"), std::string::npos);
+  EXPECT_NE(reduce_range_hint("avx2", false, {"qat"}), "");
+  EXPECT_EQ(reduce_range_hint("avx2", true, both), "");            // asked for already
+  EXPECT_EQ(reduce_range_hint("avx2", false, {"dynamic"}), "");    // quantized per batch, no grid to narrow
+  EXPECT_EQ(reduce_range_hint("avx512vnni", false, both), "");     // VNNI multiplies bytes anyway
+  EXPECT_EQ(reduce_range_hint("scalar", false, both), "");
+}
+
 TEST(LenetQuantizeFlags, ParseAndCheck) {
   CommandLine ok = parse_command_line(std::vector<std::string>{"kiln-lenet", "--weights", "w.safetensors", "--quantize", "static,qat"});
   ASSERT_TRUE(ok.options.has_value());
