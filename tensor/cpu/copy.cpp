@@ -88,11 +88,11 @@ static void copy_tiled_2d(const Transposes& t) {
 static constexpr int64_t kSimdRows = 16;
 
 // The transposing copy with register-tile kernels (tensor/cpu/copy_simd.h),
-// when the elements are 4 or 8 bytes, one operand is contiguous along the
+// when the elements are 1, 4 or 8 bytes, one operand is contiguous along the
 // loop's inner dim and the other along its outer dim, and the CPU has AVX2.
 // Returns false (having done nothing) otherwise.
 static bool copy_transposed_simd(const Transposes& t, int64_t size) {
-  if ((size != 4 && size != 8) || simd_level() < SimdLevel::Avx2) return false;
+  if ((size != 1 && size != 4 && size != 8) || simd_level() < SimdLevel::Avx2) return false;
   // The kernels read src (m, n) row by row and write dst (n, m); name the
   // loop's dims so that src's unit stride is along n.
   int64_t m, n, ld_src, ld_dst;
@@ -103,7 +103,7 @@ static bool copy_transposed_simd(const Transposes& t, int64_t size) {
   } else {
     return false;
   }
-  auto kernel = size == 4 ? transpose_32_avx2 : transpose_64_avx2;
+  auto kernel = size == 1 ? transpose_8_avx2 : size == 4 ? transpose_32_avx2 : transpose_64_avx2;
   const int64_t blocks = (m + kSimdRows - 1) / kSimdRows;
   const int64_t tasks = blocks * static_cast<int64_t>(t.offsets.size());
   parallel_for(0, tasks, std::max<int64_t>(1, kCopyGrain / (kSimdRows * n)), [&](int64_t begin, int64_t end) {

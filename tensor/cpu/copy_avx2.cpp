@@ -1,4 +1,4 @@
-// AVX2 transposes of 4- and 8-byte elements (tensor/cpu/copy_simd.h).
+// AVX2 transposes of 1-, 4- and 8-byte elements (tensor/cpu/copy_simd.h).
 // Compiled with -mavx2 -mfma; called only when simd_level() allows
 // (Note [SIMD dispatch]). The elements are moved as float / double lanes, but
 // only by shuffles, which never change bits (NaN payloads, integers survive).
@@ -76,7 +76,27 @@ inline void transpose_4x4_64(char* dst, int64_t ld_dst, const char* src, int64_t
   _mm256_storeu_pd(row(3), _mm256_permute2f128_pd(t1, t3, 0x31));
 }
 
-// The walk shared by both widths: cache blocks of kBlockBytes / sizeof(Bits)
+// dst (8, 8) = src (8, 8)^T, bytes: three rounds of unpacks pair rows, then
+// pairs of pairs, then the halves, and each 128-bit result holds two output
+// rows.
+inline void transpose_8x8_8(char* dst, int64_t ld_dst, const char* src, int64_t ld_src) {
+  __m128i r[8];
+  for (int k = 0; k < 8; ++k) r[k] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + k * ld_src));
+  __m128i a[4], b[4];
+  for (int p = 0; p < 4; ++p) a[p] = _mm_unpacklo_epi8(r[2 * p], r[2 * p + 1]);  // rows 2p, 2p+1 interleaved
+  b[0] = _mm_unpacklo_epi16(a[0], a[1]);  // columns 0..3 of rows 0..3
+  b[1] = _mm_unpackhi_epi16(a[0], a[1]);  // columns 4..7 of rows 0..3
+  b[2] = _mm_unpacklo_epi16(a[2], a[3]);  // columns 0..3 of rows 4..7
+  b[3] = _mm_unpackhi_epi16(a[2], a[3]);
+  const __m128i c[4] = {_mm_unpacklo_epi32(b[0], b[2]), _mm_unpackhi_epi32(b[0], b[2]),
+                        _mm_unpacklo_epi32(b[1], b[3]), _mm_unpackhi_epi32(b[1], b[3])};  // columns 2q, 2q+1
+  for (int q = 0; q < 4; ++q) {
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + 2 * q * ld_dst), c[q]);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + (2 * q + 1) * ld_dst), _mm_unpackhi_epi64(c[q], c[q]));
+  }
+}
+
+// The walk shared by every width: cache blocks of kBlockBytes / sizeof(Bits)
 // square, each covered by Tile x Tile register transposes where whole, and
 // element by element at the right and bottom edges.
 template <class Bits, int64_t Tile, class Kernel>
@@ -118,6 +138,10 @@ void transpose_32_avx2(char* dst, int64_t ld_dst, const char* src, int64_t ld_sr
 
 void transpose_64_avx2(char* dst, int64_t ld_dst, const char* src, int64_t ld_src, int64_t rows, int64_t cols) {
   transpose_blocked<uint64_t, 4>(dst, ld_dst, src, ld_src, rows, cols, transpose_4x4_64);
+}
+
+void transpose_8_avx2(char* dst, int64_t ld_dst, const char* src, int64_t ld_src, int64_t rows, int64_t cols) {
+  transpose_blocked<uint8_t, 8>(dst, ld_dst, src, ld_src, rows, cols, transpose_8x8_8);
 }
 
 namespace {

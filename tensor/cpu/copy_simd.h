@@ -1,6 +1,6 @@
 // Register-tile transposes for transposing copies (x.t().contiguous()).
 //
-// dst (cols, rows) = src (rows, cols)^T for elements of 4 or 8 bytes; both
+// dst (cols, rows) = src (rows, cols)^T for elements of 1, 4 or 8 bytes; both
 // operands have unit column stride and the given row strides in bytes
 // (ld_src >= cols * size, ld_dst >= rows * size). Pointers need no alignment.
 // Any rows, cols >= 0: edges the register tiles do not cover are copied one
@@ -19,6 +19,9 @@ namespace kiln::cpu {
 
 void transpose_32_avx2(char* dst, int64_t ld_dst, const char* src, int64_t ld_src, int64_t rows, int64_t cols);
 void transpose_64_avx2(char* dst, int64_t ld_dst, const char* src, int64_t ld_src, int64_t rows, int64_t cols);
+// Bytes: a channels-last uint8 activation made NCHW (LeNet's flatten
+// before fc1), 8 x 8 tiles.
+void transpose_8_avx2(char* dst, int64_t ld_dst, const char* src, int64_t ld_src, int64_t rows, int64_t cols);
 
 }  // namespace kiln::cpu
 

@@ -60,10 +60,12 @@ TEST(CopyTranspose, KernelsMatchPlainLoopForAllSmallShapes) {
   if (cpu::simd_level() < cpu::SimdLevel::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
   for (int64_t rows = 0; rows <= 70; ++rows) {
     for (int64_t cols = 0; cols <= 70; ++cols) {
+      check_kernel<uint8_t>(cpu::transpose_8_avx2, rows, cols);
       check_kernel<uint32_t>(cpu::transpose_32_avx2, rows, cols);
       check_kernel<uint64_t>(cpu::transpose_64_avx2, rows, cols);
     }
   }
+  check_kernel<uint8_t>(cpu::transpose_8_avx2, 259, 133);  // several 64 x 64 cache blocks
   // Larger than one 16 x 16 cache block in both dims, with ragged edges.
   check_kernel<uint32_t>(cpu::transpose_32_avx2, 259, 133);
   check_kernel<uint64_t>(cpu::transpose_64_avx2, 133, 259);
