@@ -93,14 +93,9 @@ std::string_view quantized_dtype_name(DType dtype) {
 }
 
 Tensor quantize_per_tensor(const Tensor& x, double scale, int64_t zero_point, DType dtype) {
-  constexpr std::string_view op = "quantize_per_tensor";
-  check_quantized_dtype(dtype, op);
-  check_scale(scale, op, "scale");
-  check_zero_point(zero_point, dtype, op, "zero point");
-  auto params = std::make_shared<QuantParams>();
-  params->scales = {scale};
-  params->zero_points = {zero_point};
-  return quantize_checked(x, std::move(params), dtype, op);
+  check_quantized_dtype(dtype, "quantize_per_tensor");
+  const quant_math::QRange full = quant_math::qrange(dtype);
+  return quantize_per_tensor(x, scale, zero_point, dtype, full.lo, full.hi);
 }
 
 Tensor quantize_per_tensor(const Tensor& x, double scale, int64_t zero_point, DType dtype, int64_t quant_min,

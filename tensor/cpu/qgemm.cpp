@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <string>
 
 #include "tensor/cpu/cpu_features.h"
@@ -347,16 +348,11 @@ QGemmRunsCalls::QGemmRunsCalls(const ARuns& runs, const PackedQWeight& w, const 
   check_call("qgemm_runs", 0, nullptr, 0, 0, w, out);
   const auto& packed = static_cast<const qgemm_detail::PackedPanels&>(w);
   qgemm_detail::make_epilogue(out, packed.colsum().data(), packed.n(), packed.panels() * packed.lanes(), arrays_);
-  if (span && w.path() == QGemmPath::Avx2) span_max_ = qgemm_detail::max_byte(span, span_bytes);
-}
-
-// The largest byte m rows of runs read from a (rows lda apart).
-static uint8_t max_of_runs(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs) {
-  uint8_t top = 0;
-  for (int64_t i = 0; i < m && top < 255; ++i)
-    for (int r = 0; r < runs.count; ++r)
-      top = std::max(top, qgemm_detail::max_byte(a + i * lda + runs.offset[r], runs.groups * 4));
-  return top;
+  if (span && w.path() == QGemmPath::Avx2) {
+    span_max_ = qgemm_detail::max_byte(span, span_bytes);
+    first_read_ = *std::min_element(runs.offset, runs.offset + runs.count);
+    last_read_ = *std::max_element(runs.offset, runs.offset + runs.count) + runs.groups * 4;
+  }
 }
 
 void QGemmRunsCalls::operator()(int64_t m, const uint8_t* a, int64_t lda, void* out, const uint8_t* residual) const {
@@ -372,16 +368,13 @@ void QGemmRunsCalls::operator()(int64_t m, const uint8_t* a, int64_t lda, void* 
   switch (w_.path()) {
     case QGemmPath::Avx2: {
       // The bound on A's bytes (Note [Int8 GEMM on AVX2 without VNNI] in
-      // qgemm_kernels.h): the span's, when the rows lie inside it.
-      uint8_t a_max = 255;
+      // qgemm_kernels.h): the span's, when the rows lie inside it; without
+      // a span the kernel scans the rows.
+      std::optional<uint8_t> a_max;
       if (span_) {
-        const int64_t first = *std::min_element(runs_.offset, runs_.offset + runs_.count);
-        const int64_t last = *std::max_element(runs_.offset, runs_.offset + runs_.count) + runs_.groups * 4;
-        KILN_CHECK(a + first >= span_ && a + (m - 1) * lda + last <= span_end_, "qgemm_runs: ", m,
+        KILN_CHECK(a + first_read_ >= span_ && a + (m - 1) * lda + last_read_ <= span_end_, "qgemm_runs: ", m,
                    " rows ", lda, " bytes apart read outside the span the calls were promised to stay in");
         a_max = span_max_;
-      } else {
-        a_max = max_of_runs(m, a, lda, runs_);
       }
       qgemm_detail::qgemm_runs_avx2(m, a, lda, runs_, packed, e, a_max);
       return;

@@ -178,7 +178,8 @@ class QGemmRunsCalls {
   QGemmOutput stage_;
   qgemm_detail::EpilogueArrays arrays_;
   const uint8_t *span_, *span_end_;
-  uint8_t span_max_ = 255;
+  uint8_t span_max_ = 255;            // the largest byte in the span
+  int64_t first_read_ = 0, last_read_ = 0;  // a row's reads from its start: [first_read_, last_read_)
 };
 
 }  // namespace kiln::cpu

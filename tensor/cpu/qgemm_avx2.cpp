@@ -86,17 +86,20 @@ void widened_tiles(int64_t m, int64_t k, const PackedPanels& wide, const Epilogu
   }
 }
 
-uint8_t max_of_rows(int64_t m, const uint8_t* a, int64_t lda, int64_t k) {
+// The largest byte that rows [0, m) of A read: `count` runs of `bytes`
+// each, from a + i * lda + offset[r].
+uint8_t max_read(int64_t m, const uint8_t* a, int64_t lda, const int64_t* offset, int count, int64_t bytes) {
   uint8_t top = 0;
-  for (int64_t i = 0; i < m && top < 255; ++i) top = std::max(top, max_byte(a + i * lda, k));
+  for (int64_t i = 0; i < m && top < 255; ++i)
+    for (int r = 0; r < count; ++r) top = std::max(top, max_byte(a + i * lda + offset[r], bytes));
   return top;
 }
 
 }  // namespace
 
 void qgemm_avx2(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& w, const Epilogue& e) {
-  const int64_t k = w.k();
-  if (avx2_bytes_exact(max_of_rows(m, a, lda, k), w)) {
+  const int64_t k = w.k(), start = 0;
+  if (avx2_bytes_exact(max_read(m, a, lda, &start, 1, k), w)) {
     run_tiles<Ymm8>(m, a, lda, k, w, 0, e);
     return;
   }
@@ -104,14 +107,14 @@ void qgemm_avx2(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& w,
 }
 
 void qgemm_runs_avx2(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, const PackedPanels& w,
-                     const Epilogue& e, uint8_t a_max) {
-  if (avx2_bytes_exact(a_max, w)) {
+                     const Epilogue& e, std::optional<uint8_t> a_max) {
+  const int64_t run_bytes = runs.groups * 4;
+  if (avx2_bytes_exact(a_max ? *a_max : max_read(m, a, lda, runs.offset, runs.count, run_bytes), w)) {
     run_tiles<Ymm8>(m, a, lda, runs, 0, w, 0, e);
     return;
   }
   // The runs of each row gathered and widened in one pass: the patch rows
   // of the GEMM form, in int16.
-  const int64_t run_bytes = runs.groups * 4;
   widened_tiles(m, w.k(), w.wide(), e, [&](int64_t i, int16_t* dst) {
     for (int r = 0; r < runs.count; ++r) widen(a + i * lda + runs.offset[r], run_bytes, dst + r * run_bytes);
   });

@@ -51,6 +51,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -139,9 +140,9 @@ void qgemm_runs_avxvnni(int64_t m, const uint8_t* a, int64_t lda, const ARuns& r
                         const Epilogue& e);
 void qgemm_runs_avx512vnni(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, const PackedPanels& w,
                            const Epilogue& e);
-// a_max: no byte the runs read is larger.
+// a_max: no byte the runs read is larger; without it the rows are scanned.
 void qgemm_runs_avx2(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, const PackedPanels& w,
-                     const Epilogue& e, uint8_t a_max);
+                     const Epilogue& e, std::optional<uint8_t> a_max);
 
 // Whether qgemm on an Amx-packed weight multiplies m rows with the tiles or
 // hands them to the Avx512Vnni kernels, which read the same panels: the

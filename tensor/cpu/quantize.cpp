@@ -50,7 +50,7 @@ struct Grid {
   float inv_scale;
   int32_t zero_point;
   float zero_point_f;
-  float lo, hi;  // the dtype's range, as floats
+  float lo, hi;  // the dtype's range, as floats (quantize narrows it to its bounds)
 };
 
 Grid grid_of(const QuantParams& p, size_t channel, DType dtype) {
