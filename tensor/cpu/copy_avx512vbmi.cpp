@@ -13,15 +13,21 @@ namespace kiln::cpu {
 
 void interleave_planes_u8_avx512vbmi(uint8_t* dst, const uint8_t* src, int64_t plane_stride, int64_t planes,
                                      int64_t n) {
+  const uint8_t* rows[16];
+  for (int64_t c = 0; c < planes; ++c) rows[c] = src + c * plane_stride;
+  interleave_rows_u8_avx512vbmi(dst, rows, planes, n);
+}
+
+void interleave_rows_u8_avx512vbmi(uint8_t* dst, const uint8_t* const* rows, int64_t planes, int64_t n) {
   // A step takes `step` pixels: plane c's bytes for them sit at byte
   // step * c of the 128 bytes held by lo (the first 64) and hi (the rest),
   // and output byte i = x * planes + c of the step is source byte
   // step * c + x, which vpermt2b picks from the pair (its index's bit 6
   // chooses hi).
   const int64_t step = planes <= 8 ? 16 : 8;
-  const int64_t bytes = step * planes;  // <= 128
   alignas(64) uint8_t index[128] = {};
-  for (int64_t i = 0; i < bytes; ++i) index[i] = static_cast<uint8_t>(step * (i % planes) + i / planes);
+  for (int64_t x = 0; x < step; ++x)
+    for (int64_t c = 0; c < planes; ++c) index[x * planes + c] = static_cast<uint8_t>(step * c + x);
   const __m512i index_lo = _mm512_load_si512(index), index_hi = _mm512_load_si512(index + 64);
   const __mmask64 all = ~__mmask64{0};
   for (int64_t x = 0; x < n; x += step) {
@@ -34,7 +40,7 @@ void interleave_planes_u8_avx512vbmi(uint8_t* dst, const uint8_t* src, int64_t p
     __m512i part[16];
     for (int64_t c = 0; c < planes; ++c) {
       const int64_t at = step * c % 64;
-      part[c] = _mm512_maskz_loadu_epi8(row << at, src + c * plane_stride + x - at);
+      part[c] = _mm512_maskz_loadu_epi8(row << at, rows[c] + x - at);
     }
     const int64_t low_planes = planes < 64 / step ? planes : 64 / step;
     __m512i lo = part[0], hi = _mm512_setzero_si512();

@@ -41,5 +41,10 @@ namespace kiln::cpu {
 void interleave_planes_u8_avx2(uint8_t* dst, const uint8_t* src, int64_t plane_stride, int64_t planes, int64_t n);
 void interleave_planes_u8_avx512vbmi(uint8_t* dst, const uint8_t* src, int64_t plane_stride, int64_t planes,
                                      int64_t n);
+// The same with each plane's row given on its own: dst[x * planes + c] =
+// rows[c][x] (planes <= 16). The stacked kernel rows of the implicit
+// convolution (quantized_conv_implicit.h) interleave rows of several planes
+// and image rows at once.
+void interleave_rows_u8_avx512vbmi(uint8_t* dst, const uint8_t* const* rows, int64_t planes, int64_t n);
 
 }  // namespace kiln::cpu

@@ -411,8 +411,12 @@ void implicit_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantize
                      const Conv2dShape& s, const QuantizedOutputStage& numbers, const QGemmOutput& stage,
                      size_t element_size) {
   const ImplicitQConvWeight& iw = *w.groups(1).implicit;
-  const ImplicitQConvPlan& plan = cached_implicit_plan(iw, p, s);
-  const ConvPlan pad_plan(p, s, w.out_channels());
+  // With stacked kernel rows the tiles run a 1 x kw convolution over the
+  // stacked image (Note [Stacked kernel rows]).
+  const bool stacked = iw.stacked_kh > 0;
+  const StackedQConvCall call = stacked ? stacked_qconv_call(iw, p, s) : StackedQConvCall{p, s};
+  const ImplicitQConvPlan& plan = cached_implicit_plan(iw, call.p, call.s);
+  const ConvPlan pad_plan(call.p, call.s, w.out_channels());
   const int64_t n_images = x.size(0);
   QGemmOutput all = stage;
   all.bias = numbers.bias;
@@ -429,7 +433,9 @@ void implicit_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantize
     // zero weights or is never stored, and is set only so that every run
     // reads the same bytes.
     std::memset(padded + pad_plan.image_bytes, zero_point, static_cast<size_t>(plan.image_bytes - pad_plan.image_bytes));
-    pad_channels_last(x_data + n * x.stride(0), x.stride(1), x.stride(2), x.stride(3), pad_plan, zero_point, padded);
+    const uint8_t* image = x_data + n * x.stride(0);
+    if (stacked) stack_kernel_rows(image, x.stride(1), x.stride(2), x.stride(3), p, s, zero_point, padded);
+    else pad_channels_last(image, x.stride(1), x.stride(2), x.stride(3), pad_plan, zero_point, padded);
     return padded;
   };
   auto run = [&](const uint8_t* padded, int64_t n, int64_t b0, int64_t b1) {
@@ -475,7 +481,8 @@ Form conv_form(const CpuPackedQuantizedWeight& w, const Conv2dParams& p, const C
       KILN_CHECK(implicit_form_pays(w, p, s), "quantized conv2d: the implicit form was forced but cannot run ",
                  "here (got the ", qgemm_path_name(w.path()), " path, ", p.groups, " groups, dilation_w ", p.dilation.w,
                  " and kernel rows of ", s.kernel.w, " x ", s.channels, " bytes; it needs the amx path with one ",
-                 "group, dilation_w 1 and rows whose 64-byte padding at most triples them, or the avxvnni or ",
+                 "group, dilation_w 1 and rows (or, at kh*C <= 16, kh rows stacked) whose 64-byte padding at most ",
+                 "triples them, or the avxvnni or ",
                  "avx512vnni path and no plain 1x1, with one group and dilation_w 1 or with rows (taps, for ",
                  "dilation_w > 1) of a multiple of 4 bytes)");
       return Form::Implicit;

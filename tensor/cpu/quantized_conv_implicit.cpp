@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "tensor/cpu/copy_simd.h"
+#include "tensor/cpu/cpu_features.h"
+
 namespace kiln::cpu {
 namespace {
 
@@ -47,6 +50,67 @@ std::shared_ptr<const ImplicitQConvWeight> pack_implicit_qconv(const int8_t* reo
   }
   w->packed = pack_qweight(rows.data(), out_channels, k, k, path);
   return w;
+}
+
+bool stacked_qconv_packable(QGemmPath path, int64_t channels, int64_t kh, int64_t kw) {
+  const int64_t run = kw * kh * channels;
+  return path == QGemmPath::Amx && kh > 1 && !implicit_qconv_packable(path, channels, kw) && kh * channels <= 16 &&
+         row_bytes_for(path, kh * channels, kw) <= 3 * run;
+}
+
+std::shared_ptr<const ImplicitQConvWeight> pack_stacked_qconv(const int8_t* reordered, int64_t out_channels,
+                                                              int64_t channels, int64_t kh, int64_t kw,
+                                                              QGemmPath path) {
+  // (O, kh, kw, C) -> (O, kw, kh, C): a stacked pixel's kh*C bytes are in
+  // (ky, c) order, and a run is kw such pixels.
+  std::vector<int8_t> stacked(static_cast<size_t>(out_channels * kh * kw * channels));
+  for (int64_t o = 0; o < out_channels; ++o)
+    for (int64_t ky = 0; ky < kh; ++ky)
+      for (int64_t kx = 0; kx < kw; ++kx)
+        std::memcpy(stacked.data() + ((o * kw + kx) * kh + ky) * channels,
+                    reordered + ((o * kh + ky) * kw + kx) * channels, static_cast<size_t>(channels));
+  auto packed = pack_implicit_qconv(stacked.data(), out_channels, kh * channels, 1, kw, path);
+  auto w = std::make_shared<ImplicitQConvWeight>(*packed);
+  w->stacked_kh = kh;
+  return w;
+}
+
+StackedQConvCall stacked_qconv_call(const ImplicitQConvWeight& w, const Conv2dParams& p, const Conv2dShape& s) {
+  Conv2dParams stacked_p;
+  stacked_p.stride = Size2d(1, p.stride.w);
+  const Conv2dShape stacked_s{w.channels, Size2d(s.output.h, s.input.w + 2 * p.padding.w), Size2d(1, s.kernel.w),
+                              s.output};
+  return {stacked_p, stacked_s};
+}
+
+void stack_kernel_rows(const uint8_t* image, int64_t stride_c, int64_t stride_h, int64_t stride_w,
+                       const Conv2dParams& p, const Conv2dShape& s, uint8_t zero_point, uint8_t* stacked) {
+  const int64_t c = s.channels, kh = s.kernel.h, planes = kh * c;
+  const int64_t padded_w = s.input.w + 2 * p.padding.w, row_bytes = padded_w * planes;
+  const bool vbmi = simd_level() == SimdLevel::Avx512 && int8_features().avx512vbmi && stride_w == 1;
+  // The source row of each (ky, c) plane of an output row: an image row, or
+  // a row of zero points above or below the image.
+  std::vector<uint8_t> border(static_cast<size_t>(s.input.w) * static_cast<size_t>(std::max<int64_t>(stride_w, 1)),
+                              zero_point);
+  const uint8_t* rows[16];
+  for (int64_t y = 0; y < s.output.h; ++y) {
+    uint8_t* dst = stacked + y * row_bytes;
+    std::memset(dst, zero_point, static_cast<size_t>(p.padding.w * planes));
+    std::memset(dst + (p.padding.w + s.input.w) * planes, zero_point,
+                static_cast<size_t>((padded_w - p.padding.w - s.input.w) * planes));
+    for (int64_t ky = 0; ky < kh; ++ky) {
+      const int64_t iy = y * p.stride.h + ky * p.dilation.h - p.padding.h;
+      for (int64_t ch = 0; ch < c; ++ch)
+        rows[ky * c + ch] = iy >= 0 && iy < s.input.h ? image + ch * stride_c + iy * stride_h : border.data();
+    }
+    uint8_t* interior = dst + p.padding.w * planes;
+    if (vbmi) {
+      interleave_rows_u8_avx512vbmi(interior, rows, planes, s.input.w);
+    } else {
+      for (int64_t x = 0; x < s.input.w; ++x)
+        for (int64_t i = 0; i < planes; ++i) interior[x * planes + i] = rows[i][x * stride_w];
+    }
+  }
 }
 
 bool implicit_qconv_pays(const ImplicitQConvWeight* w, const Conv2dParams& p) {

@@ -64,6 +64,24 @@
 //   gathers each row's runs into int16 patch rows as it widens them.
 // - Broadcasts read only inside the runs: no tail room is needed, and the
 //   bytes equal the GEMM form's, whose rows are copies of the same runs.
+//
+// Note [Stacked kernel rows]
+// With few channels a kernel row is too short for a 64-byte tile row: a
+// 3-channel 3x3 layer (an image's first convolution) has runs of 9 bytes,
+// 7x padding, and so takes patch rows of 27 bytes. There the image is
+// copied once more with its kernel rows stacked into each pixel: pixel
+// (y, x) of the stacked image holds the kh pixels (y*stride_h + ky*dil_h,
+// x) of the padded image, kh*C bytes in (ky, c) order. The convolution is
+// then a 1 x kw one over kh*C channels with stride (1, stride_w) and no
+// padding (the stacked image keeps the horizontal padding, out_h rows of
+// padded_w pixels), whose run of kw*kh*C bytes is one tile row: 27 bytes in
+// 64 and one k block per 16 pixels, where the form above would take three
+// blocks of 9 bytes each. The weight is packed as such a layer's, in (kx,
+// ky, c) order. It is used (stacked_qconv_packable) on the Amx path where
+// the plain rows are not packable, kh*C <= 16 (the byte interleave that
+// builds the stacked rows from NCHW planes), and the stacked run at most
+// triples in 64-byte padding; the copy costs kh bytes per input byte, small
+// beside the patch rows' kh*kw.
 #pragma once
 
 #include <cstdint>
@@ -81,6 +99,10 @@ struct ImplicitQConvWeight {
   int64_t out_channels = 0, channels = 0, kh = 0, kw = 0;
   int64_t row_bytes = 0;  // R: kw*C rounded up to a multiple of 64 (Amx) or 4 (the VNNI paths)
   std::shared_ptr<const PackedQWeight> packed;  // (O, kh*R)
+  // Note [Stacked kernel rows]: above 0, the layer's kh kernel rows stacked
+  // into its channels (channels = stacked_kh * C, kh = 1), read from the
+  // stacked image.
+  int64_t stacked_kh = 0;
 };
 
 // Whether a (O, C, kh, kw) weight is worth packing this way on `path`: on
@@ -92,6 +114,25 @@ bool implicit_qconv_packable(QGemmPath path, int64_t channels, int64_t kw);
 std::shared_ptr<const ImplicitQConvWeight> pack_implicit_qconv(const int8_t* reordered, int64_t out_channels,
                                                                int64_t channels, int64_t kh, int64_t kw,
                                                                QGemmPath path);
+// Note [Stacked kernel rows]: whether a (O, C, kh, kw) weight is packed with
+// its kernel rows stacked into its channels, and the packing (reordered as
+// for pack_implicit_qconv).
+bool stacked_qconv_packable(QGemmPath path, int64_t channels, int64_t kh, int64_t kw);
+std::shared_ptr<const ImplicitQConvWeight> pack_stacked_qconv(const int8_t* reordered, int64_t out_channels,
+                                                              int64_t channels, int64_t kh, int64_t kw,
+                                                              QGemmPath path);
+// The 1 x kw convolution over the stacked image that a call (p, s) becomes
+// on a stacked weight w, and the stacked image itself: image (C, H, W), any
+// strides -> (s.output.h, padded_w, kh*C), the horizontal border and the
+// rows above and below the image at zero_point.
+struct StackedQConvCall {
+  Conv2dParams p;
+  Conv2dShape s;
+};
+StackedQConvCall stacked_qconv_call(const ImplicitQConvWeight& w, const Conv2dParams& p, const Conv2dShape& s);
+void stack_kernel_rows(const uint8_t* image, int64_t stride_c, int64_t stride_h, int64_t stride_w,
+                       const Conv2dParams& p, const Conv2dShape& s, uint8_t zero_point, uint8_t* stacked);
+
 // Whether a call can run on the packed weight w (which may be null): groups
 // 1 and dilation_w 1.
 bool implicit_qconv_pays(const ImplicitQConvWeight* w, const Conv2dParams& p);

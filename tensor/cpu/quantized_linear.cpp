@@ -58,6 +58,8 @@ CpuPackedQuantizedWeight::Groups CpuPackedQuantizedWeight::pack_groups(int64_t g
   }
   if (groups == 1 && implicit_qconv_packable(path_, cg, kw))
     packs.implicit = pack_implicit_qconv(reordered.data(), group_out, cg, kh, kw, path_);
+  else if (groups == 1 && stacked_qconv_packable(path_, cg, kh, kw))
+    packs.implicit = pack_stacked_qconv(reordered.data(), group_out, cg, kh, kw, path_);
   if (direct_qconv_available(path_)) packs.direct = pack_direct_qconv(w, groups);
   return packs;
 }

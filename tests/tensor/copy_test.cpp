@@ -110,6 +110,39 @@ TEST(InterleavePlanes, MatchesPlainLoop) {
   expect_interleave_matches_plain_loop(cpu::interleave_planes_u8_avx512vbmi, 16, 101);
 }
 
+// The row-pointer form (the stacked kernel rows of the implicit
+// convolution): each plane's row on its own, in any order, one row standing
+// for several planes (the zero-point border), each ending where its n bytes
+// do.
+TEST(InterleavePlanes, RowsMatchPlainLoop) {
+  if (cpu::simd_level() < cpu::SimdLevel::Avx512 || !cpu::int8_features().avx512vbmi) {
+    GTEST_SKIP() << "no AVX-512 VBMI on this CPU";
+  }
+  for (int64_t planes = 1; planes <= 16; ++planes) {
+    for (int64_t n = 0; n <= 70; ++n) {
+      auto bits = random_bits(planes * (n + 1) + planes * n + 8, static_cast<uint32_t>(planes * 107 + n));
+      // Row r of `distinct` rows, each its own allocation of n bytes.
+      const int64_t distinct = (planes + 1) / 2;
+      std::vector<std::vector<uint8_t>> rows(static_cast<size_t>(distinct));
+      size_t k = 0;
+      for (auto& row : rows) {
+        row.resize(static_cast<size_t>(n));
+        for (auto& b : row) b = static_cast<uint8_t>(bits[k++]);
+      }
+      const uint8_t* pointers[16];
+      for (int64_t c = 0; c < planes; ++c) pointers[c] = rows[static_cast<size_t>((c * 5 + 3) % distinct)].data();
+      std::vector<uint8_t> dst(static_cast<size_t>(planes * n + 8));
+      for (auto& b : dst) b = static_cast<uint8_t>(bits[k++]);
+      std::vector<uint8_t> expected = dst;
+      for (int64_t x = 0; x < n; ++x) {
+        for (int64_t c = 0; c < planes; ++c) expected[4 + x * planes + c] = pointers[c][x];
+      }
+      cpu::interleave_rows_u8_avx512vbmi(dst.data() + 4, pointers, planes, n);
+      ASSERT_EQ(dst, expected) << planes << " planes of " << n;
+    }
+  }
+}
+
 // The AVX2 interleave (up to 8 planes), likewise: around its 16-pixel
 // steps and the spill of its 8-byte stores, nothing written outside dst's
 // pixels.

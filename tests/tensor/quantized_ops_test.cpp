@@ -567,6 +567,17 @@ const ConvCase kImplicitCases[] = {
     {{1, 16, 6, 7}, {16, 16, 3, 3}, {.padding = {0, 2}}, false, true, true, 3, 60},  // per-tensor weight
     {{3, 24, 4, 4}, {16, 24, 2, 3}, {.padding = 1}, true, true, false, 100, 100},    // rows of 72 in 128
     {{2, 6, 14, 14}, {16, 6, 5, 5}, {}, true, true, false, 20, 128},               // LeNet conv2: 30 in 64
+    // Stacked kernel rows (Note [Stacked kernel rows]) on Amx: ResNet-20's
+    // stem (27 bytes in 64), stride 2 over odd sizes, dilation in height
+    // (rows of the stacked image taken 2 apart), uneven padding, a 5x5 at 3
+    // channels (75 in 128) and at 1 (25 in 64), output channels off the
+    // 16-lane panels.
+    {{2, 3, 16, 16}, {16, 3, 3, 3}, {.padding = 1}, true, true, true, 120, 30},
+    {{1, 3, 15, 13}, {20, 3, 3, 3}, {.stride = 2, .padding = 1}, true, false, false, 0, 128},
+    {{1, 3, 12, 11}, {16, 3, 3, 3}, {.padding = {2, 1}, .dilation = {2, 1}}, false, true, false, 255, 7},
+    {{2, 3, 9, 8}, {24, 3, 3, 3}, {.padding = {0, 2}}, true, true, true, 60, 128},
+    {{1, 3, 14, 14}, {8, 3, 5, 5}, {.padding = 2}, true, true, false, 33, 128},
+    {{2, 1, 11, 9}, {16, 1, 5, 5}, {.stride = {2, 1}}, true, false, true, 200, 0},
 };
 
 bool has_path(cpu::QGemmPath path) {
@@ -580,7 +591,9 @@ bool implicit_runs_somewhere(const ConvCase& c) {
   for (cpu::QGemmPath path : cpu::qgemm_paths_available()) {
     const bool padded_rows = c.p.groups == 1 && c.p.dilation.w == 1 && cpu::implicit_qconv_packable(path, c.w[1], c.w[3]);
     if (path == cpu::QGemmPath::Amx) {
-      if (padded_rows) return true;
+      const bool stacked = c.p.groups == 1 && c.p.dilation.w == 1 &&
+                           cpu::stacked_qconv_packable(path, c.w[1], c.w[2], c.w[3]);
+      if (padded_rows || stacked) return true;
     } else if (padded_rows || cpu::implicit_runs_pay(path, nullptr, c.p, shape)) {
       return true;
     }
@@ -687,6 +700,58 @@ TEST(QuantizedConv2dImplicit, AutoPicksItWhereTheRowsPay) {
   EXPECT_TRUE(cpu::implicit_qconv_pays(w, {.padding = 1}));
   EXPECT_FALSE(cpu::implicit_qconv_pays(w, {.padding = 1, .dilation = {1, 2}}));
   EXPECT_FALSE(cpu::implicit_qconv_pays(nullptr, {}));
+  // Stacked kernel rows: where the plain rows are not packed, kh > 1, kh*C
+  // <= 16 and the stacked run at most triples in padding: the stem's 3x3 at
+  // 3 channels (27 in 64), 5x5 at 1 (25 in 64); not 3x3 at 1 (9 in 64), 3x3
+  // at 6 (kh*C 18), a 1-row kernel, or another path.
+  EXPECT_TRUE(cpu::stacked_qconv_packable(cpu::QGemmPath::Amx, 3, 3, 3));
+  EXPECT_TRUE(cpu::stacked_qconv_packable(cpu::QGemmPath::Amx, 1, 5, 5));
+  EXPECT_FALSE(cpu::stacked_qconv_packable(cpu::QGemmPath::Amx, 1, 3, 3));
+  EXPECT_FALSE(cpu::stacked_qconv_packable(cpu::QGemmPath::Amx, 6, 3, 3));
+  EXPECT_FALSE(cpu::stacked_qconv_packable(cpu::QGemmPath::Amx, 3, 1, 3));
+  EXPECT_FALSE(cpu::stacked_qconv_packable(cpu::QGemmPath::Amx, 16, 3, 3));
+  EXPECT_FALSE(cpu::stacked_qconv_packable(cpu::QGemmPath::Avx512Vnni, 3, 3, 3));
+  auto stem = cpu::pack_quantized_weight(random_weight({16, 3, 3, 3}, true, 561), cpu::QGemmPath::Amx);
+  const cpu::ImplicitQConvWeight* s = stem->groups(1).implicit.get();
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->stacked_kh, 3);
+  EXPECT_EQ(s->channels, 9);
+  EXPECT_EQ(s->kh, 1);
+  EXPECT_EQ(s->kw, 3);
+  EXPECT_EQ(s->row_bytes, 64);
+  EXPECT_TRUE(cpu::implicit_qconv_pays(s, {.padding = 1, .dilation = {2, 1}}));
+  EXPECT_FALSE(cpu::implicit_qconv_pays(s, {.padding = 1, .dilation = {1, 2}}));
+}
+
+// The stacked image is copied from any input layout: NCHW planes (the byte
+// interleave), a channels-last tensor seen through NCHW strides and a
+// narrowed view (the plain loop), each equal to the GEMM form to the byte;
+// and one thread equals several.
+TEST(QuantizedConv2dImplicit, StackedRowsTakeAnyInputLayout) {
+  if (!has_path(cpu::QGemmPath::Amx)) GTEST_SKIP() << "no AMX on this CPU: kernel rows are stacked only there";
+  Tensor w = random_weight({16, 3, 3, 3}, true, 590);
+  Tensor b = random_float({16}, -1, 1, 591);
+  auto packed = cpu::pack_quantized_weight(w, cpu::QGemmPath::Amx);
+  ASSERT_GT(packed->groups(1).implicit->stacked_kh, 0);
+  Tensor nchw = random_activation({2, 3, 13, 17}, 0.05, 90, 592);
+  Tensor nhwc = random_activation({2, 13, 17, 3}, 0.05, 90, 593).permute({0, 3, 1, 2});
+  Tensor wide = random_activation({2, 3, 13, 21}, 0.05, 90, 594).narrow(3, 2, 17);
+  for (const Conv2dParams& p : {Conv2dParams{.padding = 1}, Conv2dParams{.stride = 2, .padding = 1}}) {
+    for (const Tensor& x : {nchw, nhwc, wide}) {
+      Tensor gemm, implicit;
+      {
+        const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Gemm);
+        gemm = ops::quantized_conv2d(x, *packed, b, p, 0.2, 100, true);
+      }
+      {
+        const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Implicit);
+        implicit = ops::quantized_conv2d(x, *packed, b, p, 0.2, 100, true);
+      }
+      EXPECT_EQ(ints<uint8_t>(implicit), ints<uint8_t>(gemm)) << detail::str("strides ", x.strides(), " stride ", p.stride.h);
+    }
+  }
+  const cpu::ForceQConvAlgorithm force(cpu::QConvAlgorithm::Implicit);
+  expect_threads_agree({16, 3, 3, 3}, {3, 31, 30}, {.padding = 1}, 595);
 }
 
 TEST(QuantizedConv2dImplicit, ForcedWhereItCannotRunNamesWhy) {
