@@ -79,22 +79,96 @@ inline void store_column_zmm(const Epilogue& e, int64_t n, int64_t at, __mmask16
 // (stride_n 1). The conv's value enters the add as q - zero_point, which is
 // what the clamp gives when its bounds are shifted instead (see the Note).
 inline void finish_zmm_residual(const int32_t* c, int rows, int nv, int64_t m0, int64_t n0, const Epilogue& e) {
+  // The Epilogue in locals, as finish_zmm_uint8 below.
   const AddLanesZmm add(e.residual_add);
   const __m512 lo = _mm512_set1_ps(e.lo - e.zero_point), hi = _mm512_set1_ps(e.hi - e.zero_point);
-  for (int i = 0; i < rows; ++i) {
-    for (int v = 0; v < nv; ++v) {
-      const int64_t n = n0 + v * 16;
-      const int valid = static_cast<int>(std::min<int64_t>(16, e.n - n));
-      if (valid <= 0) break;
-      const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1);
+  const float* scale = e.scale;
+  const int64_t stride_m = e.stride_m;
+  uint8_t* out = static_cast<uint8_t*>(e.out) + m0 * stride_m;
+  const uint8_t* residual = e.residual + m0 * stride_m;
+  const int valid_vectors = static_cast<int>(std::min<int64_t>(nv, (e.n - n0 + 15) / 16));
+  for (int v = 0; v < valid_vectors; ++v) {
+    const int64_t n = n0 + v * 16;
+    const int valid = static_cast<int>(std::min<int64_t>(16, e.n - n));
+    const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1);
+    const __m512 column_scale = _mm512_loadu_ps(scale + n);
+    for (int i = 0; i < rows; ++i) {
       const __m512i acc = _mm512_load_si512(c + (i * nv + v) * 16);
-      const int64_t at = (m0 + i) * e.stride_m + n;
-      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_loadu_ps(e.scale + n));
+      const int64_t at = i * stride_m + n;
+      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), column_scale);
       f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);  // q - zero_point; NaN -> lo, as fmax(NaN, lo)
-      const __m512i r = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask, e.residual + at));
+      const __m512i r = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask, residual + at));
       const __m512i q = add_lanes_shifted(f, r, add);  // in [0, 255]: narrowed exactly
-      _mm_mask_storeu_epi8(static_cast<uint8_t*>(e.out) + at, mask, _mm512_cvtepi32_epi8(q));
+      _mm_mask_storeu_epi8(out + at, mask, _mm512_cvtepi32_epi8(q));
+    }
+  }
+}
+
+// The UInt8 stage of a register tile into adjacent columns (stride_n 1,
+// a channels-last output), the hot loop of every int8 convolution. The
+// clamp is done before the rounding with its bounds shifted by the zero
+// point (as finish_zmm_residual; the bounds are integers, so clamping and
+// rounding commute), and the rounding rides in the conversion. Where four
+// vectors in a row are whole (a tile's rows of 16, 32 or 64 columns) they
+// are narrowed together with saturating packs, which leave only the upper
+// bound to clamp in float (below, an out-of-range or NaN value converts to
+// INT32_MIN and saturates to lo), the zero point added in int16 and the
+// bounds clamped on bytes: half the operations of narrowing one vector at a
+// time. The Epilogue is read into locals first: the byte stores may alias
+// anything, and would make the compiler load it again after each one.
+inline void finish_zmm_uint8(const int32_t* c, int rows, int nv, int64_t m0, int64_t n0, const Epilogue& e) {
+  const __m512 lo = _mm512_set1_ps(e.lo - e.zero_point), hi = _mm512_set1_ps(e.hi - e.zero_point);
+  const __m512i zero_point = _mm512_set1_epi32(static_cast<int32_t>(e.zero_point));
+  const float* scale = e.scale;
+  const int64_t stride_m = e.stride_m;
+  uint8_t* out = static_cast<uint8_t*>(e.out) + m0 * stride_m + n0;
+  int i = 0;
+  // Packed: 4 / nv rows at a time, their vectors consecutive in c.
+  const bool whole = e.n - n0 >= nv * 16;
+  if (whole && (nv == 4 || nv == 2 || (nv == 1 && stride_m == 16))) {
+    const int group = 4 / nv;
+    __m512 column_scale[4];
+    for (int j = 0; j < 4; ++j) column_scale[j] = _mm512_loadu_ps(scale + n0 + (j % nv) * 16);
+    const __m512i zero_point16 = _mm512_set1_epi16(static_cast<int16_t>(e.zero_point));
+    const __m512i lo8 = _mm512_set1_epi8(static_cast<char>(static_cast<uint8_t>(e.lo)));
+    const __m512i hi8 = _mm512_set1_epi8(static_cast<char>(static_cast<uint8_t>(e.hi)));
+    // After the packs, dword 4l + j holds lanes 4l..4l+3 of vector j.
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    for (; i + group <= rows; i += group) {
+      __m512i q[4];
+      for (int j = 0; j < 4; ++j) {
+        const __m512i acc = _mm512_load_si512(c + (i * nv + j) * 16);
+        const __m512 f = _mm512_min_ps(hi, _mm512_mul_ps(_mm512_cvtepi32_ps(acc), column_scale[j]));  // NaN stays
+        q[j] = _mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      }
+      const __m512i q01 = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[1]), zero_point16);
+      const __m512i q23 = _mm512_adds_epi16(_mm512_packs_epi32(q[2], q[3]), zero_point16);
+      __m512i bytes = _mm512_permutexvar_epi32(order, _mm512_packus_epi16(q01, q23));
+      bytes = _mm512_min_epu8(_mm512_max_epu8(bytes, lo8), hi8);
+      uint8_t* row = out + i * stride_m;
+      if (nv == 2) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(row), _mm512_castsi512_si256(bytes));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + stride_m), _mm512_extracti64x4_epi64(bytes, 1));
+      } else {
+        _mm512_storeu_si512(row, bytes);  // one row of 64, or four contiguous rows of 16
+      }
+    }
+  }
+  // The rest one vector at a time.
+  const int valid_vectors = static_cast<int>(std::min<int64_t>(nv, (e.n - n0 + 15) / 16));
+  for (int v = 0; v < valid_vectors; ++v) {
+    const int64_t n = n0 + v * 16;
+    const int valid = static_cast<int>(std::min<int64_t>(16, e.n - n));
+    const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1);
+    const __m512 column_scale = _mm512_loadu_ps(scale + n);
+    for (int r = i; r < rows; ++r) {
+      const __m512i acc = _mm512_load_si512(c + (r * nv + v) * 16);
+      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), column_scale);
+      f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);  // NaN -> lo, as fmax(NaN, lo)
+      const __m512i q = _mm512_add_epi32(_mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                                         zero_point);
+      _mm_mask_storeu_epi8(out + r * stride_m + v * 16, mask, _mm512_cvtepi32_epi8(q));
     }
   }
 }
@@ -118,6 +192,7 @@ inline void finish_zmm(const int32_t* c, int rows, int nv, int64_t m0, int64_t n
     return;
   }
   const bool direct = e.stride_n == 1;
+  if (direct && e.kind == QGemmOutput::Kind::UInt8) return finish_zmm_uint8(c, rows, nv, m0, n0, e);
   alignas(64) int32_t tmp32[16 * 64];  // rows <= 16, nv * 16 <= 64
   alignas(64) uint8_t tmp8[16 * 64];
   for (int i = 0; i < rows; ++i) {

@@ -71,23 +71,26 @@ inline __m256i add_lanes(__m256i a, __m256i b, const AddLanesYmm& v) {
 #endif
 
 #if defined(__AVX512F__)
+// On 16 lanes the output is clamped before it is rounded, with bounds
+// shifted by its zero point, and the zero point added as an integer: the
+// bounds are integers, so clamping and rounding commute, and the rounding
+// rides in the conversion (one operation where three were).
 struct AddLanesZmm {
-  __m512i zp_a, zp_b;
-  __m512 scale_a, scale_b, inv_out, zp_out, lo, hi;
+  __m512i zp_a, zp_b, zp_out;
+  __m512 scale_a, scale_b, inv_out, lo, hi;  // lo and hi less zero_point_out
   explicit AddLanesZmm(const QuantizedAddGrids& g)
       : zp_a(_mm512_set1_epi32(g.zero_point_a)), zp_b(_mm512_set1_epi32(g.zero_point_b)),
-        scale_a(_mm512_set1_ps(g.scale_a)), scale_b(_mm512_set1_ps(g.scale_b)), inv_out(_mm512_set1_ps(g.inv_scale_out)),
-        zp_out(_mm512_set1_ps(g.zero_point_out)), lo(_mm512_set1_ps(g.lo)), hi(_mm512_set1_ps(g.hi)) {}
+        zp_out(_mm512_set1_epi32(static_cast<int32_t>(g.zero_point_out))), scale_a(_mm512_set1_ps(g.scale_a)),
+        scale_b(_mm512_set1_ps(g.scale_b)), inv_out(_mm512_set1_ps(g.inv_scale_out)),
+        lo(_mm512_set1_ps(g.lo - g.zero_point_out)), hi(_mm512_set1_ps(g.hi - g.zero_point_out)) {}
 };
 
 inline __m512i add_lanes_shifted(__m512 a_minus_zp, __m512i b, const AddLanesZmm& v) {
   __m512 da = _mm512_mul_ps(a_minus_zp, v.scale_a);
   __m512 db = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(b, v.zp_b)), v.scale_b);
-  __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_add_ps(da, db), v.inv_out),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  r = _mm512_add_ps(r, v.zp_out);
-  r = _mm512_min_ps(_mm512_max_ps(r, v.lo), v.hi);
-  return _mm512_cvttps_epi32(r);
+  __m512 r = _mm512_mul_ps(_mm512_add_ps(da, db), v.inv_out);
+  r = _mm512_min_ps(_mm512_max_ps(r, v.lo), v.hi);  // NaN -> lo, as fmax(NaN, lo)
+  return _mm512_add_epi32(_mm512_cvt_roundps_epi32(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), v.zp_out);
 }
 
 inline __m512i add_lanes(__m512i a, __m512i b, const AddLanesZmm& v) {
