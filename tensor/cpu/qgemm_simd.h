@@ -74,6 +74,46 @@ inline void store_column_zmm(const Epilogue& e, int64_t n, int64_t at, __mmask16
   }
 }
 
+// Four vectors of rounded outputs less their zero point, already clamped
+// to at most hi - zero_point (below that anything, INT32_MIN included), to
+// 64 bytes in order: saturating packs to int16, the zero point added there
+// (saturating), packs to bytes, the dwords put back in order (after the
+// packs, dword 4l + j holds lanes 4l..4l+3 of vector j), and the bytes
+// clamped to [lo, hi]. Half the operations of narrowing one vector at a
+// time (finish_zmm_uint8).
+struct NarrowU8Zmm {
+  __m512i zero_point16, lo8, hi8, order;
+  NarrowU8Zmm(float zero_point, float lo, float hi)
+      : zero_point16(_mm512_set1_epi16(static_cast<int16_t>(zero_point))),
+        lo8(_mm512_set1_epi8(static_cast<char>(static_cast<uint8_t>(lo)))),
+        hi8(_mm512_set1_epi8(static_cast<char>(static_cast<uint8_t>(hi)))),
+        order(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)) {}
+  __m512i operator()(const __m512i* q) const {
+    const __m512i q01 = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[1]), zero_point16);
+    const __m512i q23 = _mm512_adds_epi16(_mm512_packs_epi32(q[2], q[3]), zero_point16);
+    const __m512i bytes = _mm512_permutexvar_epi32(order, _mm512_packus_epi16(q01, q23));
+    return _mm512_min_epu8(_mm512_max_epu8(bytes, lo8), hi8);
+  }
+};
+
+// Whether a tile of nv vectors a row, columns from n0, takes the packed
+// narrowing 4 / nv rows at a time: its vectors whole, and the 64 bytes of
+// 4 / nv rows stored whole (rows of 64, two stores of 32, or four rows of 16
+// that follow one another).
+inline bool packs_rows(int nv, int64_t n0, const Epilogue& e) {
+  return e.n - n0 >= nv * 16 && (nv == 4 || nv == 2 || (nv == 1 && e.stride_m == 16));
+}
+
+// Stores the 64 bytes of 4 / nv rows from `row`, rows stride_m apart.
+inline void store_packed_rows(uint8_t* row, int64_t stride_m, int nv, __m512i bytes) {
+  if (nv == 2) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(row), _mm512_castsi512_si256(bytes));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + stride_m), _mm512_extracti64x4_epi64(bytes, 1));
+  } else {
+    _mm512_storeu_si512(row, bytes);  // one row of 64, or four contiguous rows of 16
+  }
+}
+
 // The UInt8 stage with the residual add (Note [Residual add in the output
 // stage] in qgemm.h) of a register tile on 16 lanes, columns adjacent
 // (stride_n 1). The conv's value enters the add as q - zero_point, which is
@@ -86,13 +126,34 @@ inline void finish_zmm_residual(const int32_t* c, int rows, int nv, int64_t m0, 
   const int64_t stride_m = e.stride_m;
   uint8_t* out = static_cast<uint8_t*>(e.out) + m0 * stride_m;
   const uint8_t* residual = e.residual + m0 * stride_m;
+  int i0 = 0;
+  if (packs_rows(nv, n0, e)) {
+    const NarrowU8Zmm narrow(e.residual_add.zero_point_out, e.residual_add.lo, e.residual_add.hi);
+    const int group = 4 / nv;
+    __m512 column_scale[4];
+    for (int j = 0; j < 4; ++j) column_scale[j] = _mm512_loadu_ps(scale + n0 + (j % nv) * 16);
+    for (; i0 + group <= rows; i0 += group) {
+      __m512i q[4];
+      for (int j = 0; j < 4; ++j) {
+        const __m512i acc = _mm512_load_si512(c + (i0 * nv + j) * 16);
+        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), column_scale[j]);
+        f = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);  // q - zero_point; NaN -> lo, as fmax(NaN, lo)
+        const int64_t at = (i0 + j / nv) * stride_m + n0 + (j % nv) * 16;
+        const __m512i r = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(residual + at)));
+        q[j] = add_lanes_rounded(f, r, add);
+      }
+      store_packed_rows(out + i0 * stride_m + n0, stride_m, nv, narrow(q));
+    }
+  }
+  // The rest one vector at a time.
   const int valid_vectors = static_cast<int>(std::min<int64_t>(nv, (e.n - n0 + 15) / 16));
   for (int v = 0; v < valid_vectors; ++v) {
     const int64_t n = n0 + v * 16;
     const int valid = static_cast<int>(std::min<int64_t>(16, e.n - n));
     const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1);
     const __m512 column_scale = _mm512_loadu_ps(scale + n);
-    for (int i = 0; i < rows; ++i) {
+    for (int i = i0; i < rows; ++i) {
       const __m512i acc = _mm512_load_si512(c + (i * nv + v) * 16);
       const int64_t at = i * stride_m + n;
       __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), column_scale);
@@ -110,13 +171,10 @@ inline void finish_zmm_residual(const int32_t* c, int rows, int nv, int64_t m0, 
 // clamp is done before the rounding with its bounds shifted by the zero
 // point (as finish_zmm_residual; the bounds are integers, so clamping and
 // rounding commute), and the rounding rides in the conversion. Where four
-// vectors in a row are whole (a tile's rows of 16, 32 or 64 columns) they
-// are narrowed together with saturating packs, which leave only the upper
-// bound to clamp in float (below, an out-of-range or NaN value converts to
-// INT32_MIN and saturates to lo), the zero point added in int16 and the
-// bounds clamped on bytes: half the operations of narrowing one vector at a
-// time. The Epilogue is read into locals first: the byte stores may alias
-// anything, and would make the compiler load it again after each one.
+// vectors in a row are whole they are narrowed together (NarrowU8Zmm),
+// which leaves only the upper bound to clamp in float. The Epilogue is read
+// into locals first: the byte stores may alias anything, and would make the
+// compiler load it again after each one.
 inline void finish_zmm_uint8(const int32_t* c, int rows, int nv, int64_t m0, int64_t n0, const Epilogue& e) {
   const __m512 lo = _mm512_set1_ps(e.lo - e.zero_point), hi = _mm512_set1_ps(e.hi - e.zero_point);
   const __m512i zero_point = _mm512_set1_epi32(static_cast<int32_t>(e.zero_point));
@@ -124,17 +182,11 @@ inline void finish_zmm_uint8(const int32_t* c, int rows, int nv, int64_t m0, int
   const int64_t stride_m = e.stride_m;
   uint8_t* out = static_cast<uint8_t*>(e.out) + m0 * stride_m + n0;
   int i = 0;
-  // Packed: 4 / nv rows at a time, their vectors consecutive in c.
-  const bool whole = e.n - n0 >= nv * 16;
-  if (whole && (nv == 4 || nv == 2 || (nv == 1 && stride_m == 16))) {
+  if (packs_rows(nv, n0, e)) {
+    const NarrowU8Zmm narrow(e.zero_point, e.lo, e.hi);
     const int group = 4 / nv;
     __m512 column_scale[4];
     for (int j = 0; j < 4; ++j) column_scale[j] = _mm512_loadu_ps(scale + n0 + (j % nv) * 16);
-    const __m512i zero_point16 = _mm512_set1_epi16(static_cast<int16_t>(e.zero_point));
-    const __m512i lo8 = _mm512_set1_epi8(static_cast<char>(static_cast<uint8_t>(e.lo)));
-    const __m512i hi8 = _mm512_set1_epi8(static_cast<char>(static_cast<uint8_t>(e.hi)));
-    // After the packs, dword 4l + j holds lanes 4l..4l+3 of vector j.
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     for (; i + group <= rows; i += group) {
       __m512i q[4];
       for (int j = 0; j < 4; ++j) {
@@ -142,17 +194,7 @@ inline void finish_zmm_uint8(const int32_t* c, int rows, int nv, int64_t m0, int
         const __m512 f = _mm512_min_ps(hi, _mm512_mul_ps(_mm512_cvtepi32_ps(acc), column_scale[j]));  // NaN stays
         q[j] = _mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       }
-      const __m512i q01 = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[1]), zero_point16);
-      const __m512i q23 = _mm512_adds_epi16(_mm512_packs_epi32(q[2], q[3]), zero_point16);
-      __m512i bytes = _mm512_permutexvar_epi32(order, _mm512_packus_epi16(q01, q23));
-      bytes = _mm512_min_epu8(_mm512_max_epu8(bytes, lo8), hi8);
-      uint8_t* row = out + i * stride_m;
-      if (nv == 2) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(row), _mm512_castsi512_si256(bytes));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + stride_m), _mm512_extracti64x4_epi64(bytes, 1));
-      } else {
-        _mm512_storeu_si512(row, bytes);  // one row of 64, or four contiguous rows of 16
-      }
+      store_packed_rows(out + i * stride_m, stride_m, nv, narrow(q));
     }
   }
   // The rest one vector at a time.

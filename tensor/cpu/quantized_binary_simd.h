@@ -93,6 +93,17 @@ inline __m512i add_lanes_shifted(__m512 a_minus_zp, __m512i b, const AddLanesZmm
   return _mm512_add_epi32(_mm512_cvt_roundps_epi32(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), v.zp_out);
 }
 
+// The same sum rounded, less the output's zero point and clamped to at most
+// hi - zero_point_out only (NaN stays, and converts to INT32_MIN): the
+// packed narrowing of the output stage (NarrowU8Zmm in qgemm_simd.h) adds
+// the zero point and clamps below.
+inline __m512i add_lanes_rounded(__m512 a_minus_zp, __m512i b, const AddLanesZmm& v) {
+  __m512 da = _mm512_mul_ps(a_minus_zp, v.scale_a);
+  __m512 db = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(b, v.zp_b)), v.scale_b);
+  __m512 r = _mm512_min_ps(v.hi, _mm512_mul_ps(_mm512_add_ps(da, db), v.inv_out));
+  return _mm512_cvt_roundps_epi32(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
 inline __m512i add_lanes(__m512i a, __m512i b, const AddLanesZmm& v) {
   return add_lanes_shifted(_mm512_cvtepi32_ps(_mm512_sub_epi32(a, v.zp_a)), b, v);
 }
