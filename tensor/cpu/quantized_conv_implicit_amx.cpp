@@ -42,21 +42,40 @@ void qconv_implicit_amx(const ImplicitQConvPlan& plan, const ImplicitQConvWeight
   const auto& panels = static_cast<const PackedPanels&>(*w.packed);
   const char* wd = static_cast<const char*>(panels.data());
   const int64_t kblocks = static_cast<int64_t>(plan.koff.size());
-  alignas(64) int32_t c[32 * 32];
+  // Two buffers of accumulators: the output stage of one step runs while
+  // the tiles of the next compute (the vector unit and the tile unit work
+  // at once), instead of waiting on the tile stores just made.
+  alignas(64) int32_t c[2][32 * 32];
+  struct Step {
+    const ImplicitQConvBlock* blocks[2];
+    int mm = 0, nn = 0;
+    int64_t p = 0;
+  } pending;
+  auto finish = [&](const Step& step, const int32_t* acc) {
+    for (int t = 0; t < step.mm; ++t)
+      finish_block(acc + t * 16 * step.nn * 16, *step.blocks[t], step.nn, step.p * 16, e);
+  };
   configure_tiles();
+  int buffer = 0;
   for (int64_t b = b0; b < b1; b += 2) {
-    const int mm = b + 1 < b1 ? 2 : 1;
-    const ImplicitQConvBlock* blocks[2] = {&plan.blocks[b], &plan.blocks[mm == 2 ? b + 1 : b]};
-    const uint8_t* a[2] = {padded + blocks[0]->base, padded + blocks[1]->base};
-    const int64_t lda[2] = {blocks[0]->lda, blocks[1]->lda};
+    Step step;
+    step.mm = b + 1 < b1 ? 2 : 1;
+    step.blocks[0] = &plan.blocks[b];
+    step.blocks[1] = &plan.blocks[step.mm == 2 ? b + 1 : b];
+    const uint8_t* a[2] = {padded + step.blocks[0]->base, padded + step.blocks[1]->base};
+    const int64_t lda[2] = {step.blocks[0]->lda, step.blocks[1]->lda};
     for (int64_t p = 0; p < panels.panels(); p += 2) {
-      const int nn = panels.panels() - p > 1 ? 2 : 1;
+      step.nn = panels.panels() - p > 1 ? 2 : 1;
+      step.p = p;
       // The accumulators start at the columns' offsets (Note [Int8 GEMM packing]).
-      tile_block_any(mm, nn, a, lda, plan.koff.data(), wd + p * panels.panel_bytes(), panels.panel_bytes(), kblocks,
-                     e.offset + p * 16, c);
-      for (int t = 0; t < mm; ++t) finish_block(c + t * 16 * nn * 16, *blocks[t], nn, p * 16, e);
+      tile_block_any(step.mm, step.nn, a, lda, plan.koff.data(), wd + p * panels.panel_bytes(),
+                     panels.panel_bytes(), kblocks, e.offset + p * 16, c[buffer]);
+      if (pending.mm > 0) finish(pending, c[buffer ^ 1]);
+      pending = step;
+      buffer ^= 1;
     }
   }
+  if (pending.mm > 0) finish(pending, c[buffer ^ 1]);
   _tile_release();
 }
 
