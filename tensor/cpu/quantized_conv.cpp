@@ -481,8 +481,8 @@ Form conv_form(const CpuPackedQuantizedWeight& w, const Conv2dParams& p, const C
       KILN_CHECK(implicit_form_pays(w, p, s), "quantized conv2d: the implicit form was forced but cannot run ",
                  "here (got the ", qgemm_path_name(w.path()), " path, ", p.groups, " groups, dilation_w ", p.dilation.w,
                  " and kernel rows of ", s.kernel.w, " x ", s.channels, " bytes; it needs the amx path with one ",
-                 "group, dilation_w 1 and rows (or, at kh*C <= 16, kh rows stacked) whose 64-byte padding at most ",
-                 "triples them, or the avxvnni or ",
+                 "group, dilation_w 1 and a 1x1 kernel or rows (or, at kh*C <= 16, kh rows stacked) whose 64-byte ",
+                 "padding at most triples them, or the avxvnni or ",
                  "avx512vnni path and no plain 1x1, with one group and dilation_w 1 or with rows (taps, for ",
                  "dilation_w > 1) of a multiple of 4 bytes)");
       return Form::Implicit;

@@ -27,9 +27,9 @@ int64_t row_bytes_for(QGemmPath path, int64_t channels, int64_t kw) {
 
 }  // namespace
 
-bool implicit_qconv_packable(QGemmPath path, int64_t channels, int64_t kw) {
+bool implicit_qconv_packable(QGemmPath path, int64_t channels, int64_t kh, int64_t kw) {
   if (reads_bytes(path)) return kw * channels % 4 != 0;
-  return path == QGemmPath::Amx && row_bytes_for(path, channels, kw) <= 3 * kw * channels;
+  return path == QGemmPath::Amx && (row_bytes_for(path, channels, kw) <= 3 * kw * channels || (kh == 1 && kw == 1));
 }
 
 std::shared_ptr<const ImplicitQConvWeight> pack_implicit_qconv(const int8_t* reordered, int64_t out_channels,
@@ -54,7 +54,7 @@ std::shared_ptr<const ImplicitQConvWeight> pack_implicit_qconv(const int8_t* reo
 
 bool stacked_qconv_packable(QGemmPath path, int64_t channels, int64_t kh, int64_t kw) {
   const int64_t run = kw * kh * channels;
-  return path == QGemmPath::Amx && kh > 1 && !implicit_qconv_packable(path, channels, kw) && kh * channels <= 16 &&
+  return path == QGemmPath::Amx && kh > 1 && !implicit_qconv_packable(path, channels, kh, kw) && kh * channels <= 16 &&
          row_bytes_for(path, kh * channels, kw) <= 3 * run;
 }
 

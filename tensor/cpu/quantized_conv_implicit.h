@@ -29,8 +29,9 @@
 //   (implicit_qconv_pays) where a kernel row padded to 64-byte blocks is at
 //   most three times the run (R <= 3*kw*C: a 6-channel 5-wide row, 30 bytes
 //   in 64, still gains; a 3-channel 3x3 row, 9 bytes in 64, is stacked
-//   instead: Note [Stacked kernel rows] below), with groups 1 and
-//   dilation_w 1, on the Amx path.
+//   instead: Note [Stacked kernel rows] below), or the kernel is 1x1 (the
+//   GEMM form pads its K = C to 64-byte blocks as well, after copying each
+//   pixel), with groups 1 and dilation_w 1, on the Amx path.
 // - The output stage of one step (16 or 32 pixels by 16 or 32 columns)
 //   runs while the next step's tiles compute: the kernel keeps two buffers
 //   of accumulators, so the vector work of one and the tile work of the
@@ -110,10 +111,12 @@ struct ImplicitQConvWeight {
 };
 
 // Whether a (O, C, kh, kw) weight is worth packing this way on `path`: on
-// Amx, kernel rows that 64-byte padding at most triples (R <= 3*kw*C); on
-// Avx2, AvxVnni and Avx512Vnni, rows of kw*C % 4 != 0 bytes (the others are read
+// Amx, kernel rows that 64-byte padding at most triples (R <= 3*kw*C), and
+// any 1x1 (whose GEMM form pads K = C to 64-byte blocks just the same, and
+// copies each strided or padded pixel into a patch row first); on Avx2,
+// AvxVnni and Avx512Vnni, rows of kw*C % 4 != 0 bytes (the others are read
 // on the GEMM form's own weight).
-bool implicit_qconv_packable(QGemmPath path, int64_t channels, int64_t kw);
+bool implicit_qconv_packable(QGemmPath path, int64_t channels, int64_t kh, int64_t kw);
 // reordered: (O, kh, kw, C) int8, the GEMM form's order of K.
 std::shared_ptr<const ImplicitQConvWeight> pack_implicit_qconv(const int8_t* reordered, int64_t out_channels,
                                                                int64_t channels, int64_t kh, int64_t kw,

@@ -56,7 +56,7 @@ CpuPackedQuantizedWeight::Groups CpuPackedQuantizedWeight::pack_groups(int64_t g
     }
     packs.gemm.push_back(pack_qweight(reordered.data(), group_out, k, k, path_));
   }
-  if (groups == 1 && implicit_qconv_packable(path_, cg, kw))
+  if (groups == 1 && implicit_qconv_packable(path_, cg, kh, kw))
     packs.implicit = pack_implicit_qconv(reordered.data(), group_out, cg, kh, kw, path_);
   else if (groups == 1 && stacked_qconv_packable(path_, cg, kh, kw))
     packs.implicit = pack_stacked_qconv(reordered.data(), group_out, cg, kh, kw, path_);

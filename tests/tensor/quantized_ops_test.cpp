@@ -578,6 +578,10 @@ const ConvCase kImplicitCases[] = {
     {{2, 3, 9, 8}, {24, 3, 3, 3}, {.padding = {0, 2}}, true, true, true, 60, 128},
     {{1, 3, 14, 14}, {8, 3, 5, 5}, {.padding = 2}, true, true, false, 33, 128},
     {{2, 1, 11, 9}, {16, 1, 5, 5}, {.stride = {2, 1}}, true, false, true, 200, 0},
+    // 1x1 below 64 bytes of channels: ResNet-20's 16-channel downsample
+    // (16 in 64, stride 2 over an odd width), and a padded one at 8.
+    {{2, 16, 9, 11}, {32, 16, 1, 1}, {.stride = 2}, true, true, false, 40, 128},
+    {{1, 8, 5, 6}, {16, 8, 1, 1}, {.padding = 1}, true, true, true, 200, 3},
 };
 
 bool has_path(cpu::QGemmPath path) {
@@ -589,7 +593,7 @@ bool has_path(cpu::QGemmPath path) {
 bool implicit_runs_somewhere(const ConvCase& c) {
   const Conv2dShape shape = group_shape(c.x, c.w, c.p);
   for (cpu::QGemmPath path : cpu::qgemm_paths_available()) {
-    const bool padded_rows = c.p.groups == 1 && c.p.dilation.w == 1 && cpu::implicit_qconv_packable(path, c.w[1], c.w[3]);
+    const bool padded_rows = c.p.groups == 1 && c.p.dilation.w == 1 && cpu::implicit_qconv_packable(path, c.w[1], c.w[2], c.w[3]);
     if (path == cpu::QGemmPath::Amx) {
       const bool stacked = c.p.groups == 1 && c.p.dilation.w == 1 &&
                            cpu::stacked_qconv_packable(path, c.w[1], c.w[2], c.w[3]);
@@ -651,19 +655,23 @@ TEST(QuantizedConv2dImplicit, ThreadsGiveTheSameBytes) {
 
 TEST(QuantizedConv2dImplicit, AutoPicksItWhereTheRowsPay) {
   // 3x3 at 16 channels: 48-byte rows in 64; LeNet's 5x5 at 6: 30 in 64;
-  // 3 channels: 9 bytes in 64, too much padding; 1x1 at 16: 16 in 64, too.
-  EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 16, 3));
-  EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 6, 5));
-  EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 3, 3));
-  EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 16, 1));
-  EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 32, 1));
+  // 3 channels: 9 bytes in 64, too much padding (stacked instead, below); a
+  // 3x1 at 16: 16 in 64, too; a 1x1 at 16 is packed all the same (its GEMM
+  // form pads K to 64 as well).
+  EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 16, 3, 3));
+  EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 6, 5, 5));
+  EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 3, 3, 3));
+  EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 16, 1, 1));  // any 1x1
+  EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 3, 1, 1));
+  EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 16, 3, 1));  // 16 in 64, three rows
+  EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Amx, 32, 1, 1));
   // On the paths that read bytes (Avx2 and the VNNI ones) only rows of
   // kw*C % 4 != 0 bytes are packed again, padded to 4k (LeNet's 30 in 32).
-  EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Avx512Vnni, 16, 3));
-  EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Avx512Vnni, 6, 5));
-  EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::AvxVnni, 3, 3));
-  EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Avx2, 6, 5));
-  EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Scalar, 6, 5));
+  EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Avx512Vnni, 16, 3, 3));
+  EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Avx512Vnni, 6, 5, 5));
+  EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::AvxVnni, 3, 3, 3));
+  EXPECT_TRUE(cpu::implicit_qconv_packable(cpu::QGemmPath::Avx2, 6, 5, 5));
+  EXPECT_FALSE(cpu::implicit_qconv_packable(cpu::QGemmPath::Scalar, 6, 5, 5));
   // Their runs: kernel rows (or taps) of 4k bytes, or the weight's padded
   // rows, not a plain 1x1.
   const Conv2dShape layer1 = group_shape({1, 16, 32, 32}, {16, 16, 3, 3}, {.padding = 1});
