@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/time_best.h"
 #include "kiln.h"
 #include "tensor/cpu/qgemm.h"
 #include "tensor/cpu/quantized_conv_direct.h"
@@ -39,25 +40,8 @@ namespace {
 using kiln::DType;
 using kiln::Tensor;
 
-double seconds_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double time_best(const std::function<void()>& fn) {
-  double start = seconds_now();
-  int reps = 0;
-  while (seconds_now() - start < 5e-3 || reps < 1) {
-    fn();
-    ++reps;
-  }
-  double best = 1e30;
-  for (int s = 0; s < 30; ++s) {
-    double t0 = seconds_now();
-    for (int r = 0; r < reps; ++r) fn();
-    best = std::min(best, (seconds_now() - t0) / reps);
-  }
-  return best;
-}
+// About 5e-3 s a sample (bench/time_best.h).
+double time_best(const std::function<void()>& fn) { return kiln::bench::time_best(fn, 5e-3); }
 
 Tensor random_activation(const kiln::Shape& shape, bool channels_last, uint32_t seed) {
   Tensor grid = kiln::ops::quantize_per_tensor(kiln::zeros(shape), 0.05, 0, DType::UInt8);

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/time_best.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/cpu/qgemm.h"
 #include "tensor/cpu/qgemm_kernels.h"
@@ -37,25 +38,8 @@ namespace {
 using kiln::cpu::QGemmOutput;
 using kiln::cpu::QGemmPath;
 
-double seconds_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double time_best(const std::function<void()>& fn) {
-  double start = seconds_now();
-  int reps = 0;
-  while (seconds_now() - start < 2e-3 || reps < 1) {
-    fn();
-    ++reps;
-  }
-  double best = 1e30;
-  for (int s = 0; s < 30; ++s) {
-    double t0 = seconds_now();
-    for (int r = 0; r < reps; ++r) fn();
-    best = std::min(best, (seconds_now() - t0) / reps);
-  }
-  return best;
-}
+// About 2e-3 s a sample (bench/time_best.h).
+double time_best(const std::function<void()>& fn) { return kiln::bench::time_best(fn, 2e-3); }
 
 struct Shape {
   int64_t m, n, k;

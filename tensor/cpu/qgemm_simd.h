@@ -104,6 +104,11 @@ inline bool packs_rows(int nv, int64_t n0, const Epilogue& e) {
   return e.n - n0 >= nv * 16 && (nv == 4 || nv == 2 || (nv == 1 && e.stride_m == 16));
 }
 
+// The scales of the four vectors of such a group: columns n0 + (j % nv) * 16.
+inline void group_scales(const float* scale, int64_t n0, int nv, __m512* column_scale) {
+  for (int j = 0; j < 4; ++j) column_scale[j] = _mm512_loadu_ps(scale + n0 + (j % nv) * 16);
+}
+
 // Stores the 64 bytes of 4 / nv rows from `row`, rows stride_m apart.
 inline void store_packed_rows(uint8_t* row, int64_t stride_m, int nv, __m512i bytes) {
   if (nv == 2) {
@@ -131,7 +136,7 @@ inline void finish_zmm_residual(const int32_t* c, int rows, int nv, int64_t m0, 
     const NarrowU8Zmm narrow(e.residual_add.zero_point_out, e.residual_add.lo, e.residual_add.hi);
     const int group = 4 / nv;
     __m512 column_scale[4];
-    for (int j = 0; j < 4; ++j) column_scale[j] = _mm512_loadu_ps(scale + n0 + (j % nv) * 16);
+    group_scales(scale, n0, nv, column_scale);
     for (; i0 + group <= rows; i0 += group) {
       __m512i q[4];
       for (int j = 0; j < 4; ++j) {
@@ -186,7 +191,7 @@ inline void finish_zmm_uint8(const int32_t* c, int rows, int nv, int64_t m0, int
     const NarrowU8Zmm narrow(e.zero_point, e.lo, e.hi);
     const int group = 4 / nv;
     __m512 column_scale[4];
-    for (int j = 0; j < 4; ++j) column_scale[j] = _mm512_loadu_ps(scale + n0 + (j % nv) * 16);
+    group_scales(scale, n0, nv, column_scale);
     for (; i + group <= rows; i += group) {
       __m512i q[4];
       for (int j = 0; j < 4; ++j) {
