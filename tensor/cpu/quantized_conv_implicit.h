@@ -87,6 +87,9 @@
 // builds the stacked rows from NCHW planes), and the stacked run at most
 // triples in 64-byte padding; the copy costs kh bytes per input byte, small
 // beside the patch rows' kh*kw.
+// With one k block and at most 16 output channels the weight is one tile,
+// kept in place for the whole call (Note [Weight tile kept in place] in
+// quantized_conv_implicit_amx.cpp).
 #pragma once
 
 #include <cstdint>
