@@ -40,9 +40,8 @@ void finish_block(const int32_t* c, const ImplicitQConvBlock& block, int nn, int
 // with stacked kernel rows, Note [Stacked kernel rows]: 27 bytes in 64) has
 // a weight of one tile, which tile_block would load again for every two
 // blocks of pixels: 3 tile loads for 2 multiplies. Here it stays in tile 6
-// for the whole call (loaded once, before the loop of qconv_implicit_amx),
-// and each step loads only its two A tiles: the stem
-// 0.88-0.90x. (Layers of three k blocks, ResNet-20's 16-channel 3x3 ones,
+// for the whole call, and each step loads only its two A tiles: the stem
+// 0.87-0.90x. (Layers of three k blocks, ResNet-20's 16-channel 3x3 ones,
 // were tried the same way, the three weight tiles in place and the A loads
 // run two multiplies ahead in three tiles: 0.99-1.05x, not kept.)
 template <int MM>
@@ -63,6 +62,40 @@ bool weight_stays_in_tile(const PackedPanels& panels, int64_t kblocks) {
   return panels.panels() == 1 && kblocks == 1;
 }
 
+// qconv_implicit_amx for such a layer: steps of two blocks of pixels, the
+// output stage of one overlapping the tiles of the next, as below. Kept
+// apart from that loop: folded into it (a branch per step) the stem ran
+// 0.97-1.0x of the build before, against 0.94-0.96x here.
+void qconv_implicit_amx_resident(const ImplicitQConvPlan& plan, const PackedPanels& panels, const uint8_t* padded,
+                                 int64_t b0, int64_t b1, const Epilogue& e) {
+  alignas(64) int32_t c[2][32 * 16];
+  struct Step {
+    const ImplicitQConvBlock* blocks[2];
+    int mm = 0;
+  } pending;
+  auto finish = [&](const Step& step, const int32_t* acc) {
+    for (int t = 0; t < step.mm; ++t) finish_block(acc + t * 256, *step.blocks[t], 1, 0, e);
+  };
+  configure_tiles();
+  _tile_loadd(6, panels.data(), 64);
+  int buffer = 0;
+  for (int64_t b = b0; b < b1; b += 2) {
+    Step step;
+    step.mm = b + 1 < b1 ? 2 : 1;
+    step.blocks[0] = &plan.blocks[b];
+    step.blocks[1] = &plan.blocks[step.mm == 2 ? b + 1 : b];
+    const uint8_t* a[2] = {padded + step.blocks[0]->base, padded + step.blocks[1]->base};
+    const int64_t lda[2] = {step.blocks[0]->lda, step.blocks[1]->lda};
+    if (step.mm == 2) tile_block_resident<2>(a, lda, plan.koff.data(), e.offset, c[buffer]);
+    else tile_block_resident<1>(a, lda, plan.koff.data(), e.offset, c[buffer]);
+    if (pending.mm > 0) finish(pending, c[buffer ^ 1]);
+    pending = step;
+    buffer ^= 1;
+  }
+  if (pending.mm > 0) finish(pending, c[buffer ^ 1]);
+  _tile_release();
+}
+
 }  // namespace
 
 void qconv_implicit_amx(const ImplicitQConvPlan& plan, const ImplicitQConvWeight& w, const uint8_t* padded,
@@ -70,7 +103,10 @@ void qconv_implicit_amx(const ImplicitQConvPlan& plan, const ImplicitQConvWeight
   const auto& panels = static_cast<const PackedPanels&>(*w.packed);
   const char* wd = static_cast<const char*>(panels.data());
   const int64_t kblocks = static_cast<int64_t>(plan.koff.size());
-  const bool resident = weight_stays_in_tile(panels, kblocks);
+  if (weight_stays_in_tile(panels, kblocks)) {
+    qconv_implicit_amx_resident(plan, panels, padded, b0, b1, e);
+    return;
+  }
   // Two buffers of accumulators: the output stage of one step runs while
   // the tiles of the next compute (the vector unit and the tile unit work
   // at once), instead of waiting on the tile stores just made.
@@ -85,7 +121,6 @@ void qconv_implicit_amx(const ImplicitQConvPlan& plan, const ImplicitQConvWeight
       finish_block(acc + t * 16 * step.nn * 16, *step.blocks[t], step.nn, step.p * 16, e);
   };
   configure_tiles();
-  if (resident) _tile_loadd(6, wd, 64);
   int buffer = 0;
   for (int64_t b = b0; b < b1; b += 2) {
     Step step;
@@ -98,10 +133,8 @@ void qconv_implicit_amx(const ImplicitQConvPlan& plan, const ImplicitQConvWeight
       step.nn = panels.panels() - p > 1 ? 2 : 1;
       step.p = p;
       // The accumulators start at the columns' offsets (Note [Int8 GEMM packing]).
-      if (resident && step.mm == 2) tile_block_resident<2>(a, lda, plan.koff.data(), e.offset, c[buffer]);
-      else if (resident) tile_block_resident<1>(a, lda, plan.koff.data(), e.offset, c[buffer]);
-      else tile_block_any(step.mm, step.nn, a, lda, plan.koff.data(), wd + p * panels.panel_bytes(),
-                          panels.panel_bytes(), kblocks, e.offset + p * 16, c[buffer]);
+      tile_block_any(step.mm, step.nn, a, lda, plan.koff.data(), wd + p * panels.panel_bytes(),
+                     panels.panel_bytes(), kblocks, e.offset + p * 16, c[buffer]);
       if (pending.mm > 0) finish(pending, c[buffer ^ 1]);
       pending = step;
       buffer ^= 1;
