@@ -40,10 +40,10 @@ void finish_block(const int32_t* c, const ImplicitQConvBlock& block, int nn, int
 // with stacked kernel rows, Note [Stacked kernel rows]: 27 bytes in 64) has
 // a weight of one tile, which tile_block would load again for every two
 // blocks of pixels: 3 tile loads for 2 multiplies. Here it stays in tile 6
-// for the whole call, and each step loads only its two A tiles: the stem
-// 0.87-0.90x. (Layers of three k blocks, ResNet-20's 16-channel 3x3 ones,
-// were tried the same way, the three weight tiles in place and the A loads
-// run two multiplies ahead in three tiles: 0.99-1.05x, not kept.)
+// for the whole call, and each step loads only its two A tiles. (Layers of
+// three k blocks, ResNet-20's 16-channel 3x3 ones, were tried the same way,
+// the three weight tiles in place and the A loads run two multiplies ahead
+// in three tiles, and were no faster: docs/BENCHMARKS.md.)
 template <int MM>
 void tile_block_resident(const uint8_t* const* a, const int64_t* lda, const int64_t* koff, const int32_t* init,
                          int32_t* c) {
@@ -63,9 +63,11 @@ bool weight_stays_in_tile(const PackedPanels& panels, int64_t kblocks) {
 }
 
 // qconv_implicit_amx for such a layer: steps of two blocks of pixels, the
-// output stage of one overlapping the tiles of the next, as below. Kept
-// apart from that loop: folded into it (a branch per step) the stem ran
-// 0.97-1.0x of the build before, against 0.94-0.96x here.
+// output stage of one overlapping the tiles of the next, as below. It is
+// kept apart from that loop, and the two loops share no step helper: with
+// a branch per step the stem lost most of its gain, and with the step's
+// blocks built by a shared function the main loop ran 3-4% slower on
+// layer1 (docs/BENCHMARKS.md).
 void qconv_implicit_amx_resident(const ImplicitQConvPlan& plan, const PackedPanels& panels, const uint8_t* padded,
                                  int64_t b0, int64_t b1, const Epilogue& e) {
   alignas(64) int32_t c[2][32 * 16];
