@@ -85,12 +85,16 @@ const uint8_t* CallExchange::exchange_step(int send_to, int receive_from, const 
   const size_t header = header_bytes(context_->size);
   // A rank that knows of a disagreement moves no more data, only what it knows.
   const bool with_data = known_calls_agree();
-  const size_t first = with_data ? std::min(bytes, kFirstMessageData) : 0;
-  const size_t rest = with_data ? bytes - first : 0;
+  // Data that fits rides in the first message; more goes whole as the rest,
+  // after a first message of the header alone (Note [Calls in the first message]).
+  const bool fits = bytes <= kFirstMessageData;
+  const size_t first = with_data && fits ? bytes : 0;
+  const size_t rest = with_data && !fits ? bytes : 0;
   KILN_CHECK(rest < (size_t{1} << 24), "gloo ", call_.describe(), ": a step's rest of ", rest,
              " bytes does not fit its slot (Note [Calls in the first message])");
 
-  const size_t incoming_bytes = header + std::max(kFirstMessageData, bytes);
+  // incoming_: the first message's receive, then the rest's.
+  const size_t incoming_bytes = header + kFirstMessageData + rest;
   if (!incoming_.defined() || static_cast<size_t>(incoming_.nbytes()) < incoming_bytes) {
     incoming_ = empty({static_cast<int64_t>(incoming_bytes)}, DType::UInt8);
   }
@@ -103,6 +107,7 @@ const uint8_t* CallExchange::exchange_step(int send_to, int receive_from, const 
   std::memcpy(out, &posted_rest, sizeof(posted_rest));
   std::memcpy(out + sizeof(posted_rest), table_.data(), table_.size() * kCallBytes);
   if (first > 0) std::memcpy(out + header, send, first);
+  uint8_t* rest_into = in + header + kFirstMessageData;
 
   const uint64_t first_slot = slot(kCallSlotPrefix, 0, tag_);
   const uint64_t rest_slot = slot(kRestSlotPrefix, rest, tag_);
@@ -113,13 +118,13 @@ const uint8_t* CallExchange::exchange_step(int send_to, int receive_from, const 
   // receiver to get round to posting.
   first_in->recv(receive_from, first_slot);
   if (rest > 0) {
-    rest_in = context_->createUnboundBuffer(in + header + kFirstMessageData, rest);
+    rest_in = context_->createUnboundBuffer(rest_into, rest);
     rest_in->recv(receive_from, rest_slot);
   }
   first_out->send(send_to, first_slot);
   if (rest > 0) {
     // Gloo's buffers take a mutable pointer; this one is only sent from.
-    rest_out = context_->createUnboundBuffer(const_cast<uint8_t*>(static_cast<const uint8_t*>(send)) + first, rest);
+    rest_out = context_->createUnboundBuffer(const_cast<void*>(send), rest);
     rest_out->send(send_to, rest_slot);
   }
 
@@ -142,7 +147,7 @@ const uint8_t* CallExchange::exchange_step(int send_to, int receive_from, const 
   // Agreeing calls give equal lengths, so the rests met.
   KILN_CHECK(rest == partner_rest, "gloo ", call_.describe(), ": rank ", receive_from, " agreed on the call but posted ",
              partner_rest, " bytes after its first message where rank ", rank, " posted ", rest);
-  return in + header;
+  return rest > 0 ? rest_into : in + header;
 }
 
 void CallExchange::exchange_calls() {

@@ -13,11 +13,12 @@
 // - The exchange runs in steps: for a power-of-two world size those of
 //   recursive doubling (step k pairs rank r with r XOR 2^k), else Bruck's
 //   (in step k rank r sends to r+2^k and receives from r-2^k, modulo the
-//   world size). In each step every rank sends a *first message*: a header, then the first
-//   min(bytes, kFirstMessageData) bytes of whatever the step moves (none for
-//   a plain exchange of calls). Every rank posts the first message's receive
-//   for the header plus kFirstMessageData bytes, the most any rank sends in
-//   one, so a first message of any rank fits whatever its call.
+//   world size). In each step every rank sends a *first message*: a header,
+//   then whatever the step moves if that is at most kFirstMessageData bytes
+//   (nothing for a plain exchange of calls). Every rank posts the first
+//   message's receive for the header plus kFirstMessageData bytes, the most
+//   any rank sends in one, so a first message of any rank fits whatever its
+//   call.
 // - The header holds the calls this rank knows so far: its own, and those
 //   its earlier partners told it. Either pattern doubles what each rank
 //   knows per step (recursive doubling as it doubles the ranks reduced into
@@ -25,8 +26,9 @@
 //   every rank decides
 //   the same way (check_calls_agree on the full table): the error names each
 //   rank's call and the first rank that differs, on every rank.
-// - A step's data beyond kFirstMessageData goes as a second message, posted
-//   at the same time, on a slot that encodes its exact length (below 2^24:
+// - A step that moves more than kFirstMessageData bytes sends its header
+//   alone as the first message and all of its data as a second message,
+//   posted at the same time, on a slot that encodes its exact length (below 2^24:
 //   only recursive doubling sends one, up to kRecursiveDoublingMaxBytes). A
 //   rest of another length lands on another slot, where nothing receives it,
 //   so it can never overflow a receive either. The header also says what
@@ -36,10 +38,18 @@
 // - A rank that learns of a disagreement stops moving data: its remaining
 //   steps send headers only, so its later partners learn of it too.
 //
+// Why the data is not split between the two messages: timed in one process
+// pair against a single message (bench/gloo_messages), a first message
+// filled to kFirstMessageData and the rest after it cost 16-38% of a 512 KB
+// exchange and up to 9% of a 4 MB one, and a header alone followed by the
+// whole data cost about as much as the noise (docs/BENCHMARKS.md, "TCP, the
+// shape of the messages above 256 KiB").
+//
 // So an all-reduce by recursive doubling (Note [Gloo all-reduce
 // algorithms]) carries the check at the cost of copying up to
-// kFirstMessageData bytes per step into the first message (measured in
-// docs/BENCHMARKS.md, "Always-on collective agreement"), and every other
+// kFirstMessageData bytes per step into the first message, or of one more
+// message of a few hundred bytes above that (measured in docs/BENCHMARKS.md,
+// "Always-on collective agreement"), and every other
 // collective over TCP exchanges headers alone before its data, in the same
 // steps, so that ranks making different collectives still meet. The ring
 // all-reduce (large buffers, or world sizes that are not a power of two)
