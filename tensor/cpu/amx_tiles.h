@@ -32,6 +32,13 @@ inline void configure_tiles() {
     cfg.rows[t] = 16;
     cfg.colsb[t] = 64;
   }
+  // GCC 12's _tile_loadconfig is an asm statement that takes the address
+  // but does not say it reads the 64 bytes there, so GCC may drop the stores
+  // above as dead and load a configuration of empty tiles (a SIGILL at the
+  // first tile load). It keeps them today only because this function is
+  // inlined into tile code that GCC cannot see through; the empty asm below
+  // says the bytes are read, whatever the inlining.
+  __asm__ __volatile__("" : : "m"(cfg));
   _tile_loadconfig(&cfg);
 }
 
