@@ -234,18 +234,29 @@ OutputImage output_image(const Tensor& out, int64_t n, size_t element_size, cons
 // positions, or blocks of them) split instead, over the padded copy the
 // calling thread made. pad(n) returns image n padded; run(padded, n, begin,
 // end) computes its units [begin, end).
-template <class Pad, class Run>
-void spread_over_threads(int64_t n_images, int64_t units, int threads, const Pad& pad, const Run& run) {
+// enter() and leave(), where given, bracket each thread's calls of run (the
+// AMX tiles' configuration).
+struct NoBracket {
+  void operator()() const {}
+};
+template <class Pad, class Run, class Enter = NoBracket, class Leave = NoBracket>
+void spread_over_threads(int64_t n_images, int64_t units, int threads, const Pad& pad, const Run& run,
+                         const Enter& enter = {}, const Leave& leave = {}) {
   if (n_images >= threads) {
     parallel_for(0, n_images, std::max<int64_t>(1, n_images / threads), [&](int64_t begin, int64_t end) {
+      enter();
       for (int64_t n = begin; n < end; ++n) run(pad(n), n, 0, units);
+      leave();
     });
     return;
   }
   for (int64_t n = 0; n < n_images; ++n) {
     const uint8_t* padded = pad(n);
-    parallel_for(0, units, std::max<int64_t>(1, units / threads),
-                 [&](int64_t begin, int64_t end) { run(padded, n, begin, end); });
+    parallel_for(0, units, std::max<int64_t>(1, units / threads), [&](int64_t begin, int64_t end) {
+      enter();
+      run(padded, n, begin, end);
+      leave();
+    });
   }
 }
 
@@ -451,7 +462,8 @@ void implicit_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantize
   const double macs_per_image = double(pad_plan.positions) * double(w.out_channels()) * double(pad_plan.k);
   const int64_t blocks = static_cast<int64_t>(plan.blocks.size());
   spread_over_threads(n_images, blocks, threads_for_macs(macs_per_image * double(n_images), n_images * blocks),
-                      pad_image, run);
+                      pad_image, run, qgemm_detail::begin_implicit_amx,
+                      qgemm_detail::end_implicit_amx);
 }
 
 // The three forms a call can run.

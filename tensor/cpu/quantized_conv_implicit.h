@@ -186,9 +186,15 @@ struct Epilogue;
 // Blocks [b0, b1) of one padded channels-last image (padded_h, padded_w, C)
 // with plan.image_bytes readable; e.out is the image's output, element
 // (position, o) at position * e.stride_m + o * e.stride_n, position =
-// y * out_w + x. In quantized_conv_implicit_amx.cpp.
+// y * out_w + x, on the tiles begin_implicit_amx configured. In
+// quantized_conv_implicit_amx.cpp.
 void qconv_implicit_amx(const ImplicitQConvPlan& plan, const ImplicitQConvWeight& w, const uint8_t* padded,
                         int64_t b0, int64_t b1, const Epilogue& e);
+// The tile configuration qconv_implicit_amx runs on: set before the calls
+// one thread makes in a row, released after them. Loading it waits for the
+// stores before it (the last image's output among them), so not per call.
+void begin_implicit_amx();
+void end_implicit_amx();
 }  // namespace qgemm_detail
 
 }  // namespace kiln::cpu

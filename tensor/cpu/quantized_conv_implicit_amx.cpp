@@ -78,7 +78,6 @@ void qconv_implicit_amx_resident(const ImplicitQConvPlan& plan, const PackedPane
   auto finish = [&](const Step& step, const int32_t* acc) {
     for (int t = 0; t < step.mm; ++t) finish_block(acc + t * 256, *step.blocks[t], 1, 0, e);
   };
-  configure_tiles();
   _tile_loadd(6, panels.data(), 64);
   int buffer = 0;
   for (int64_t b = b0; b < b1; b += 2) {
@@ -95,10 +94,12 @@ void qconv_implicit_amx_resident(const ImplicitQConvPlan& plan, const PackedPane
     buffer ^= 1;
   }
   if (pending.mm > 0) finish(pending, c[buffer ^ 1]);
-  _tile_release();
 }
 
 }  // namespace
+
+void begin_implicit_amx() { configure_tiles(); }
+void end_implicit_amx() { _tile_release(); }
 
 void qconv_implicit_amx(const ImplicitQConvPlan& plan, const ImplicitQConvWeight& w, const uint8_t* padded,
                         int64_t b0, int64_t b1, const Epilogue& e) {
@@ -122,7 +123,6 @@ void qconv_implicit_amx(const ImplicitQConvPlan& plan, const ImplicitQConvWeight
     for (int t = 0; t < step.mm; ++t)
       finish_block(acc + t * 16 * step.nn * 16, *step.blocks[t], step.nn, step.p * 16, e);
   };
-  configure_tiles();
   int buffer = 0;
   for (int64_t b = b0; b < b1; b += 2) {
     Step step;
@@ -143,7 +143,6 @@ void qconv_implicit_amx(const ImplicitQConvPlan& plan, const ImplicitQConvWeight
     }
   }
   if (pending.mm > 0) finish(pending, c[buffer ^ 1]);
-  _tile_release();
 }
 
 }  // namespace kiln::cpu::qgemm_detail
