@@ -477,12 +477,15 @@ bool implicit_form_pays(const CpuPackedQuantizedWeight& w, const Conv2dParams& p
 }
 
 // The form this call runs (qconv_algorithm): the direct form where it pays,
-// else the implicit form where it pays, else the GEMM over patch rows.
+// else the implicit form where it pays and its tiles' blocks are not half
+// empty (implicit_blocks_half_empty), else the GEMM over patch rows.
 Form conv_form(const CpuPackedQuantizedWeight& w, const Conv2dParams& p, const Conv2dShape& s) {
   switch (qconv_algorithm()) {
     case QConvAlgorithm::Auto:
       if (direct_qconv_pays(w.path(), p, s, w.out_channels() / p.groups)) return Form::Direct;
-      return implicit_form_pays(w, p, s) ? Form::Implicit : Form::Gemm;
+      if (!implicit_form_pays(w, p, s)) return Form::Gemm;
+      if (w.path() == QGemmPath::Amx && implicit_blocks_half_empty(*w.groups(1).implicit, p, s)) return Form::Gemm;
+      return Form::Implicit;
     case QConvAlgorithm::Gemm: return Form::Gemm;
     case QConvAlgorithm::Direct:
       KILN_CHECK(direct_qconv_supported(w.path(), p, s), "quantized conv2d: the direct form was forced but the ",
