@@ -31,7 +31,10 @@
 //   in 64, still gains; a 3-channel 3x3 row, 9 bytes in 64, is stacked
 //   instead: Note [Stacked kernel rows] below), or the kernel is 1x1 (the
 //   GEMM form pads its K = C to 64-byte blocks as well, after copying each
-//   pixel), with groups 1 and dilation_w 1, on the Amx path.
+//   pixel), with groups 1 and dilation_w 1, on the Amx path; but a strided
+//   1x1 onto an output at most 8 wide, whose blocks (one output row each)
+//   would be half empty, takes the GEMM form's full rows
+//   (implicit_blocks_half_empty).
 // - The output stage of one step (16 or 32 pixels by 16 or 32 columns)
 //   runs while the next step's tiles compute: the kernel keeps two buffers
 //   of accumulators, so the vector work of one and the tile work of the
