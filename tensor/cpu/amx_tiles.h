@@ -33,11 +33,10 @@ inline void configure_tiles() {
     cfg.colsb[t] = 64;
   }
   // GCC 12's _tile_loadconfig is an asm statement that takes the address
-  // but does not say it reads the 64 bytes there, so GCC may drop the stores
-  // above as dead and load a configuration of empty tiles (a SIGILL at the
-  // first tile load). It keeps them today only because this function is
-  // inlined into tile code that GCC cannot see through; the empty asm below
-  // says the bytes are read, whatever the inlining.
+  // but does not say it reads the 64 bytes there, so where nothing else
+  // reads cfg (this function on its own, as begin_implicit_amx calls it)
+  // GCC drops the stores above as dead and loads a configuration of empty
+  // tiles: a SIGILL at the first tile load. The empty asm says they are read.
   __asm__ __volatile__("" : : "m"(cfg));
   _tile_loadconfig(&cfg);
 }

@@ -484,7 +484,7 @@ Form conv_form(const CpuPackedQuantizedWeight& w, const Conv2dParams& p, const C
     case QConvAlgorithm::Auto:
       if (direct_qconv_pays(w.path(), p, s, w.out_channels() / p.groups)) return Form::Direct;
       if (!implicit_form_pays(w, p, s)) return Form::Gemm;
-      if (w.path() == QGemmPath::Amx && implicit_blocks_half_empty(*w.groups(1).implicit, p, s)) return Form::Gemm;
+      if (w.path() == QGemmPath::Amx && implicit_blocks_half_empty(p, s)) return Form::Gemm;
       return Form::Implicit;
     case QConvAlgorithm::Gemm: return Form::Gemm;
     case QConvAlgorithm::Direct:

@@ -117,8 +117,8 @@ bool implicit_qconv_pays(const ImplicitQConvWeight* w, const Conv2dParams& p) {
   return w != nullptr && p.groups == 1 && p.dilation.w == 1;
 }
 
-bool implicit_blocks_half_empty(const ImplicitQConvWeight& w, const Conv2dParams& p, const Conv2dShape& s) {
-  return w.stacked_kh == 0 && s.kernel == Size2d(1) && p.stride != Size2d(1) && s.output.w <= 8;
+bool implicit_blocks_half_empty(const Conv2dParams& p, const Conv2dShape& s) {
+  return s.kernel == Size2d(1) && p.stride != Size2d(1) && s.output.w <= 8;
 }
 
 namespace {

@@ -149,15 +149,13 @@ void stack_kernel_rows(const uint8_t* image, int64_t stride_c, int64_t stride_h,
 // Whether a call can run on the packed weight w (which may be null): groups
 // 1 and dilation_w 1.
 bool implicit_qconv_pays(const ImplicitQConvWeight* w, const Conv2dParams& p);
-// Whether a 1x1 call on plain rows (not stacked) has a stride, so that each
-// block is up to 16 pixels of one output row, onto an output at most 8
-// pixels wide: every block at most half full. The GEMM form's rows are full
-// there, and it is the faster one (ResNet-20's layer3.0.downsample, 1x1
-// stride 2 onto 8x8: 0.86-0.89x at batch 64), so the library's own choice
-// takes it. For a 3x3 with stride 2 onto 8x8 it measured 0.94x and then
-// 1.01-1.05x, and the model's batch-1 time rose by 1-5%, so those stay on
-// the tiles (docs/BENCHMARKS.md).
-bool implicit_blocks_half_empty(const ImplicitQConvWeight& w, const Conv2dParams& p, const Conv2dShape& s);
+// Whether a 1x1 call has a stride, so that each block is up to 16 pixels
+// of one output row, onto an output at most 8 pixels wide: every block at
+// most half full. The GEMM form's rows are full there and it measured
+// faster, so the library's own choice takes it; a 3x3 with a stride onto
+// 8x8 did not gain, and stays on the tiles (docs/BENCHMARKS.md). A stacked
+// weight is never 1x1 (its rows stack a kernel of kh > 1).
+bool implicit_blocks_half_empty(const Conv2dParams& p, const Conv2dShape& s);
 
 // The implicit form on the VNNI paths (the second Note): whether `path`
 // runs it for this call, given the weight's padded rows w (null where it

@@ -731,18 +731,18 @@ TEST(QuantizedConv2dImplicit, AutoPicksItWhereTheRowsPay) {
   EXPECT_FALSE(cpu::implicit_qconv_pays(s, {.padding = 1, .dilation = {1, 2}}));
   // Half-empty blocks: a 1x1 with a stride onto an output at most 8 wide
   // (ResNet-20's layer3.0.downsample); not at stride 1 (the pitched blocks
-  // run across rows), not onto 9 pixels, not a 3x3, not with stacked rows.
+  // run across rows), not onto 9 pixels, not a 3x3, not the stem's (stacked) 3x3.
+  // The 1x1 has an implicit weight, so the rule is what keeps it off the tiles.
   auto pointwise = cpu::pack_quantized_weight(random_weight({64, 32, 1, 1}, true, 562), cpu::QGemmPath::Amx);
-  const cpu::ImplicitQConvWeight* pw = pointwise->groups(1).implicit.get();
-  ASSERT_NE(pw, nullptr);
+  ASSERT_NE(pointwise->groups(1).implicit.get(), nullptr);
   const Conv2dParams s2{.stride = 2};
-  EXPECT_TRUE(cpu::implicit_blocks_half_empty(*pw, s2, group_shape({1, 32, 16, 16}, {64, 32, 1, 1}, s2)));
-  EXPECT_TRUE(cpu::implicit_blocks_half_empty(*pw, {.stride = {1, 2}}, group_shape({1, 32, 5, 15}, {64, 32, 1, 1}, {.stride = {1, 2}})));
-  EXPECT_FALSE(cpu::implicit_blocks_half_empty(*pw, s2, group_shape({1, 32, 18, 18}, {64, 32, 1, 1}, s2)));
-  EXPECT_FALSE(cpu::implicit_blocks_half_empty(*pw, {}, group_shape({1, 32, 8, 8}, {64, 32, 1, 1}, {})));
+  EXPECT_TRUE(cpu::implicit_blocks_half_empty(s2, group_shape({1, 32, 16, 16}, {64, 32, 1, 1}, s2)));
+  EXPECT_TRUE(cpu::implicit_blocks_half_empty({.stride = {1, 2}}, group_shape({1, 32, 5, 15}, {64, 32, 1, 1}, {.stride = {1, 2}})));
+  EXPECT_FALSE(cpu::implicit_blocks_half_empty(s2, group_shape({1, 32, 18, 18}, {64, 32, 1, 1}, s2)));
+  EXPECT_FALSE(cpu::implicit_blocks_half_empty({}, group_shape({1, 32, 8, 8}, {64, 32, 1, 1}, {})));
   const Conv2dParams s2p1{.stride = 2, .padding = 1};
-  EXPECT_FALSE(cpu::implicit_blocks_half_empty(*w, s2p1, group_shape({1, 16, 16, 16}, {16, 16, 3, 3}, s2p1)));
-  EXPECT_FALSE(cpu::implicit_blocks_half_empty(*s, s2p1, group_shape({1, 3, 16, 16}, {16, 3, 3, 3}, s2p1)));
+  EXPECT_FALSE(cpu::implicit_blocks_half_empty(s2p1, group_shape({1, 16, 16, 16}, {16, 16, 3, 3}, s2p1)));
+  EXPECT_FALSE(cpu::implicit_blocks_half_empty(s2p1, group_shape({1, 3, 16, 16}, {16, 3, 3, 3}, s2p1)));
 }
 
 // The stacked image is copied from any input layout: NCHW planes (the byte
