@@ -334,6 +334,13 @@ void qgemm_runs(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, con
   QGemmRunsCalls(runs, w, out)(m, a, lda, out.out, out.residual);
 }
 
+namespace {
+void check_skip(const ARunsSkip& skip, int count) {
+  KILN_CHECK(skip.first >= 0 && skip.last >= 0 && skip.first + skip.last <= count, "qgemm_runs: cannot skip the first ",
+             skip.first, " and the last ", skip.last, " of ", count, " runs");
+}
+}  // namespace
+
 QGemmRunsCalls::QGemmRunsCalls(const ARuns& runs, const PackedQWeight& w, const QGemmOutput& out,
                                const uint8_t* span, int64_t span_bytes)
     : runs_(runs), w_(w), stage_(out), span_(span), span_end_(span ? span + span_bytes : nullptr) {
@@ -343,6 +350,7 @@ QGemmRunsCalls::QGemmRunsCalls(const ARuns& runs, const PackedQWeight& w, const 
   KILN_CHECK(span_bytes >= 0, "qgemm_runs: a span of negative size ", span_bytes);
   KILN_CHECK(runs.count > 0 && runs.offset != nullptr && runs.groups >= 0 && runs.count * runs.groups * 4 == w.k(),
              "qgemm_runs: ", runs.count, " runs of ", runs.groups, " groups of 4 do not make k=", w.k());
+  check_skip(runs.skip, runs.count);
   // The stage's checks; each call's m, A and output are checked there (a
   // row's first run starts at offset[0], so lda bounds only whole rows).
   check_call("qgemm_runs", 0, nullptr, 0, 0, w, out);
@@ -352,10 +360,19 @@ QGemmRunsCalls::QGemmRunsCalls(const ARuns& runs, const PackedQWeight& w, const 
     span_max_ = qgemm_detail::max_byte(span, span_bytes);
     first_read_ = *std::min_element(runs.offset, runs.offset + runs.count);
     last_read_ = *std::max_element(runs.offset, runs.offset + runs.count) + runs.groups * 4;
+    // (Over every run, skipped or not: a bound on the rows, not what is read.)
   }
 }
 
 void QGemmRunsCalls::operator()(int64_t m, const uint8_t* a, int64_t lda, void* out, const uint8_t* residual) const {
+  (*this)(m, a, lda, out, residual, runs_.skip);
+}
+
+void QGemmRunsCalls::operator()(int64_t m, const uint8_t* a, int64_t lda, void* out, const uint8_t* residual,
+                                const ARunsSkip& skip) const {
+  check_skip(skip, runs_.count);
+  ARuns runs = runs_;
+  runs.skip = skip;
   KILN_CHECK((residual != nullptr) == (stage_.residual != nullptr), "qgemm_runs: a call ",
              residual ? "gave" : "left out", " the residual operand its stage was built ",
              stage_.residual ? "with" : "without");
@@ -376,11 +393,11 @@ void QGemmRunsCalls::operator()(int64_t m, const uint8_t* a, int64_t lda, void* 
                    " rows ", lda, " bytes apart read outside the span the calls were promised to stay in");
         a_max = span_max_;
       }
-      qgemm_detail::qgemm_runs_avx2(m, a, lda, runs_, packed, e, a_max);
+      qgemm_detail::qgemm_runs_avx2(m, a, lda, runs, packed, e, a_max);
       return;
     }
-    case QGemmPath::AvxVnni: qgemm_detail::qgemm_runs_avxvnni(m, a, lda, runs_, packed, e); return;
-    default: qgemm_detail::qgemm_runs_avx512vnni(m, a, lda, runs_, packed, e); return;
+    case QGemmPath::AvxVnni: qgemm_detail::qgemm_runs_avxvnni(m, a, lda, runs, packed, e); return;
+    default: qgemm_detail::qgemm_runs_avx512vnni(m, a, lda, runs, packed, e); return;
   }
 }
 

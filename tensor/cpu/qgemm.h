@@ -123,16 +123,31 @@ struct QGemmOutput {
 // row blocks): M rows of A against every column of the packed W.
 void qgemm(int64_t m, const uint8_t* a, int64_t lda, const PackedQWeight& w, const QGemmOutput& out);
 
+// The runs a row of A leaves out (ARuns): the first `first` and the last
+// `last` are not read, and their weights are passed over. What they would
+// have added to column n's sum is sum[n] (read as whole vectors: N values
+// rounded up to a multiple of kQGemmMaxLanes), or zero where sum is null.
+// An output row whose top or bottom kernel rows lie in the padding skips
+// them, with the zero point times their weights' sum (Note [Kernel rows in
+// the padding] in quantized_conv_implicit.h).
+struct ARunsSkip {
+  int first = 0, last = 0;
+  const int32_t* sum = nullptr;
+};
+constexpr int64_t kQGemmMaxLanes = 16;
+
 // Where one row of A keeps its K values when they are not one contiguous
 // row: `count` runs of `groups` * 4 values each, run r starting offset[r]
-// elements after the row's start, K = count * groups * 4 in that order. An
-// implicit convolution reads its patch rows this way straight from the
-// padded image, one run per kernel row (Note [Implicit int8 convolution on
-// the VNNI paths] in quantized_conv_implicit.h).
+// elements after the row's start, K = count * groups * 4 in that order,
+// less those `skip` leaves out. An implicit convolution reads its patch
+// rows this way straight from the padded image, one run per kernel row
+// (Note [Implicit int8 convolution on the VNNI paths] in
+// quantized_conv_implicit.h).
 struct ARuns {
   const int64_t* offset = nullptr;
   int count = 0;
   int64_t groups = 0;
+  ARunsSkip skip{};
 };
 
 // qgemm with row i of A read as `runs` from a + i * lda. Only the paths that
@@ -168,9 +183,13 @@ class QGemmRunsCalls {
   // the span throws.
   QGemmRunsCalls(const ARuns& runs, const PackedQWeight& w, const QGemmOutput& out, const uint8_t* span = nullptr,
                  int64_t span_bytes = 0);
+
   // qgemm_runs(m, a, lda, runs, w, stage) with the stage's out and residual
   // replaced by these (residual null exactly when the stage's is).
   void operator()(int64_t m, const uint8_t* a, int64_t lda, void* out, const uint8_t* residual) const;
+  // The same with `skip` in place of the runs' own.
+  void operator()(int64_t m, const uint8_t* a, int64_t lda, void* out, const uint8_t* residual,
+                  const ARunsSkip& skip) const;
 
  private:
   ARuns runs_;

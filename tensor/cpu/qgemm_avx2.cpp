@@ -38,6 +38,7 @@ struct Ymm16 {
   // 16 registers: accumulators, W's vectors, the broadcast and the product.
   static constexpr int rows(int nv) { return nv == 1 ? 8 : 5; }
   static V load_i32(const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static V add_i32(V x, V y) { return _mm256_add_epi32(x, y); }
   static void store_i32(int32_t* p, V v) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), v); }
   static V load_w(const char* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
   static V broadcast(const int16_t* p) {
@@ -68,9 +69,10 @@ void widen(const uint8_t* src, int64_t count, int16_t* dst) {
 // The Ymm16 kernel on rows [0, m) of A, each row's K values fetched by
 // widen_row(i, dst) into k2 int16 (K rounded up to even, zero-padded): a
 // block of rows at a time, small enough to stay in L2 while every panel of
-// the int16 W passes.
+// the int16 W passes. skipped_sum as ARunsSkip::sum.
 template <class WidenRow>
-void widened_tiles(int64_t m, int64_t k, const PackedPanels& wide, const Epilogue& e, const WidenRow& widen_row) {
+void widened_tiles(int64_t m, int64_t k, const PackedPanels& wide, const Epilogue& e, const WidenRow& widen_row,
+                   const int32_t* skipped_sum = nullptr) {
   const int64_t k2 = (k + 1) / 2 * 2;
   const int64_t block = std::max<int64_t>(8, std::min<int64_t>(m, (256 * 1024) / std::max<int64_t>(2 * k2, 1)));
   thread_local std::vector<int16_t> rows;
@@ -82,7 +84,7 @@ void widened_tiles(int64_t m, int64_t k, const PackedPanels& wide, const Epilogu
       widen_row(i0 + i, dst);
       if (k2 > k) dst[k] = 0;
     }
-    run_tiles<Ymm16>(count, rows.data(), k2, k2, wide, i0, e);
+    run_tiles<Ymm16>(count, rows.data(), k2, k2, wide, i0, e, skipped_sum);
   }
 }
 
@@ -109,15 +111,20 @@ void qgemm_avx2(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& w,
 void qgemm_runs_avx2(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, const PackedPanels& w,
                      const Epilogue& e, std::optional<uint8_t> a_max) {
   const int64_t run_bytes = runs.groups * 4;
-  if (avx2_bytes_exact(a_max ? *a_max : max_read(m, a, lda, runs.offset, runs.count, run_bytes), w)) {
+  const int first = runs.skip.first, end = runs.count - runs.skip.last;  // the runs read
+  if (avx2_bytes_exact(a_max ? *a_max : max_read(m, a, lda, runs.offset + first, end - first, run_bytes), w)) {
     run_tiles<Ymm8>(m, a, lda, runs, 0, w, 0, e);
     return;
   }
   // The runs of each row gathered and widened in one pass: the patch rows
-  // of the GEMM form, in int16.
+  // of the GEMM form, in int16, with zeros for the skipped runs.
   widened_tiles(m, w.k(), w.wide(), e, [&](int64_t i, int16_t* dst) {
-    for (int r = 0; r < runs.count; ++r) widen(a + i * lda + runs.offset[r], run_bytes, dst + r * run_bytes);
-  });
+    for (int r = 0; r < runs.count; ++r) {
+      int16_t* run = dst + r * run_bytes;
+      if (r < first || r >= end) std::fill(run, run + run_bytes, int16_t{0});
+      else widen(a + i * lda + runs.offset[r], run_bytes, run);
+    }
+  }, runs.skip.sum);
 }
 
 }  // namespace kiln::cpu::qgemm_detail

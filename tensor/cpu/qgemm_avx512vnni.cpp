@@ -25,6 +25,7 @@ struct Zmm {
   // output stage of an NCHW plane (finish_zmm).
   static constexpr int rows(int nv) { return nv == 1 ? 16 : nv == 2 ? 12 : nv == 3 ? 8 : 6; }
   static V load_i32(const int32_t* p) { return _mm512_loadu_si512(p); }
+  static V add_i32(V x, V y) { return _mm512_add_epi32(x, y); }
   static void store_i32(int32_t* p, V v) { _mm512_store_si512(p, v); }
   static V load_w(const char* p) { return _mm512_load_si512(p); }
   static V broadcast(const uint8_t* p) {

@@ -10,7 +10,8 @@
 //   V, kLanes (columns per vector), kGroup (k values per lane), kGroupBytes
 //   (bytes of one group across the lanes in a packed panel), AElem (what A
 //   holds: uint8_t, or int16_t for Avx2's kernel that widens A first);
-//   load_i32(p), store_i32(p, v), load_w(p) (64-byte-aligned panel data),
+//   load_i32(p), add_i32(x, y), store_i32(p, v), load_w(p) (64-byte-aligned
+//   panel data),
 //   broadcast(p) (kGroup values of A at p, in every lane),
 //   broadcast_tail(p, count) (count < kGroup values, the rest zero),
 //   dot(acc, a, w) (acc + the lane-wise kGroup-term dot products);
@@ -448,6 +449,7 @@ struct YmmBytes {
   using AElem = uint8_t;
   static constexpr int kLanes = 8, kGroup = 4, kGroupBytes = 32, kMaxNV = 2;
   static V load_i32(const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static V add_i32(V x, V y) { return _mm256_add_epi32(x, y); }
   static void store_i32(int32_t* p, V v) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), v); }
   static V load_w(const char* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
   static V broadcast(const uint8_t* p) {
@@ -480,13 +482,15 @@ void tile(const typename Isa::AElem* a, int64_t lda, const ARuns& runs, int ktai
   V acc[MR][NV];
 #pragma GCC unroll 4
   for (int j = 0; j < NV; ++j) {
-    const V off = Isa::load_i32(e.offset + n0 + j * L);
+    V off = Isa::load_i32(e.offset + n0 + j * L);
+    if (runs.skip.sum) off = Isa::add_i32(off, Isa::load_i32(runs.skip.sum + n0 + j * L));
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) acc[i][j] = off;
   }
-  const char* wp = w;
+  // Skipped runs (ARunsSkip) pass over their weights.
+  const char* wp = w + runs.skip.first * runs.groups * Isa::kGroupBytes;
   const typename Isa::AElem* ar = a;
-  for (int r = 0; r < runs.count; ++r) {
+  for (int r = runs.skip.first; r < runs.count - runs.skip.last; ++r) {
     ar = a + runs.offset[r];
     for (int64_t g = 0; g < runs.groups; ++g, wp += Isa::kGroupBytes) {
       V wv[NV];
@@ -581,12 +585,13 @@ void run_tiles(int64_t m, const typename Isa::AElem* a, int64_t lda, const ARuns
   }
 }
 
-// The plain GEMM: each row of A is one run of k values.
+// The plain GEMM: each row of A is one run of k values; skipped_sum, where
+// given, as ARunsSkip::sum.
 template <class Isa>
 void run_tiles(int64_t m, const typename Isa::AElem* a, int64_t lda, int64_t k, const PackedPanels& w,
-               int64_t m_base, const Epilogue& e) {
+               int64_t m_base, const Epilogue& e, const int32_t* skipped_sum = nullptr) {
   static constexpr int64_t kStart = 0;
-  const ARuns one{&kStart, 1, k / Isa::kGroup};
+  const ARuns one{&kStart, 1, k / Isa::kGroup, ARunsSkip{0, 0, skipped_sum}};
   run_tiles<Isa>(m, a, lda, one, static_cast<int>(k % Isa::kGroup), w, m_base, e);
 }
 

@@ -60,10 +60,27 @@ struct ConvPlan {
     block_rows = std::clamp<int64_t>((int64_t{1} << 16) / std::max<int64_t>(k, 1), 16, std::max<int64_t>(positions, 1));
   }
 
+  // Read in place, the runs each output row passes over (Note [Kernel rows
+  // in the padding] in quantized_conv_implicit.h): output row y skips
+  // skips[row_skip[y]], and skips[0] is none.
+  std::vector<KernelRowSkip> skips;
+  std::vector<uint8_t> row_skip;
+
   // Reads A in place from the padded plane (Note [Implicit int8
   // convolution on the VNNI paths] in quantized_conv_implicit.h), with the
   // weight's padded rows w where it has them.
-  void read_in_place(const ImplicitQConvWeight* w) { runs = implicit_qconv_runs(w, p, s, padded_w); }
+  void read_in_place(const ImplicitQConvWeight* w) {
+    runs = implicit_qconv_runs(w, p, s, padded_w);
+    if (!in_place()) return;
+    skips = {KernelRowSkip{}};
+    const int64_t runs_per_row = static_cast<int64_t>(runs.offsets.size()) / s.kernel.h;
+    for (int64_t y = 0; y < s.output.h; ++y) {
+      const KernelRowSkip skip = kernel_rows_in_padding(p, s, y, runs_per_row);
+      const auto at = std::find(skips.begin(), skips.end(), skip);
+      row_skip.push_back(static_cast<uint8_t>(at - skips.begin()));
+      if (at == skips.end()) skips.push_back(skip);
+    }
+  }
   bool in_place() const { return !runs.offsets.empty(); }
 };
 
@@ -164,9 +181,12 @@ struct OutputImage {
 };
 
 // Positions [begin, end) of one image, every group.
+// skipped_sums: read in place, the sums of plan.skips[v] for group g at
+// (v * groups + g) * skipped_sums_stride (ARunsSkip::sum; v = 0 unused).
 void conv_rows(const uint8_t* padded, const ConvPlan& plan,
                const std::vector<std::shared_ptr<const PackedQWeight>>& packs, const QuantizedOutputStage& numbers,
-               const QGemmOutput& stage, const OutputImage& image, int64_t begin, int64_t end) {
+               const std::vector<int32_t>& skipped_sums, int64_t skipped_sums_stride, const QGemmOutput& stage,
+               const OutputImage& image, int64_t begin, int64_t end) {
   const int64_t cg = plan.s.channels, plane_bytes = plan.padded_h * plan.padded_w * cg;
   uint8_t* rows = plan.pointwise || plan.in_place() ? nullptr : thread_scratch(kPatchSlot, std::min(plan.block_rows, end - begin) * plan.k);
   for (int64_t group = 0; group < plan.p.groups; ++group) {
@@ -184,7 +204,8 @@ void conv_rows(const uint8_t* padded, const ConvPlan& plan,
     if (plan.in_place()) {
       // A's rows in place: each output row's pixels are rows stride_w*C
       // bytes apart in the plane; one call per output row, the output
-      // stage built once for them all.
+      // stage built once for them all; rows with kernel rows in the
+      // padding leave them out.
       const ARuns runs{plan.runs.offsets.data(), static_cast<int>(plan.runs.offsets.size()), plan.runs.groups};
       const int64_t ow = plan.s.output.w;
       out.out = image.data;  // checked, not used: each row gives its own
@@ -193,9 +214,11 @@ void conv_rows(const uint8_t* padded, const ConvPlan& plan,
       for (int64_t b = begin; b < end;) {
         const int64_t y = b / ow, x = b % ow, count = std::min(end - b, ow - x);
         const uint8_t* a = plane + (y * plan.p.stride.h * plan.padded_w + x * plan.p.stride.w) * cg;
+        const int v = plan.row_skip[y];
+        const int32_t* sum = v > 0 ? skipped_sums.data() + (v * plan.p.groups + group) * skipped_sums_stride : nullptr;
         rows_of(count, a, plan.p.stride.w * cg,
                 image.data + (o0 * image.stride_c + b * image.stride_position) * static_cast<int64_t>(image.element_size),
-                residual_at(b));
+                residual_at(b), ARunsSkip{plan.skips[v].first, plan.skips[v].last, sum});
         b += count;
       }
       continue;
@@ -286,8 +309,29 @@ void gemm_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWei
     return padded;
   };
 
+  // Note [Kernel rows in the padding]: what each set of skipped kernel
+  // rows adds to a sum, z times their weights' sum, in the wrapping int32
+  // of the GEMM's offsets.
+  const int64_t kh = plan.s.kernel.h, go = plan.group_out, groups_n = plan.p.groups;
+  const int64_t sums_stride = (go + kQGemmMaxLanes - 1) / kQGemmMaxLanes * kQGemmMaxLanes;
+  std::vector<int32_t> skipped_sums(plan.skips.size() * groups_n * sums_stride, 0);
+  for (size_t v = 1; v < plan.skips.size(); ++v) {
+    const int64_t runs_per_row = static_cast<int64_t>(plan.runs.offsets.size()) / kh;
+    const int64_t top = plan.skips[v].first / runs_per_row, bottom = kh - plan.skips[v].last / runs_per_row;
+    for (int64_t g = 0; g < groups_n; ++g) {
+      int32_t* sum = skipped_sums.data() + (static_cast<int64_t>(v) * groups_n + g) * sums_stride;
+      for (int64_t ky = 0; ky < kh; ++ky) {
+        if (ky >= top && ky < bottom) continue;
+        const int32_t* row_sum = groups.kernel_row_sum.data() + (g * kh + ky) * go;
+        for (int64_t o = 0; o < go; ++o)
+          sum[o] = static_cast<int32_t>(static_cast<uint32_t>(sum[o]) +
+                                        static_cast<uint32_t>(stage.a_zero_point) * static_cast<uint32_t>(row_sum[o]));
+      }
+    }
+  }
   auto run = [&](const uint8_t* padded, int64_t n, int64_t begin, int64_t end) {
-    conv_rows(padded, plan, packs, numbers, stage, output_image(out, n, element_size, stage.residual), begin, end);
+    conv_rows(padded, plan, packs, numbers, skipped_sums, sums_stride, stage,
+              output_image(out, n, element_size, stage.residual), begin, end);
   };
   spread_over_threads(n_images, plan.positions,
                       threads_for_macs(macs_per_image * double(n_images), n_images * plan.positions), pad_image, run);

@@ -162,6 +162,18 @@ ImplicitQConvRuns implicit_qconv_runs(const ImplicitQConvWeight* w, const Conv2d
   return runs;
 }
 
+KernelRowSkip kernel_rows_in_padding(const Conv2dParams& p, const Conv2dShape& s, int64_t y, int64_t runs_per_row) {
+  const int64_t kh = s.kernel.h;
+  auto inside = [&](int64_t ky) {
+    const int64_t row = y * p.stride.h + ky * p.dilation.h - p.padding.h;  // in the unpadded input
+    return row >= 0 && row < s.input.h;
+  };
+  int64_t above = 0, below = 0;
+  while (above < kh && !inside(above)) ++above;
+  while (above + below < kh && !inside(kh - 1 - below)) ++below;
+  return KernelRowSkip{static_cast<int>(above * runs_per_row), static_cast<int>(below * runs_per_row)};
+}
+
 ImplicitQConvPlan plan_implicit_qconv(const ImplicitQConvWeight& w, const Conv2dParams& p, const Conv2dShape& s) {
   ImplicitQConvPlan plan;
   const int64_t c = w.channels, chunks = w.row_bytes / 64;

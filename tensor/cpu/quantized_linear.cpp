@@ -46,6 +46,7 @@ CpuPackedQuantizedWeight::Groups CpuPackedQuantizedWeight::pack_groups(int64_t g
   // channels-last order of K the patches are built in.
   const int64_t cg = w.size(1), kh = w.size(2), kw = w.size(3), k = cg * kh * kw;
   std::vector<int8_t> reordered(static_cast<size_t>(group_out * k));  // (O/groups, kh*kw*C/groups)
+  packs.kernel_row_sum.assign(static_cast<size_t>(groups * kh * group_out), 0);
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t o = 0; o < group_out; ++o) {
       const int8_t* src = data + (g * group_out + o) * k;  // (C/groups, kh, kw)
@@ -53,6 +54,8 @@ CpuPackedQuantizedWeight::Groups CpuPackedQuantizedWeight::pack_groups(int64_t g
       for (int64_t c = 0; c < cg; ++c) {
         for (int64_t tap = 0; tap < kh * kw; ++tap) dst[tap * cg + c] = src[c * kh * kw + tap];
       }
+      for (int64_t tap = 0; tap < kh * kw; ++tap)
+        for (int64_t c = 0; c < cg; ++c) packs.kernel_row_sum[(g * kh + tap / kw) * group_out + o] += dst[tap * cg + c];
     }
     packs.gemm.push_back(pack_qweight(reordered.data(), group_out, k, k, path_));
   }

@@ -74,6 +74,11 @@ class CpuPackedQuantizedWeight final : public PackedQuantizedWeight {
     std::vector<std::shared_ptr<const PackedQWeight>> gemm;
     std::shared_ptr<const DirectQConvWeight> direct;
     std::shared_ptr<const ImplicitQConvWeight> implicit;
+    // A conv weight's sum over each kernel row, (groups, kh, O/groups):
+    // kernel_row_sum[(g * kh + ky) * O/groups + o] = sum over kx, c of
+    // w[g * O/groups + o][c][ky][kx] (Note [Kernel rows in the padding] in
+    // quantized_conv_implicit.h). Empty for a linear weight.
+    std::vector<int32_t> kernel_row_sum;
   };
   // groups = 1 is packed up front, other counts on first use (a conv's
   // groups is known only from its input's channels).

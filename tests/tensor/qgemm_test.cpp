@@ -524,6 +524,64 @@ TEST(QGemm, RunsGiveTheBytesOfTheRowsTheyName) {
   if (ran == 0) GTEST_SKIP() << "this CPU has no path that reads runs (avx2, avxvnni, avx512vnni, amx)";
 }
 
+// Skipped runs (ARunsSkip) are not read: without a sum they count as
+// zeros, and qgemm_runs gives the bytes of the scalar GEMM on rows whose
+// skipped runs are zero; with a sum, those of the same GEMM with the sum
+// added to the bias. On every path that reads runs, for 8-bit A (the Avx2
+// path's widened rows) and 7-bit A (its bytes as they are), skipping every
+// run too, through qgemm_runs and through a QGemmRunsCalls built without
+// skips.
+TEST(QGemm, SkippedRunsAreNotRead) {
+  const int64_t m = 13, n = 20, groups = 3, lda = 16;
+  const std::vector<int64_t> offsets = {0, 30, 12, 50};
+  const int count = static_cast<int>(offsets.size());
+  const int64_t k = count * groups * 4;
+  Problem p = make_problem(m, n, k, 81);
+  auto scalar = pack_qweight(p.w.data(), n, k, p.ldw, QGemmPath::Scalar);
+  std::vector<int32_t> sum(32, 0);  // n rounded up to kQGemmMaxLanes
+  for (int64_t j = 0; j < n; ++j) sum[j] = static_cast<int32_t>(j * 977 - 9000);
+  int ran = 0;
+  for (int a_top : {255, 127}) {
+    std::mt19937 rng(82 + a_top);
+    std::vector<uint8_t> image((m - 1) * lda + offsets.back() + groups * 4);
+    for (auto& v : image) v = static_cast<uint8_t>(rng() % (a_top + 1));
+    for (const auto& [first, last] : {std::pair{1, 0}, {0, 2}, {1, 1}, {3, 1}, {0, 0}}) {
+      Problem zeroed = p;  // the runs copied into rows of A, the skipped ones zero
+      zeroed.lda = k;
+      zeroed.a.assign(m * k, 0);
+      for (int64_t i = 0; i < m; ++i)
+        for (int r = first; r < count - last; ++r)
+          std::memcpy(zeroed.a.data() + i * k + r * groups * 4, image.data() + i * lda + offsets[r], groups * 4);
+      Problem summed = zeroed;  // and the sum in the bias
+      for (int64_t j = 0; j < n; ++j) summed.bias[j] += sum[j];
+      for (QGemmPath path : paths()) {
+        if (!qgemm_runs_supported(path)) continue;
+        auto packed = pack_qweight(p.w.data(), n, k, p.ldw, path);
+        const std::string where = "path " + std::string(path_name(path)) + " skipping " + std::to_string(first) +
+                                  " and " + std::to_string(last) + " of " + std::to_string(count) + " runs, A up to " +
+                                  std::to_string(a_top);
+        const Stage s{Kind::UInt8, 90, true, true, false, 40, 10, 250, false};
+        Result zeros;
+        qgemm_runs(m, image.data(), lda, ARuns{offsets.data(), count, groups, {first, last, nullptr}}, *packed,
+                   output_into(zeros, p, s));
+        EXPECT_EQ(first_difference(zeros, run(zeroed, s, *scalar, false), p, s.kind), "") << where;
+        Result with_sum;
+        qgemm_runs(m, image.data(), lda, ARuns{offsets.data(), count, groups, {first, last, sum.data()}}, *packed,
+                   output_into(with_sum, p, s));
+        EXPECT_EQ(first_difference(with_sum, run(summed, s, *scalar, false), p, s.kind), "") << where << " with a sum";
+        Result calls;
+        const QGemmRunsCalls plain(ARuns{offsets.data(), count, groups}, *packed, output_into(calls, p, s),
+                                   image.data(), static_cast<int64_t>(image.size()));
+        plain(m, image.data(), lda, calls.bytes.data(), nullptr, ARunsSkip{first, last, sum.data()});
+        EXPECT_EQ(first_difference(calls, run(summed, s, *scalar, false), p, s.kind), "")
+            << where << " with a sum, through calls built without skips";
+        ++ran;
+      }
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "this CPU has no path that reads runs (avx2, avxvnni, avx512vnni, amx)";
+}
+
 TEST(QGemm, RunsThatDoNotMakeKOrAPathWithoutThemThrow) {
   const int8_t w[2 * 8] = {};
   const uint8_t a[64] = {};
@@ -543,7 +601,13 @@ TEST(QGemm, RunsThatDoNotMakeKOrAPathWithoutThemThrow) {
     expect_error([&] { qgemm_runs(-1, a, 8, ARuns{offsets, 2, 1}, *packed, o); }, "qgemm_runs: negative row count");
     expect_error([&] { QGemmRunsCalls(ARuns{offsets, 2, 2}, *packed, o); },
                  "qgemm_runs: 2 runs of 2 groups of 4 do not make k=8");
+    expect_error([&] { qgemm_runs(2, a, 8, ARuns{offsets, 2, 1, {2, 1}}, *packed, o); },
+                 "qgemm_runs: cannot skip the first 2 and the last 1 of 2 runs");
+    expect_error([&] { QGemmRunsCalls(ARuns{offsets, 2, 1, {-1, 0}}, *packed, o); },
+                 "qgemm_runs: cannot skip the first -1 and the last 0 of 2 runs");
     const QGemmRunsCalls calls(ARuns{offsets, 2, 1}, *packed, o);
+    expect_error([&] { calls(2, a, 8, out, nullptr, ARunsSkip{1, 2}); },
+                 "qgemm_runs: cannot skip the first 1 and the last 2 of 2 runs");
     expect_error([&] { calls(-1, a, 8, out, nullptr); }, "qgemm_runs: negative row count");
     expect_error([&] { calls(2, a, 8, nullptr, nullptr); }, "qgemm_runs: null output");
     expect_error([&] { calls(2, a, 8, out, a); },

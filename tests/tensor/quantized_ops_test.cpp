@@ -623,6 +623,12 @@ const ConvCase kImplicitRunsCases[] = {
     {{2, 5, 11, 9}, {8, 5, 3, 3}, {.stride = 2, .padding = {1, 0}}, true, false, false, 60, 128},
     {{1, 1, 7, 12}, {16, 1, 5, 5}, {.padding = 2}, true, true, false, 0, 128},
     {{1, 5, 6, 6}, {33, 5, 2, 2}, {}, true, true, true, 255, 9},
+    // Kernel rows in the padding (Note [Kernel rows in the padding]): a
+    // padding of 3 over a 3x3, so that the top and bottom output rows read
+    // only padding and the next ones two kernel rows of it; and the same
+    // with dilation in both directions, where each kernel row is 3 runs.
+    {{2, 8, 2, 5}, {16, 8, 3, 3}, {.padding = {3, 1}}, true, true, false, 200, 128},
+    {{1, 8, 7, 9}, {12, 8, 3, 3}, {.padding = {4, 2}, .dilation = {2, 2}}, true, true, true, 17, 60},
 };
 
 TEST(QuantizedConv2dImplicit, MatchesIntegerReferenceOnEveryPathThatHasIt) {
@@ -643,6 +649,36 @@ TEST(QuantizedConv2dImplicit, MatchesIntegerReferenceOnEveryPathThatHasIt) {
   for (const ConvCase& c : kImplicitCases) check(c);
   for (const ConvCase& c : kImplicitRunsCases) check(c);
   EXPECT_GE(cases_run, 20);
+}
+
+// Note [Kernel rows in the padding]: which runs an output row leaves out.
+TEST(QuantizedConv2dImplicit, KernelRowsInThePaddingAreTheOnesOutsideTheImage) {
+  using Skip = cpu::KernelRowSkip;
+  const Conv2dParams pad1{.padding = 1};
+  const Conv2dShape s8 = conv2d_shape(16, Size2d(8), Size2d(3), pad1);  // 8x8 out
+  EXPECT_EQ(cpu::kernel_rows_in_padding(pad1, s8, 0, 1), (Skip{1, 0}));
+  EXPECT_EQ(cpu::kernel_rows_in_padding(pad1, s8, 3, 1), (Skip{0, 0}));
+  EXPECT_EQ(cpu::kernel_rows_in_padding(pad1, s8, 7, 1), (Skip{0, 1}));
+  // Stride 2 over 16 rows: row 0 reads row -1, the last row 13..15.
+  const Conv2dParams down{.stride = 2, .padding = 1};
+  const Conv2dShape s16 = conv2d_shape(16, Size2d(16), Size2d(3), down);
+  EXPECT_EQ(cpu::kernel_rows_in_padding(down, s16, 0, 1), (Skip{1, 0}));
+  EXPECT_EQ(cpu::kernel_rows_in_padding(down, s16, 7, 1), (Skip{0, 0}));
+  // Two input rows under a padding of 3: rows 0 and 5 read no image row,
+  // and all three kernel rows go (3 runs each with dilation_w > 1).
+  const Conv2dParams wide{.padding = {3, 1}};
+  const Conv2dShape s2 = conv2d_shape(8, Size2d(2, 5), Size2d(3), wide);
+  ASSERT_EQ(s2.output.h, 6);
+  EXPECT_EQ(cpu::kernel_rows_in_padding(wide, s2, 0, 1), (Skip{3, 0}));
+  EXPECT_EQ(cpu::kernel_rows_in_padding(wide, s2, 1, 3), (Skip{6, 0}));
+  EXPECT_EQ(cpu::kernel_rows_in_padding(wide, s2, 3, 1), (Skip{0, 1}));
+  EXPECT_EQ(cpu::kernel_rows_in_padding(wide, s2, 5, 1), (Skip{3, 0}));
+  // Dilation 2 in height: the rows read are y - 4, y - 2 and y.
+  const Conv2dParams dilated{.padding = {4, 2}, .dilation = {2, 2}};
+  const Conv2dShape s7 = conv2d_shape(8, Size2d(7, 9), Size2d(3), dilated);
+  EXPECT_EQ(cpu::kernel_rows_in_padding(dilated, s7, 1, 3), (Skip{6, 0}));
+  EXPECT_EQ(cpu::kernel_rows_in_padding(dilated, s7, 3, 3), (Skip{3, 0}));
+  EXPECT_EQ(cpu::kernel_rows_in_padding(dilated, s7, 4, 3), (Skip{0, 0}));
 }
 
 TEST(QuantizedConv2dImplicit, ThreadsGiveTheSameBytes) {
