@@ -355,7 +355,8 @@ QGemmRunsCalls::QGemmRunsCalls(const ARuns& runs, const PackedQWeight& w, const 
   // row's first run starts at offset[0], so lda bounds only whole rows).
   check_call("qgemm_runs", 0, nullptr, 0, 0, w, out);
   const auto& packed = static_cast<const qgemm_detail::PackedPanels&>(w);
-  qgemm_detail::make_epilogue(out, packed.colsum().data(), packed.n(), packed.panels() * packed.lanes(), arrays_);
+  epilogue_ =
+      qgemm_detail::make_epilogue(out, packed.colsum().data(), packed.n(), packed.panels() * packed.lanes(), arrays_);
   if (span && w.path() == QGemmPath::Avx2) {
     span_max_ = qgemm_detail::max_byte(span, span_bytes);
     first_read_ = *std::min_element(runs.offset, runs.offset + runs.count);
@@ -370,18 +371,21 @@ void QGemmRunsCalls::operator()(int64_t m, const uint8_t* a, int64_t lda, void* 
 
 void QGemmRunsCalls::operator()(int64_t m, const uint8_t* a, int64_t lda, void* out, const uint8_t* residual,
                                 const ARunsSkip& skip) const {
-  check_skip(skip, runs_.count);
-  ARuns runs = runs_;
-  runs.skip = skip;
+  // The stage was checked when the calls were made: what is new here is.
   KILN_CHECK((residual != nullptr) == (stage_.residual != nullptr), "qgemm_runs: a call ",
              residual ? "gave" : "left out", " the residual operand its stage was built ",
              stage_.residual ? "with" : "without");
-  QGemmOutput stage = stage_;
-  stage.out = out;
-  stage.residual = residual;
-  if (!check_call("qgemm_runs", m, a, lda, 0, w_, stage)) return;
+  check_skip(skip, runs_.count);
+  KILN_CHECK(m >= 0, "qgemm_runs: negative row count m=", m);
+  if (m == 0 || w_.n() == 0) return;
+  KILN_CHECK(a != nullptr, "qgemm_runs: null A for ", m, " rows of k=", w_.k());
+  KILN_CHECK(out != nullptr, "qgemm_runs: null output for a ", m, " x ", w_.n(), " result");
+  ARuns runs = runs_;
+  runs.skip = skip;
   const auto& packed = static_cast<const qgemm_detail::PackedPanels&>(w_);
-  qgemm_detail::Epilogue e = qgemm_detail::epilogue_from(stage, packed.n(), arrays_);
+  qgemm_detail::Epilogue e = epilogue_;
+  e.out = out;
+  e.residual = residual;
   switch (w_.path()) {
     case QGemmPath::Avx2: {
       // The bound on A's bytes (Note [Int8 GEMM on AVX2 without VNNI] in

@@ -160,11 +160,27 @@ void qgemm_runs(int64_t m, const uint8_t* a, int64_t lda, const ARuns& runs, con
 
 namespace qgemm_detail {
 // An output stage's per-column arrays, each padded with zeros to whole
-// vectors (Epilogue in qgemm_kernels.h).
+// vectors (Epilogue).
 struct EpilogueArrays {
   std::vector<int32_t> offset;
   std::vector<float> scale, float_bias;
 };
+
+// One call's output stage (QGemmOutput) with the per-column values laid out
+// for whole vectors: every array has padded_n() entries, zero past n.
+struct Epilogue {
+  QGemmOutput::Kind kind = QGemmOutput::Kind::Int32;
+  int64_t n = 0;                      // valid columns
+  const int32_t* offset = nullptr;    // (padded N,) bias[n] - a_zero_point * colsum[n]
+  const float* scale = nullptr;       // (padded N,) scale[n], a per-tensor scale repeated; Float/UInt8
+  const float* float_bias = nullptr;  // (padded N,) or null; Float only
+  float zero_point = 0, lo = 0, hi = 255;  // UInt8 only
+  void* out = nullptr;
+  int64_t stride_m = 0, stride_n = 1;
+  const uint8_t* residual = nullptr;  // UInt8 only: as QGemmOutput's, at out's offsets
+  QuantizedAddGrids residual_add{};
+};
+
 }  // namespace qgemm_detail
 
 // qgemm_runs for many calls that share the runs, the weight and the output
@@ -183,6 +199,8 @@ class QGemmRunsCalls {
   // the span throws.
   QGemmRunsCalls(const ARuns& runs, const PackedQWeight& w, const QGemmOutput& out, const uint8_t* span = nullptr,
                  int64_t span_bytes = 0);
+  QGemmRunsCalls(const QGemmRunsCalls&) = delete;  // its Epilogue points into its own arrays
+  QGemmRunsCalls& operator=(const QGemmRunsCalls&) = delete;
 
   // qgemm_runs(m, a, lda, runs, w, stage) with the stage's out and residual
   // replaced by these (residual null exactly when the stage's is).
@@ -196,6 +214,7 @@ class QGemmRunsCalls {
   const PackedQWeight& w_;
   QGemmOutput stage_;
   qgemm_detail::EpilogueArrays arrays_;
+  qgemm_detail::Epilogue epilogue_;  // the stage, on arrays_; each call sets out and residual
   const uint8_t *span_, *span_end_;
   uint8_t span_max_ = 255;            // the largest byte in the span
   int64_t first_read_ = 0, last_read_ = 0;  // a row's reads from its start: [first_read_, last_read_)

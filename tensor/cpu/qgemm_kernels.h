@@ -99,21 +99,6 @@ inline bool avx2_bytes_exact(uint8_t a_max, const PackedPanels& w) {
   return int32_t{a_max} * w.pair_sum_max() <= 32767;
 }
 
-// One call's output stage (QGemmOutput) with the per-column values laid out
-// for whole vectors: every array has padded_n() entries, zero past n.
-struct Epilogue {
-  QGemmOutput::Kind kind = QGemmOutput::Kind::Int32;
-  int64_t n = 0;                      // valid columns
-  const int32_t* offset = nullptr;    // (padded N,) bias[n] - a_zero_point * colsum[n]
-  const float* scale = nullptr;       // (padded N,) scale[n], a per-tensor scale repeated; Float/UInt8
-  const float* float_bias = nullptr;  // (padded N,) or null; Float only
-  float zero_point = 0, lo = 0, hi = 255;  // UInt8 only
-  void* out = nullptr;
-  int64_t stride_m = 0, stride_n = 1;
-  const uint8_t* residual = nullptr;  // UInt8 only: as QGemmOutput's, at out's offsets
-  QuantizedAddGrids residual_add{};
-};
-
 // The Epilogue of one call with output stage `out` on n columns with these
 // column sums (n values), its arrays `padded` (>= n) entries long. They live
 // in `arrays`, or in the calling thread's storage until its next call.
