@@ -196,6 +196,27 @@ void qgemm_scalar(int64_t m, const uint8_t* a, int64_t lda, const PackedPanels& 
   }
 }
 
+namespace {
+// The stage's Epilogue on arrays make_epilogue filled.
+Epilogue epilogue_from(const QGemmOutput& out, int64_t n, const EpilogueArrays& arrays) {
+  Epilogue e;
+  e.kind = out.kind;
+  e.n = n;
+  e.offset = arrays.offset.data();
+  if (!arrays.scale.empty()) e.scale = arrays.scale.data();
+  if (!arrays.float_bias.empty()) e.float_bias = arrays.float_bias.data();
+  e.zero_point = static_cast<float>(out.zero_point);
+  e.lo = static_cast<float>(out.lo);
+  e.hi = static_cast<float>(out.hi);
+  e.out = out.out;
+  e.stride_m = out.stride_m;
+  e.stride_n = out.stride_n;
+  e.residual = out.residual;
+  e.residual_add = out.residual_add;
+  return e;
+}
+}  // namespace
+
 Epilogue make_epilogue(const QGemmOutput& out, const int32_t* colsum, int64_t n, int64_t padded,
                        EpilogueArrays& arrays) {
   using Kind = QGemmOutput::Kind;
@@ -226,23 +247,6 @@ Epilogue make_epilogue(const QGemmOutput& out, const int32_t* colsum, int64_t n,
   return make_epilogue(out, colsum, n, padded, arrays);
 }
 
-Epilogue epilogue_from(const QGemmOutput& out, int64_t n, const EpilogueArrays& arrays) {
-  Epilogue e;
-  e.kind = out.kind;
-  e.n = n;
-  e.offset = arrays.offset.data();
-  if (!arrays.scale.empty()) e.scale = arrays.scale.data();
-  if (!arrays.float_bias.empty()) e.float_bias = arrays.float_bias.data();
-  e.zero_point = static_cast<float>(out.zero_point);
-  e.lo = static_cast<float>(out.lo);
-  e.hi = static_cast<float>(out.hi);
-  e.out = out.out;
-  e.stride_m = out.stride_m;
-  e.stride_n = out.stride_n;
-  e.residual = out.residual;
-  e.residual_add = out.residual_add;
-  return e;
-}
 
 }  // namespace qgemm_detail
 

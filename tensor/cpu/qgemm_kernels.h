@@ -105,8 +105,6 @@ inline bool avx2_bytes_exact(uint8_t a_max, const PackedPanels& w) {
 Epilogue make_epilogue(const QGemmOutput& out, const int32_t* colsum, int64_t n, int64_t padded,
                        EpilogueArrays& arrays);
 Epilogue make_epilogue(const QGemmOutput& out, const int32_t* colsum, int64_t n, int64_t padded);
-// The same stage's Epilogue again from arrays make_epilogue filled.
-Epilogue epilogue_from(const QGemmOutput& out, int64_t n, const EpilogueArrays& arrays);
 
 // out[m][n] of the Epilogue for one accumulator (the scalar output stage,
 // which every SIMD store repeats).

@@ -64,7 +64,7 @@ struct ConvPlan {
   // in the padding] in quantized_conv_implicit.h): output row y skips
   // skips[row_skip[y]], and skips[0] is none.
   std::vector<KernelRowSkip> skips;
-  std::vector<uint8_t> row_skip;
+  std::vector<int> row_skip;
 
   // Reads A in place from the padded plane (Note [Implicit int8
   // convolution on the VNNI paths] in quantized_conv_implicit.h), with the
@@ -77,7 +77,7 @@ struct ConvPlan {
     for (int64_t y = 0; y < s.output.h; ++y) {
       const KernelRowSkip skip = kernel_rows_in_padding(p, s, y, runs_per_row);
       const auto at = std::find(skips.begin(), skips.end(), skip);
-      row_skip.push_back(static_cast<uint8_t>(at - skips.begin()));
+      row_skip.push_back(static_cast<int>(at - skips.begin()));
       if (at == skips.end()) skips.push_back(skip);
     }
   }
@@ -315,8 +315,8 @@ void gemm_driver(const Tensor& out, const Tensor& x, const CpuPackedQuantizedWei
   const int64_t kh = plan.s.kernel.h, go = plan.group_out, groups_n = plan.p.groups;
   const int64_t sums_stride = (go + kQGemmMaxLanes - 1) / kQGemmMaxLanes * kQGemmMaxLanes;
   std::vector<int32_t> skipped_sums(plan.skips.size() * groups_n * sums_stride, 0);
+  const int64_t runs_per_row = static_cast<int64_t>(plan.runs.offsets.size()) / kh;
   for (size_t v = 1; v < plan.skips.size(); ++v) {
-    const int64_t runs_per_row = static_cast<int64_t>(plan.runs.offsets.size()) / kh;
     const int64_t top = plan.skips[v].first / runs_per_row, bottom = kh - plan.skips[v].last / runs_per_row;
     for (int64_t g = 0; g < groups_n; ++g) {
       int32_t* sum = skipped_sums.data() + (static_cast<int64_t>(v) * groups_n + g) * sums_stride;

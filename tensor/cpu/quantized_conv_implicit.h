@@ -83,8 +83,8 @@
 // the accumulators at z * (their weights' sum) more instead, per output
 // channel from kernel_row_sum (quantized_weight.h), in the wrapping int32
 // of the GEMM's offsets: the sums are exactly those of the full K, and the
-// output's bytes the same. The multiplies saved are
-// 2 of 3*out_h kernel rows: 8% of an 8x8 layer, 4% at 16x16, 2% at 32x32.
+// output's bytes the same. The multiplies saved are 2 of 3*out_h kernel
+// rows: 8% of an 8x8 layer, 4% at 16x16, 2% at 32x32.
 // Only whole kernel rows go: a pixel of the left or right column has its
 // padded taps inside a run shared with the other pixels of its row.
 //
