@@ -231,6 +231,7 @@ std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks, std::chro
   options.timeout = timeout.count() > 0 ? timeout : world->timeout();
   options.heartbeat_timeout = world->heartbeat_timeout();
   options.debug = world->debug();
+  options.agreement_check = world->agreement_check();
   return world->new_subgroup(ranks, options);
 }
 

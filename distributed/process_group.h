@@ -76,6 +76,13 @@ struct ProcessGroupOptions {
   // Check every collective's fingerprint across ranks first (slow: a store
   // round trip per collective). Defaults to KILN_DISTRIBUTED_DEBUG=1.
   bool debug = false;
+  // Over Gloo's TCP pairs, every collective checks that the ranks agree on
+  // the call (Note [Always-on collective agreement]). Off only to measure
+  // what that costs (bench/agreement_ab): ranks that disagree then compute
+  // wrong results without a word, and every rank must turn it off alike.
+  // Elsewhere it changes nothing: the shared-memory path always checks, and
+  // MPI and NCCL check in debug mode only.
+  bool agreement_check = true;
 };
 
 // True when KILN_DISTRIBUTED_DEBUG is set to 1.
@@ -97,6 +104,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::chrono::milliseconds timeout() const { return options_.timeout; }
   std::chrono::milliseconds heartbeat_timeout() const { return options_.heartbeat_timeout; }
   bool debug() const { return options_.debug; }
+  bool agreement_check() const { return options_.agreement_check; }
   const std::shared_ptr<Store>& store() const { return store_; }
   // Collectives issued on this group so far (send and recv do not count).
   uint64_t sequence_number() const { return sequence_; }

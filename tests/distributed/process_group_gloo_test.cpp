@@ -342,7 +342,9 @@ Tensor rank_values(int r, int64_t n) {
 
 // Note [Gloo all-reduce algorithms]: over TCP, below kRecursiveDoublingMaxBytes
 // on 2 and 4 ranks the exchange is recursive doubling, else gloo's ring;
-// either way the sum is right and every rank holds the same bits.
+// either way the sum is right and every rank holds the same bits, with the
+// agreement check and in a group made without it (bench/agreement_ab's
+// baseline, whose steps move the data alone).
 TEST(ProcessGroupGloo, AllReduceByRecursiveDoublingOrRingGivesEveryRankTheSameSum) {
   const int64_t small = 1000;  // 4 KB of float32
   const int64_t large = static_cast<int64_t>(gloo_backend::kRecursiveDoublingMaxBytes / 4) + 1000;
@@ -351,26 +353,36 @@ TEST(ProcessGroupGloo, AllReduceByRecursiveDoublingOrRingGivesEveryRankTheSameSu
   EXPECT_FALSE(gloo_backend::use_recursive_doubling(large * 4, 2));
   for (int world : {2, 3, 4}) {
     run_on_ranks(world, [=](int rank) {
-      auto group = make_gloo_group_on_path("0", milliseconds(20000));
-      // The sizes around the first message's data (Note [Calls in the first
-      // message]) and recursive doubling's limit, and an empty one.
-      const int64_t first = static_cast<int64_t>(gloo_backend::kFirstMessageData / 4);
-      const int64_t limit = static_cast<int64_t>(gloo_backend::kRecursiveDoublingMaxBytes / 4);
-      for (int64_t n : {int64_t{0}, int64_t{1}, small, first - 1, first, first + 1, 3 * first + 7, limit, large}) {
-        auto values_of = [&](int r) { return rank_values(r, n); };
-        Tensor t = values_of(rank);
-        group->all_reduce(t)->wait();
-        // The float64 sum of every rank's values, rounded once.
-        Tensor expected = zeros({n}, DType::Float64);
-        for (int r = 0; r < world; ++r) expected = expected + values_of(r).to(DType::Float64);
-        if (n > 0) {
-          EXPECT_LE(max(abs(t.to(DType::Float64) - expected)).item<double>(), 1e-5) << n << " elements";
+      ::setenv("KILN_GLOO_SHM", "0", 1);
+      auto store = std::make_shared<FileStore>(test_store_dir() + "/store", -1, milliseconds(20000));
+      for (bool check : {true, false}) {
+        SCOPED_TRACE(check ? "with the agreement check" : "without the agreement check");
+        ProcessGroupOptions options;
+        options.name = check ? "checked" : "unchecked";
+        options.timeout = milliseconds(20000);
+        options.agreement_check = check;
+        auto group = std::make_shared<ProcessGroupGloo>(store, rank, world, options);
+        ASSERT_FALSE(group->uses_shared_memory());
+        // The sizes around the first message's data (Note [Calls in the first
+        // message]) and recursive doubling's limit, and an empty one.
+        const int64_t first = static_cast<int64_t>(gloo_backend::kFirstMessageData / 4);
+        const int64_t limit = static_cast<int64_t>(gloo_backend::kRecursiveDoublingMaxBytes / 4);
+        for (int64_t n : {int64_t{0}, int64_t{1}, small, first - 1, first, first + 1, 3 * first + 7, limit, large}) {
+          auto values_of = [&](int r) { return rank_values(r, n); };
+          Tensor t = values_of(rank);
+          group->all_reduce(t)->wait();
+          // The float64 sum of every rank's values, rounded once.
+          Tensor expected = zeros({n}, DType::Float64);
+          for (int r = 0; r < world; ++r) expected = expected + values_of(r).to(DType::Float64);
+          if (n > 0) {
+            EXPECT_LE(max(abs(t.to(DType::Float64) - expected)).item<double>(), 1e-5) << n << " elements";
+          }
+          // Every rank's result, bit for bit.
+          std::vector<Tensor> all;
+          for (int r = 0; r < world; ++r) all.push_back(empty({n}, DType::Float32));
+          group->all_gather(all, t)->wait();
+          for (int r = 0; r < world; ++r) EXPECT_TRUE(equal(all[r], t)) << "rank " << r << ", " << n << " elements";
         }
-        // Every rank's result, bit for bit.
-        std::vector<Tensor> all;
-        for (int r = 0; r < world; ++r) all.push_back(empty({n}, DType::Float32));
-        group->all_gather(all, t)->wait();
-        for (int r = 0; r < world; ++r) EXPECT_TRUE(equal(all[r], t)) << "rank " << r << ", " << n << " elements";
       }
     });
   }

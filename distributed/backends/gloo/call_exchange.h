@@ -85,10 +85,12 @@ inline constexpr size_t kFirstMessageData = size_t{256} << 10;
 class CallExchange {
  public:
   // `received(r, call)` is called as rank r's call becomes known. The whole
-  // exchange must finish within `timeout`.
+  // exchange must finish within `timeout`. Without `check_calls` (a group
+  // made with ProcessGroupOptions::agreement_check off, only to measure what
+  // the check costs) the steps move the data alone and nothing is checked.
   CallExchange(std::shared_ptr<::gloo::Context> context, const CollectiveCall& call, uint32_t tag,
                std::chrono::milliseconds timeout, std::string group,
-               std::function<void(int rank, const CollectiveCall& call)> received);
+               std::function<void(int rank, const CollectiveCall& call)> received, bool check_calls);
 
   // True if the exchange goes by recursive doubling's steps (a power-of-two
   // world size), which recursive_doubling_all_reduce shares.
@@ -120,6 +122,8 @@ class CallExchange {
   // One step: the first message goes to `send_to` and comes from
   // `receive_from`; data (bytes > 0) only when the two are one partner.
   const uint8_t* exchange_step(int send_to, int receive_from, const void* send, size_t bytes);
+  // One step without calls: the data alone, in one message each way.
+  const uint8_t* data_step(int partner, const void* send, size_t bytes);
 
   std::shared_ptr<::gloo::Context> context_;
   CollectiveCall call_;
@@ -130,6 +134,7 @@ class CallExchange {
   // table_[r] is rank r's call encoded, or all zeros while unknown (no
   // CollectiveKind is 0).
   std::vector<CollectiveCall::Words> table_;
+  bool check_calls_;
   // The step's outgoing first message, and where the partner's messages
   // land: its header, then its data (bytes long, the rest after the first
   // message's part).

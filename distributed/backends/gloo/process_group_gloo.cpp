@@ -105,10 +105,11 @@ template <class CallsSeen>
 gloo_backend::CallExchange call_exchange(const std::shared_ptr<::gloo::Context>& context,
                                          const std::shared_ptr<CallsSeen>& seen, const CollectiveCall& call,
                                          uint32_t tag, std::chrono::milliseconds timeout, const std::string& group) {
-  return gloo_backend::CallExchange(context, call, tag, timeout, group, [seen](int rank, const CollectiveCall& theirs) {
+  auto record = [seen](int rank, const CollectiveCall& theirs) {
     std::lock_guard lock(seen->mutex);
     seen->calls[rank] = theirs;
-  });
+  };
+  return gloo_backend::CallExchange(context, call, tag, timeout, group, record, seen->check);
 }
 
 // Note [Always-on collective agreement]: returns once every rank makes

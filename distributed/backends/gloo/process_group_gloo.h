@@ -170,13 +170,16 @@ class ProcessGroupGloo : public ProcessGroup {
   // stuck in Gloo on a peer that stopped answering.
   std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
   // Over TCP, the last call each rank sent this one (Note [Always-on
-  // collective agreement]): exact progress for failure reports.
+  // collective agreement]): exact progress for failure reports. `check` is
+  // false only in a group made with ProcessGroupOptions::agreement_check
+  // off: its collectives then exchange no calls.
   struct CallsSeen {
-    explicit CallsSeen(int size) : calls(static_cast<size_t>(size)) {}
+    CallsSeen(int size, bool check) : calls(static_cast<size_t>(size)), check(check) {}
     std::mutex mutex;
     std::vector<CollectiveCall> calls;  // (size): calls[r] is rank r's last; sequence 0 for none
+    const bool check;
   };
-  std::shared_ptr<CallsSeen> calls_seen_ = std::make_shared<CallsSeen>(size());
+  std::shared_ptr<CallsSeen> calls_seen_ = std::make_shared<CallsSeen>(size(), agreement_check());
   // The group's name for the operations' errors, shared rather than copied
   // into each queued operation.
   std::shared_ptr<const std::string> group_name_ = std::make_shared<const std::string>(name());
