@@ -38,7 +38,10 @@
 // consistent bytes); debug mode's fingerprints still compare them.
 //
 // What the check costs, on one host and across hosts, is measured in
-// docs/BENCHMARKS.md, "Always-on collective agreement".
+// docs/BENCHMARKS.md, "Always-on collective agreement". Across hosts
+// bench/agreement_ab times it against a second group in the same processes
+// made with ProcessGroupOptions::agreement_check off, the one way to turn
+// the check off, which exists for that measurement.
 //
 // MPI and NCCL do not carry the check. Their bytes cannot carry a header,
 // so it would be a separate exchange per collective: for MPI a blocking
