@@ -11,6 +11,17 @@
 //   split    a first message of a 104-byte header and 256 KiB of data, then
 //            the other N - 256 KiB as a second message
 //   header   a first message of the header alone, then the N bytes whole
+//   inline   one message of the header and the N bytes (N <= 256 KiB), copied
+//            into it, received into a header + 256 KiB buffer: what a
+//            checked step of a small all-reduce sends
+//   padded   one message of N + header bytes, sent from a buffer written
+//            once, into a receive of its length: the message's length
+//            alone, without the copy
+//
+// The header is --header bytes: 56 by default, 8 + one 48-byte call, what
+// CallExchange sends in the one step of 2 ranks (it sent the whole table
+// of calls, 104 bytes for 2 ranks, before 2026-12-07). split and header
+// need N > 256 KiB, inline N <= 256 KiB.
 //
 // Each form runs in its own process pairs. Per pair it prints the median of
 // the per-call time ratios form / one.
@@ -19,7 +30,7 @@
 // the messages differ: no reduction, no communication thread, no check.
 //
 // Usage: build/bench/gloo_messages [--bytes 4194304] [--calls 300] [--pairs 4]
-//                                  [--forms again,split,header]
+//                                  [--forms again,split,header,inline,padded] [--header 56]
 
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
@@ -42,7 +53,6 @@
 
 namespace {
 
-constexpr size_t kHeader = 104;             // 8 + 2 ranks x 48, as CallExchange's for 2 ranks
 constexpr size_t kFirstData = size_t{256} << 10;  // kFirstMessageData
 constexpr uint64_t kSlotOne = 1, kSlotFirst = 2, kSlotRest = 3;
 
@@ -52,7 +62,8 @@ double median(std::vector<double> values) {
 }
 
 // One rank of one process pair; rank 0 prints "form=F bytes=N ratio=R one_us=T form_us=T".
-void run_rank(int rank, const std::string& store_dir, const std::string& form, size_t bytes, int calls) {
+void run_rank(int rank, const std::string& store_dir, const std::string& form, size_t bytes, size_t header_bytes,
+              int calls) {
   auto device = ::gloo::transport::tcp::CreateDevice(::gloo::transport::tcp::attr("127.0.0.1"));
   ::gloo::rendezvous::FileStore store(store_dir);
   auto context = std::make_shared<::gloo::rendezvous::Context>(rank, 2);
@@ -60,7 +71,7 @@ void run_rank(int rank, const std::string& store_dir, const std::string& form, s
   const int peer = 1 - rank;
 
   std::vector<char> data(bytes, static_cast<char>(rank + 1));
-  std::vector<char> in(kHeader + kFirstData + bytes), out(kHeader + kFirstData);
+  std::vector<char> in(header_bytes + kFirstData + bytes), out(header_bytes + kFirstData);
 
   // Posts every receive, then every send, then waits for all: as CallExchange does.
   auto exchange = [&](std::vector<std::pair<char*, size_t>> receives, std::vector<std::pair<char*, size_t>> sends,
@@ -82,14 +93,21 @@ void run_rank(int rank, const std::string& store_dir, const std::string& form, s
   if (form == "split") {
     timed = [&] {
       const size_t first = std::min(bytes, kFirstData), rest = bytes - first;
-      std::memcpy(out.data() + kHeader, data.data(), first);
-      exchange({{in.data(), kHeader + kFirstData}, {in.data() + kHeader + kFirstData, rest}},
-               {{out.data(), kHeader + first}, {data.data() + first, rest}}, {kSlotFirst, kSlotRest});
+      std::memcpy(out.data() + header_bytes, data.data(), first);
+      exchange({{in.data(), header_bytes + kFirstData}, {in.data() + header_bytes + kFirstData, rest}},
+               {{out.data(), header_bytes + first}, {data.data() + first, rest}}, {kSlotFirst, kSlotRest});
     };
+  } else if (form == "inline") {
+    timed = [&] {
+      std::memcpy(out.data() + header_bytes, data.data(), bytes);
+      exchange({{in.data(), header_bytes + kFirstData}}, {{out.data(), header_bytes + bytes}}, {kSlotFirst});
+    };
+  } else if (form == "padded") {
+    timed = [&] { exchange({{in.data(), header_bytes + bytes}}, {{out.data(), header_bytes + bytes}}, {kSlotFirst}); };
   } else if (form == "header") {
     timed = [&] {
-      exchange({{in.data(), kHeader + kFirstData}, {in.data() + kHeader + kFirstData, bytes}},
-               {{out.data(), kHeader}, {data.data(), bytes}}, {kSlotFirst, kSlotRest});
+      exchange({{in.data(), header_bytes + kFirstData}, {in.data() + header_bytes + kFirstData, bytes}},
+               {{out.data(), header_bytes}, {data.data(), bytes}}, {kSlotFirst, kSlotRest});
     };
   }
 
@@ -129,6 +147,7 @@ std::vector<std::string> split_commas(const std::string& text) {
 int main(int argc, char** argv) {
   size_t bytes = size_t{4} << 20;
   int calls = 300, pairs = 4;
+  size_t header = 56;
   std::string forms = "again,split,header";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -136,18 +155,27 @@ int main(int argc, char** argv) {
     else if (flag == "--calls") calls = std::stoi(value);
     else if (flag == "--pairs") pairs = std::stoi(value);
     else if (flag == "--forms") forms = value;
+    else if (flag == "--header") header = std::stoull(value);
     else {
       std::fprintf(stderr, "gloo_messages: unknown flag %s\n", flag.c_str());
       return 2;
     }
   }
-  if (bytes <= kFirstData) {
-    std::fprintf(stderr, "gloo_messages: --bytes must exceed the first message's %zu bytes of data\n", kFirstData);
-    return 2;
+  for (const std::string& form : split_commas(forms)) {
+    const bool small = form == "inline" || form == "again" || form == "padded";
+    if (!small && bytes <= kFirstData) {
+      std::fprintf(stderr, "gloo_messages: form %s needs --bytes above the first message's %zu bytes of data\n",
+                   form.c_str(), kFirstData);
+      return 2;
+    }
+    if (form == "inline" && bytes > kFirstData) {
+      std::fprintf(stderr, "gloo_messages: form inline needs --bytes of at most %zu\n", kFirstData);
+      return 2;
+    }
   }
-  std::printf("# gloo_messages: 2 ranks over TCP on 127.0.0.1, %zu bytes each way, %d calls per pair; ratio = the median "
-              "per-call time of the form over one message's\n",
-              bytes, calls);
+  std::printf("# gloo_messages: 2 ranks over TCP on 127.0.0.1, %zu bytes each way, a %zu-byte header, %d calls per "
+              "pair; ratio = the median per-call time of the form over one message's\n",
+              bytes, header, calls);
   std::fflush(stdout);
   for (int pair = 0; pair < pairs; ++pair) {
     for (const std::string& form : split_commas(forms)) {
@@ -159,7 +187,7 @@ int main(int argc, char** argv) {
       for (int rank = 0; rank < 2; ++rank) {
         const pid_t child = fork();
         if (child == 0) {
-          run_rank(rank, dir, form, bytes, calls);
+          run_rank(rank, dir, form, bytes, header, calls);
           std::_Exit(0);
         }
         children.push_back(child);

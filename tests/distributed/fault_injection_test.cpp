@@ -160,6 +160,32 @@ TEST(FaultInjection, TheFirstOfThreeRanksThatDiffersIsNamed) {
   }
 }
 
+TEST(FaultInjection, EveryRankLearnsEveryCallOverTcpOnWorldSizesThatAreNotPowersOfTwo) {
+  // Note [Calls in the first message]: a header lists only the calls its
+  // sender knows before the step. On 6 ranks Bruck's pattern takes 3 steps
+  // (1, 2 and 4 calls per header, the last overlapping what the receiver
+  // knows); on 8, recursive doubling takes 3 (1, 2 and 4). Every rank must
+  // still name every rank's call.
+  for (const int world : {6, 8}) {
+    SCOPED_TRACE("world size " + std::to_string(world));
+    run_on_ranks(world, [world](int rank) {
+      auto group = make_group("0");
+      Tensor t = ones({rank == 4 ? 9 : 3}, DType::Float32);
+      const std::string error = error_of([&] { group->all_reduce(t)->wait(); });
+      EXPECT_NE(error.find("rank 0 calls all_reduce(float32, 3 elements, sum) but rank 4 calls "
+                           "all_reduce(float32, 9 elements, sum)"),
+                std::string::npos)
+          << error;
+      for (int r = 0; r < world; ++r) {
+        const std::string call = "rank " + std::to_string(r) + " all_reduce(float32, " + (r == 4 ? "9" : "3") +
+                                 " elements, sum)";
+        EXPECT_NE(error.find(call), std::string::npos) << call << " missing from: " << error;
+      }
+      EXPECT_EQ(sum(t).item<float>(), rank == 4 ? 9.0f : 3.0f);
+    });
+  }
+}
+
 TEST(FaultInjection, AllReducesOnDifferentTcpAlgorithmsStillFailAtOnce) {
   // Over TCP a small all-reduce goes by recursive doubling, which carries
   // the calls in its steps, and a large or empty one by the ring after an

@@ -15,8 +15,8 @@ namespace {
 constexpr size_t kCallBytes = sizeof(CollectiveCall::Words);
 
 // A header: the rest this rank posted in the step (one word, 0 for none),
-// then (world size) calls, unknown ones all zeros.
-size_t header_bytes(int world_size) { return sizeof(uint64_t) + static_cast<size_t>(world_size) * kCallBytes; }
+// then the `count` calls it knows (Note [Calls in the first message]).
+size_t header_bytes(int count) { return sizeof(uint64_t) + static_cast<size_t>(count) * kCallBytes; }
 
 // Gloo's slot layout is a prefix byte over a 32-bit tag; the 24 bits between
 // carry a rest's exact length, so that rests of different lengths never meet.
@@ -30,7 +30,8 @@ bool is_known(const CollectiveCall::Words& words) { return words[1] != 0; }
 
 CallExchange::CallExchange(std::shared_ptr<::gloo::Context> context, const CollectiveCall& call, uint32_t tag,
                            std::chrono::milliseconds timeout, std::string group,
-                           std::function<void(int rank, const CollectiveCall& call)> received, bool check_calls)
+                           std::function<void(int rank, const CollectiveCall& call)> received, bool check_calls,
+                           ExchangeBuffers& buffers)
     : context_(std::move(context)),
       call_(call),
       tag_(tag),
@@ -38,7 +39,8 @@ CallExchange::CallExchange(std::shared_ptr<::gloo::Context> context, const Colle
       group_(std::move(group)),
       received_(std::move(received)),
       table_(static_cast<size_t>(context_->size)),
-      check_calls_(check_calls) {
+      check_calls_(check_calls),
+      buffers_(buffers) {
   table_[static_cast<size_t>(context_->rank)] = call.encode();
 }
 
@@ -62,12 +64,21 @@ bool CallExchange::known_calls_agree() const {
   return true;
 }
 
-void CallExchange::learn(const uint64_t* header) {
+CallExchange::KnownRanks CallExchange::known_before(int rank, int distance) const {
+  const int size = context_->size;
+  // Recursive doubling: the aligned block of `distance` ranks holding rank.
+  if (by_doubling(size)) return {rank & ~(distance - 1), distance, +1};
+  // Bruck's: rank and the ranks before it, as many as there are.
+  return {rank, std::min(distance, size), -1};
+}
+
+void CallExchange::learn(const uint64_t* header, const KnownRanks& ranks) {
   const uint64_t* calls = header + 1;
-  for (size_t r = 0; r < table_.size(); ++r) {
+  for (int i = 0; i < ranks.count; ++i) {
+    const size_t r = static_cast<size_t>(ranks.at(i, context_->size));
     if (is_known(table_[r])) continue;
     CollectiveCall::Words words;
-    std::memcpy(words.data(), calls + r * CollectiveCall::kWords, kCallBytes);
+    std::memcpy(words.data(), calls + static_cast<size_t>(i) * CollectiveCall::kWords, kCallBytes);
     if (!is_known(words)) continue;
     table_[r] = words;
     if (received_) received_(static_cast<int>(r), CollectiveCall::decode(words));
@@ -77,14 +88,15 @@ void CallExchange::learn(const uint64_t* header) {
 const uint8_t* CallExchange::step(int distance, const void* send, size_t bytes) {
   const int partner = context_->rank ^ distance;
   if (!check_calls_) return data_step(partner, send, bytes);
-  return exchange_step(partner, partner, send, bytes);
+  return exchange_step(distance, partner, partner, send, bytes);
 }
 
 const uint8_t* CallExchange::data_step(int partner, const void* send, size_t bytes) {
-  if (!incoming_.defined() || static_cast<size_t>(incoming_.nbytes()) < bytes) {
-    incoming_ = empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, DType::UInt8);
+  Tensor& incoming = buffers_.incoming;
+  if (!incoming.defined() || static_cast<size_t>(incoming.nbytes()) < bytes) {
+    incoming = empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, DType::UInt8);
   }
-  auto* in = static_cast<uint8_t*>(incoming_.data_ptr());
+  auto* in = static_cast<uint8_t*>(incoming.data_ptr());
   if (bytes == 0) return in;
   const uint64_t data_slot = slot(kCallSlotPrefix, 0, tag_);
   auto receive = context_->createUnboundBuffer(in, bytes);
@@ -99,11 +111,16 @@ const uint8_t* CallExchange::data_step(int partner, const void* send, size_t byt
   return in;
 }
 
-const uint8_t* CallExchange::exchange_step(int send_to, int receive_from, const void* send, size_t bytes) {
+const uint8_t* CallExchange::exchange_step(int distance, int send_to, int receive_from, const void* send,
+                                           size_t bytes) {
   const int rank = context_->rank;
   KILN_CHECK(bytes == 0 || send_to == receive_from, "gloo ", call_.describe(),
              ": a step that moves data needs one partner (Note [Calls in the first message])");
-  const size_t header = header_bytes(context_->size);
+  // Both partners know as many calls before a step, so their headers are
+  // of one length.
+  const KnownRanks mine = known_before(rank, distance);
+  const KnownRanks theirs = known_before(receive_from, distance);
+  const size_t header = header_bytes(mine.count);
   // A rank that knows of a disagreement moves no more data, only what it knows.
   const bool with_data = known_calls_agree();
   // Data that fits rides in the first message; more goes whole as the rest,
@@ -114,19 +131,24 @@ const uint8_t* CallExchange::exchange_step(int send_to, int receive_from, const 
   KILN_CHECK(rest < (size_t{1} << 24), "gloo ", call_.describe(), ": a step's rest of ", rest,
              " bytes does not fit its slot (Note [Calls in the first message])");
 
-  // incoming_: the first message's receive, then the rest's.
+  // incoming: the first message's receive, then the rest's.
+  Tensor& incoming = buffers_.incoming;
+  Tensor& outgoing = buffers_.outgoing;
   const size_t incoming_bytes = header + kFirstMessageData + rest;
-  if (!incoming_.defined() || static_cast<size_t>(incoming_.nbytes()) < incoming_bytes) {
-    incoming_ = empty({static_cast<int64_t>(incoming_bytes)}, DType::UInt8);
+  if (!incoming.defined() || static_cast<size_t>(incoming.nbytes()) < incoming_bytes) {
+    incoming = empty({static_cast<int64_t>(incoming_bytes)}, DType::UInt8);
   }
-  if (!outgoing_.defined() || static_cast<size_t>(outgoing_.nbytes()) < header + first) {
-    outgoing_ = empty({static_cast<int64_t>(header + first)}, DType::UInt8);
+  if (!outgoing.defined() || static_cast<size_t>(outgoing.nbytes()) < header + first) {
+    outgoing = empty({static_cast<int64_t>(header + first)}, DType::UInt8);
   }
-  auto* out = static_cast<uint8_t*>(outgoing_.data_ptr());
-  auto* in = static_cast<uint8_t*>(incoming_.data_ptr());
+  auto* out = static_cast<uint8_t*>(outgoing.data_ptr());
+  auto* in = static_cast<uint8_t*>(incoming.data_ptr());
   const uint64_t posted_rest = rest;
   std::memcpy(out, &posted_rest, sizeof(posted_rest));
-  std::memcpy(out + sizeof(posted_rest), table_.data(), table_.size() * kCallBytes);
+  for (int i = 0; i < mine.count; ++i) {
+    const size_t r = static_cast<size_t>(mine.at(i, context_->size));
+    std::memcpy(out + sizeof(posted_rest) + static_cast<size_t>(i) * kCallBytes, table_[r].data(), kCallBytes);
+  }
   if (first > 0) std::memcpy(out + header, send, first);
   uint8_t* rest_into = in + header + kFirstMessageData;
 
@@ -153,7 +175,7 @@ const uint8_t* CallExchange::exchange_step(int send_to, int receive_from, const 
              ": aborted while exchanging calls with rank ", receive_from);
   uint64_t partner_rest = 0;
   std::memcpy(&partner_rest, in, sizeof(partner_rest));
-  learn(reinterpret_cast<const uint64_t*>(in));
+  learn(reinterpret_cast<const uint64_t*>(in), theirs);
   // Rests of equal length meet and must be waited for; others never meet,
   // and are left to Gloo's pending lists with nothing to receive them.
   if (rest > 0 && partner_rest == rest) {
@@ -181,7 +203,7 @@ void CallExchange::exchange_calls() {
     } else {
       // Bruck's pattern: what rank r knows after step k is the calls of
       // ranks r, r-1, ..., r-2^(k+1)+1, so again every call after the last.
-      exchange_step((rank + distance) % size, (rank - distance + size) % size, nullptr, 0);
+      exchange_step(distance, (rank + distance) % size, (rank - distance + size) % size, nullptr, 0);
     }
   }
   finish();
