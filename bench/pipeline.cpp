@@ -39,6 +39,13 @@
 // an upper bound for zero-bubble), and bubble_sim, the schedule run on paper
 // (pp::simulate with its default costs F = 1, B = 2, I = W = 1): the idle
 // time of the schedule alone, without sends or imbalance between the stages.
+// bubble_sim_measured runs the schedule on paper with the step's measured
+// mean F, B, I and W time of each stage (StepTimes::stage_costs): the bubble
+// of a runtime that loses no time between actions on these unequal stages,
+// so bubble_sim_measured - bubble_sim is the stages' imbalance, and
+// runtime_overhead (the longest step() over that simulated makespan, less
+// 1) is the runtime's own cost: transfers, waking threads, the step's size
+// broadcast and tied exchange. Both are medians over the timed steps.
 // compute_ms_per_rank is the mean compute time of a rank per step.
 //
 // Activation memory. act_peak_mib is, on the rank where it is largest, the
@@ -53,7 +60,8 @@
 // a temporary folder; with RANK set (kiln-run) it is that rank and meets
 // through env://. Rank 0 prints one line:
 //   pipeline_kiln schedule=1f1b stages=2 micro_batches=8 batch=32 steps=20 tok_s=.. step_ms=.. bubble=..
-//                 bubble_formula=.. bubble_sim=.. compute_ms_per_rank=.. act_peak_mib=.. act_peak_mib_per_rank=..
+//                 bubble_formula=.. bubble_sim=.. bubble_sim_measured=.. runtime_overhead=..
+//                 compute_ms_per_rank=.. act_peak_mib=.. act_peak_mib_per_rank=..
 //                 loss_last=..
 // and, on stderr, each rank's median step(), compute and receive-wait times.
 //
@@ -200,6 +208,10 @@ int run_rank(const Options& options) {
   // (steps, world, 3): each rank fills its own (seconds, compute_seconds, recv_seconds) per step.
   Tensor times = kiln::zeros({options.steps, world, 3}, kiln::TensorOptions(kiln::DType::Float64));
   double* t = times.data<double>();
+  // (steps, stages, 4): each stage's rank fills its mean F, B, I and W seconds per step.
+  const int stages = schedule.num_stages;
+  Tensor costs = kiln::zeros({options.steps, stages, 4}, kiln::TensorOptions(kiln::DType::Float64));
+  double* c = costs.data<double>();
   double loss = 0;
   for (int64_t s = options.warmup; s < steps; ++s) {
     const auto start = Clock::now();
@@ -210,8 +222,16 @@ int run_rank(const Options& options) {
     mine_t[0] = st.seconds;
     mine_t[1] = st.compute_seconds;
     mine_t[2] = st.recv_seconds;
+    for (const auto& [stage, cost] : st.stage_costs) {
+      double* mine_c = c + ((s - options.warmup) * stages + stage) * 4;
+      mine_c[0] = cost.forward;
+      mine_c[1] = cost.backward;
+      mine_c[2] = cost.backward_input;
+      mine_c[3] = cost.backward_weight;
+    }
   }
   dist::all_reduce(times);  // every slot is one rank's, the others add zeros
+  dist::all_reduce(costs);
   Tensor activation_peak = kiln::zeros({world}, kiln::TensorOptions(kiln::DType::Float64));
   activation_peak.data<double>()[rank] =
       static_cast<double>(kiln::cpu_peak_allocated_bytes() - std::min(held_before, kiln::cpu_peak_allocated_bytes()));
@@ -220,7 +240,7 @@ int run_rank(const Options& options) {
   Tensor last_loss = kiln::from_vector<double>({pipe.holds_last_stage() ? loss : 0.0}, {1});
   dist::all_reduce(last_loss);
   loss = last_loss.data<double>()[0];
-  std::vector<double> bubbles;
+  std::vector<double> bubbles, bubbles_measured_sim, overheads;
   double compute_total = 0;
   std::vector<std::vector<double>> per_rank(world * 3);  // (rank, quantity) -> one value per step
   for (int64_t s = 0; s < options.steps; ++s) {
@@ -233,6 +253,15 @@ int run_rank(const Options& options) {
     }
     compute_total += compute;
     bubbles.push_back(1 - compute / (world * longest));
+    // The schedule on paper with this step's measured durations per stage.
+    std::vector<pp::ActionCosts> stage_costs(static_cast<size_t>(stages));
+    for (int st = 0; st < stages; ++st) {
+      const double* sc = c + (s * stages + st) * 4;
+      stage_costs[static_cast<size_t>(st)] = pp::ActionCosts{sc[0], sc[1], sc[2], sc[3]};
+    }
+    const pp::Timeline measured_sim = pp::simulate(schedule, stage_costs);
+    bubbles_measured_sim.push_back(measured_sim.bubble_fraction);
+    overheads.push_back(longest / measured_sim.makespan - 1);
   }
   if (rank == 0) {
     for (int r = 0; r < world; ++r) {
@@ -254,12 +283,12 @@ int run_rank(const Options& options) {
     const double sim = pp::simulate(schedule).bubble_fraction;
     std::printf(
         "pipeline_kiln schedule=%s stages=%d micro_batches=%lld batch=%lld steps=%lld tok_s=%.0f step_ms=%.2f "
-        "bubble=%.4f bubble_formula=%.4f bubble_sim=%.4f compute_ms_per_rank=%.2f act_peak_mib=%.2f "
-        "act_peak_mib_per_rank=%s loss_last=%.4f\n",
+        "bubble=%.4f bubble_formula=%.4f bubble_sim=%.4f bubble_sim_measured=%.4f runtime_overhead=%.4f "
+        "compute_ms_per_rank=%.2f act_peak_mib=%.2f act_peak_mib_per_rank=%s loss_last=%.4f\n",
         options.schedule.c_str(), schedule.num_stages, static_cast<long long>(options.micro_batches),
         static_cast<long long>(config.batch), static_cast<long long>(options.steps),
         static_cast<double>(config.batch * block) / step_s, step_s * 1e3, median(bubbles), pp::bubble_formula(schedule),
-        sim, compute_total / (options.steps * world) * 1e3, peak_max / (1 << 20), per_rank_peaks.c_str(), loss);
+        sim, median(bubbles_measured_sim), median(overheads), compute_total / (options.steps * world) * 1e3, peak_max / (1 << 20), per_rank_peaks.c_str(), loss);
     std::fflush(stdout);
   }
   dist::destroy_process_group();

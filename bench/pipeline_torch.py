@@ -68,7 +68,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 from gpt_torch import GPT, GPTConfig  # noqa: E402
-from rank_processes import init_rank_process_group, run_self_on_ranks  # noqa: E402
+from rank_processes import bind_to_core_share, init_rank_process_group, run_self_on_ranks  # noqa: E402
 
 from torch.distributed.pipelining import PipelineStage  # noqa: E402
 from torch.distributed.pipelining.schedules import (  # noqa: E402
@@ -120,6 +120,8 @@ def loss_fn(logits, target):
 
 
 def run_rank(args):
+    if args.bind_cores:
+        bind_to_core_share(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
     torch.set_num_threads(1)
     init_rank_process_group()
     world, rank = dist.get_world_size(), dist.get_rank()
@@ -225,6 +227,8 @@ def main():
     parser.add_argument("--world", type=int, default=2, help="ranks the driver starts (not with RANK set)")
     parser.add_argument("--steps", type=int, default=20, help="timed steps")
     parser.add_argument("--warmup", type=int, default=3, help="steps before the timed ones")
+    parser.add_argument("--bind-cores", action="store_true",
+                        help="bind each rank to its share of the cores, as kiln-run --bind-cores does")
     args = parser.parse_args()
     if args.world < 1 or args.steps < 1 or args.warmup < 0 or not 1 <= args.micro_batches <= args.batch:
         parser.error("--world and --steps must be >= 1, --warmup >= 0, 1 <= --micro-batches <= --batch")

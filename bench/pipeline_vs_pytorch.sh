@@ -30,10 +30,15 @@
 # wait times and the simulated bubble), and the load average before and
 # after, go to stderr.
 #
+# With --bind-cores, each rank of both programs runs on its own share of the
+# cores: Kiln's under `kiln-run --bind-cores` (the build's kiln-run), PyTorch's
+# bound the same way by pipeline_torch.py --bind-cores. Without it the
+# system places the ranks' threads.
+#
 # PyTorch comes from $KILN_TORCH_PYTHON, else the anchors' environment
 # (`bash ../shared/anchors/setup-torch2.sh` prints its interpreter).
 # Usage: bash bench/pipeline_vs_pytorch.sh [build-dir] [--steps N] [--warmup N] [--micro-batches M]
-#                                          [--schedules "gpipe 1f1b interleaved zero-bubble"]
+#                                          [--schedules "gpipe 1f1b interleaved zero-bubble"] [--bind-cores]
 set -euo pipefail
 build="${1:-build}"
 shift || true
@@ -47,12 +52,14 @@ steps=20
 warmup=3
 micro_batches=8
 schedules="gpipe 1f1b interleaved zero-bubble"
+bind=0
 while (($#)); do
   case "$1" in
     --steps) steps="$2"; shift 2 ;;
     --warmup) warmup="$2"; shift 2 ;;
     --micro-batches) micro_batches="$2"; shift 2 ;;
     --schedules) schedules="$2"; shift 2 ;;
+    --bind-cores) bind=1; shift ;;
     *) echo "pipeline_vs_pytorch: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -72,19 +79,28 @@ field() { awk -v name="$1" '{ for (i = 1; i <= NF; ++i) { split($i, kv, "="); if
 median() { sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 args=(--world 2 --batch 32 --micro-batches "$micro_batches" --steps "$steps" --warmup "$warmup")
+kiln=("$program")
+torch_args=()
+if ((bind)); then
+  launcher="$build/apps/kiln-run/kiln-run"
+  [[ -x "$launcher" ]] || { echo "pipeline_vs_pytorch: --bind-cores needs $launcher" >&2; exit 1; }
+  kiln=("$launcher" --standalone --nproc-per-node 2 --bind-cores "$program")
+  torch_args=(--bind-cores)
+fi
 echo "pipeline_vs_pytorch: schedules $schedules; 2 ranks, $micro_batches micro-batches, $warmup warm-up and" \
-  "$steps timed steps, $rounds rounds; load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+  "$steps timed steps, $rounds rounds, cores bound: $( ((bind)) && echo yes || echo no); load average" \
+  "$(cut -d' ' -f1-3 /proc/loadavg)" >&2
 declare -A kiln_tok torch_tok bubble formula stages peak
 for ((round = 1; round <= rounds; ++round)); do
   for schedule in $schedules; do
-    line="$("$program" --schedule "$schedule" "${args[@]}")"
+    line="$("${kiln[@]}" --schedule "$schedule" "${args[@]}" | sed 's/^\[rank 0\] //' | grep '^pipeline_kiln schedule=')"
     echo "round $round: $line" >&2
     kiln_tok[$schedule]+="$(field tok_s <<<"$line") "
     bubble[$schedule]+="$(field bubble <<<"$line") "
     peak[$schedule]+="$(field act_peak_mib <<<"$line") "
     formula[$schedule]="$(field bubble_formula <<<"$line")"
     stages[$schedule]="$(field stages <<<"$line")"
-    line="$("$py" "$here/pipeline_torch.py" --schedule "$schedule" "${args[@]}")"
+    line="$("$py" "$here/pipeline_torch.py" --schedule "$schedule" "${args[@]}" "${torch_args[@]}")"
     echo "round $round: $line" >&2
     torch_tok[$schedule]+="$(field tok_s <<<"$line") "
   done

@@ -17,6 +17,21 @@ import time
 import torch.distributed as dist
 
 
+def bind_to_core_share(rank, world):
+    """Binds this process to rank `rank`'s share of the cores it may run on, as `kiln-run
+    --bind-cores` binds its processes (apps/kiln-run/plan.h, share_cores): contiguous shares in
+    order, the first (cores % world) one core larger. Returns the share."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < world:
+        sys.exit(f"--bind-cores gives each process at least one core, but {world} processes would share "
+                 f"the {len(cores)} cores this process may run on")
+    each, larger = divmod(len(cores), world)
+    start = rank * each + min(rank, larger)
+    share = cores[start:start + each + (1 if rank < larger else 0)]
+    os.sched_setaffinity(0, share)
+    return share
+
+
 def run_self_on_ranks(world, program):
     """Starts `world` ranks of the running script with its arguments, RANK, WORLD_SIZE,
     OMP_NUM_THREADS=1 and KILN_BENCH_STORE (a file store in a fresh temporary folder) set; when

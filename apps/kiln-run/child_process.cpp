@@ -5,6 +5,7 @@
 #include "apps/kiln-run/child_process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -13,6 +14,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "tensor/error.h"
 
@@ -40,7 +42,7 @@ void close_pair(int fds[2]) {
 
 // Runs in the forked child: async-signal-safe calls only. Never returns.
 [[noreturn]] void exec_child(const char* path, char* const* argv, char* const* envp, int devnull, int out, int err,
-                             int report, pid_t parent) {
+                             int report, pid_t parent, const cpu_set_t* cores) {
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   for (int signo = 1; signo < NSIG; ++signo) ::sigaction(signo, &dfl, nullptr);
@@ -49,7 +51,8 @@ void close_pair(int fds[2]) {
   // kiln-run may have died before prctl(): then nobody would stop us.
   if (::getppid() != parent) ::_exit(127);
   int error = 0;
-  if (!move_to(devnull, 0) || !move_to(out, 1) || !move_to(err, 2)) {
+  if (!move_to(devnull, 0) || !move_to(out, 1) || !move_to(err, 2) ||
+      (cores != nullptr && ::sched_setaffinity(0, sizeof(*cores), cores) != 0)) {
     error = errno;
   } else {
     sigset_t none;
@@ -80,7 +83,28 @@ std::optional<std::string> find_program(const std::string& program, const char* 
   }
 }
 
-SpawnResult spawn(const std::string& path, const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+std::string core_list(const std::vector<int>& cores) {
+  std::string text;
+  for (size_t i = 0; i < cores.size();) {
+    size_t j = i;
+    while (j + 1 < cores.size() && cores[j + 1] == cores[j] + 1) ++j;
+    if (!text.empty()) text += ',';
+    text += std::to_string(cores[i]);
+    if (j > i) text += '-' + std::to_string(cores[j]);
+    i = j + 1;
+  }
+  return text;
+}
+
+SpawnResult spawn(const std::string& path, const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                  const std::vector<int>& cores) {
+  // Built before fork(): the child may only make async-signal-safe calls.
+  cpu_set_t core_set;
+  CPU_ZERO(&core_set);
+  for (int c : cores) {
+    KILN_CHECK(c >= 0 && c < CPU_SETSIZE, "cannot bind '", path, "' to core ", c, ": not a core number");
+    CPU_SET(c, &core_set);
+  }
   std::vector<char*> argv_ptrs, env_ptrs;
   for (const std::string& a : argv) argv_ptrs.push_back(const_cast<char*>(a.c_str()));
   argv_ptrs.push_back(nullptr);
@@ -105,7 +129,10 @@ SpawnResult spawn(const std::string& path, const std::vector<std::string>& argv,
   ::pthread_sigmask(SIG_SETMASK, &all, &old);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
-  if (pid == 0) exec_child(path.c_str(), argv_ptrs.data(), env_ptrs.data(), devnull, out[1], err[1], report[1], parent);
+  if (pid == 0) {
+    exec_child(path.c_str(), argv_ptrs.data(), env_ptrs.data(), devnull, out[1], err[1], report[1], parent,
+               cores.empty() ? nullptr : &core_set);
+  }
   const int fork_error = errno;
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   ::close(devnull);

@@ -38,9 +38,14 @@ struct SpawnResult {
 // terminal's foreground group would be stopped for reading the terminal);
 // every signal starts with its default action and unblocked; and it gets
 // SIGTERM when kiln-run dies (PR_SET_PDEATHSIG), so that a kiln-run killed
-// with SIGKILL leaves no processes behind. Throws kiln::Error when pipes
-// or fork() fail.
-SpawnResult spawn(const std::string& path, const std::vector<std::string>& argv, const std::vector<std::string>& env);
+// with SIGKILL leaves no processes behind. With `cores`, it runs only on
+// those (sched_setaffinity before execve; a failure is reported as the exec
+// errors are). Throws kiln::Error when pipes or fork() fail.
+SpawnResult spawn(const std::string& path, const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                  const std::vector<int>& cores = {});
+
+// "0-3,8" for {0, 1, 2, 3, 8}: a core list as taskset and /proc write it.
+std::string core_list(const std::vector<int>& cores);
 
 // "exited with status 3", "was killed by signal 9 (SIGKILL)": a waitpid()
 // status in words, to follow "rank R ".

@@ -181,9 +181,22 @@ int Launcher::run() {
     if (plan_.master_port == 0) say("store listening on " + plan_.master_addr + ":" + std::to_string(store_port));
   }
   if (!plan_.origin.empty()) say(plan_.origin);
+  if (!plan_.cores.empty()) {
+    std::string shares;
+    for (size_t i = 0; i < plan_.cores.size(); ++i) {
+      shares += (i ? "; rank " : "rank ") + std::to_string(plan_.rank_of(static_cast<int>(i))) + ": " +
+                core_list(plan_.cores[i]);
+    }
+    say("binding each process to its cores (--bind-cores): " + shares);
+  }
   if (sets_omp_num_threads(plan_, env_)) {
-    say("setting OMP_NUM_THREADS=1 for each process, as " + std::to_string(plan_.local_world_size) +
-        " processes share this machine; set OMP_NUM_THREADS yourself to tune it");
+    if (plan_.cores.empty()) {
+      say("setting OMP_NUM_THREADS=1 for each process, as " + std::to_string(plan_.local_world_size) +
+          " processes share this machine; set OMP_NUM_THREADS yourself to tune it");
+    } else {
+      say("setting OMP_NUM_THREADS for each process to the number of its cores; set OMP_NUM_THREADS yourself to "
+          "tune it");
+    }
   }
 
   SignalPipe signals;
@@ -214,7 +227,8 @@ bool Launcher::start(uint16_t store_port) {
     const int rank = plan_.rank_of(i);
     SpawnResult started;
     try {
-      started = spawn(*path, argv, child_environment(plan_, i, env_, store_port));
+      started = spawn(*path, argv, child_environment(plan_, i, env_, store_port),
+                      plan_.cores.empty() ? std::vector<int>{} : plan_.cores[static_cast<size_t>(i)]);
     } catch (const Error& e) {
       say(e.message() + " (rank " + std::to_string(rank) + ")");
       start_error_ = 1;

@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
   try {
     CommandLine command_line = parse_command_line(argc, argv);
     if (!command_line.options) return command_line.exit_code;
-    plan = resolve_plan(*command_line.options, current_environment());
+    plan = resolve_plan(*command_line.options, current_environment(),
+                        command_line.options->bind_cores ? allowed_cores() : std::vector<int>{});
   } catch (const kiln::Error& e) {
     std::cerr << "kiln-run: " << e.message() << "\n";
     return kUsageExitCode;

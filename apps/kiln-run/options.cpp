@@ -16,7 +16,8 @@ Every process gets torchrun's environment: MASTER_ADDR, MASTER_PORT, RANK, WORLD
 LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (the node rank), GROUP_WORLD_SIZE, and
 KILN_STORE_SERVED_BY_LAUNCHER=1: the launcher of node 0 serves the TCP store on MASTER_PORT,
 so rank 0 connects to it instead of serving it. With more than one process per node,
-OMP_NUM_THREADS=1 unless it is set. RANK = node rank * nproc-per-node + local rank.
+OMP_NUM_THREADS=1 unless it is set (with --bind-cores, the number of cores each process is
+bound to). RANK = node rank * nproc-per-node + local rank.
 --timeout and --heartbeat-timeout set KILN_DISTRIBUTED_TIMEOUT and KILN_HEARTBEAT_TIMEOUT.
 Across nodes each rank listens on the address through which it reaches the store, so
 --master-addr must be an address of node 0 that the other nodes reach; KILN_GLOO_SOCKET_IFNAME
@@ -74,6 +75,10 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   app.add_option("--heartbeat-timeout,--heartbeat_timeout", o.heartbeat_timeout,
                  "seconds a silent rank is waited for before the ranks waiting on it name it "
                  "(KILN_HEARTBEAT_TIMEOUT; default 10)");
+  app.add_flag("--bind-cores,--bind_cores", o.bind_cores,
+               "bind each process to its own share of the cores kiln-run may run on, in order (the first "
+               "processes get one more where they do not divide evenly); OMP_NUM_THREADS defaults to the "
+               "share's size");
   app.footer(kFooter);
   // The program and its arguments are what CLI11 leaves over.
   app.prefix_command();

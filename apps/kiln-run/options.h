@@ -37,6 +37,9 @@ struct RunOptions {
   // leaves the variables as kiln-run found them.
   std::optional<double> timeout;
   std::optional<double> heartbeat_timeout;
+  // Bind each local process to its own share of the cores kiln-run may run
+  // on (LaunchPlan::cores).
+  bool bind_cores = false;
   std::string program;
   std::vector<std::string> args;
 };

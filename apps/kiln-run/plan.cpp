@@ -2,7 +2,11 @@
 // environment] in launcher.h).
 #include "apps/kiln-run/plan.h"
 
+#include <sched.h>
+
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 
 #include "tensor/error.h"
 
@@ -127,7 +131,36 @@ std::optional<SchedulerTask> detect_scheduler_task(const Environment& env) {
   return task;
 }
 
-LaunchPlan resolve_plan(const RunOptions& options, const Environment& env) {
+std::vector<int> allowed_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  KILN_CHECK(::sched_getaffinity(0, sizeof(set), &set) == 0, "cannot read the cores kiln-run may run on: ",
+             std::strerror(errno));
+  std::vector<int> cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cores.push_back(c);
+  return cores;
+}
+
+std::vector<std::vector<int>> share_cores(const std::vector<int>& cores, int processes) {
+  KILN_CHECK(processes >= 1, "share_cores: ", processes, " processes");
+  KILN_CHECK(static_cast<int>(cores.size()) >= processes, "--bind-cores gives each process at least one core, but ",
+             processes, " processes would share the ", cores.size(), " core", cores.size() == 1 ? "" : "s",
+             " kiln-run may run on");
+  const size_t each = cores.size() / static_cast<size_t>(processes);
+  const size_t larger = cores.size() % static_cast<size_t>(processes);
+  std::vector<std::vector<int>> shares;
+  size_t next = 0;
+  for (size_t p = 0; p < static_cast<size_t>(processes); ++p) {
+    const size_t n = each + (p < larger ? 1 : 0);
+    shares.emplace_back(cores.begin() + static_cast<std::ptrdiff_t>(next),
+                        cores.begin() + static_cast<std::ptrdiff_t>(next + n));
+    next += n;
+  }
+  return shares;
+}
+
+LaunchPlan resolve_plan(const RunOptions& options, const Environment& env, const std::vector<int>& allowed_cores) {
   LaunchPlan plan;
   plan.program = options.program;
   plan.args = options.args;
@@ -195,11 +228,14 @@ LaunchPlan resolve_plan(const RunOptions& options, const Environment& env) {
 
   plan.serves_store = plan.node_rank == 0;
   plan.store_bind_addr = bind_address_for(plan.master_addr, plan.nnodes);
+  // The processes kiln-run starts share its cores; a scheduler's task that
+  // runs one process keeps whatever binding the scheduler gave it.
+  if (options.bind_cores) plan.cores = share_cores(allowed_cores, plan.nproc_per_node);
   return plan;
 }
 
 bool sets_omp_num_threads(const LaunchPlan& plan, const Environment& base) {
-  return plan.local_world_size > 1 && !base.contains("OMP_NUM_THREADS");
+  return (plan.local_world_size > 1 || !plan.cores.empty()) && !base.contains("OMP_NUM_THREADS");
 }
 
 std::vector<std::string> child_environment(const LaunchPlan& plan, int local_rank, const Environment& base,
@@ -219,7 +255,10 @@ std::vector<std::string> child_environment(const LaunchPlan& plan, int local_ran
   env["KILN_STORE_SERVED_BY_LAUNCHER"] = one;
   if (plan.timeout) env["KILN_DISTRIBUTED_TIMEOUT"] = decimal_text(*plan.timeout);
   if (plan.heartbeat_timeout) env["KILN_HEARTBEAT_TIMEOUT"] = decimal_text(*plan.heartbeat_timeout);
-  if (sets_omp_num_threads(plan, base)) env["OMP_NUM_THREADS"] = one;
+  if (sets_omp_num_threads(plan, base)) {
+    env["OMP_NUM_THREADS"] =
+        plan.cores.empty() ? one : std::to_string(plan.cores[static_cast<size_t>(local_rank)].size());
+  }
   std::vector<std::string> out;
   out.reserve(env.size());
   for (const auto& [name, value] : env) {

@@ -68,6 +68,9 @@ struct LaunchPlan {
   // (seconds); unset: whatever kiln-run's own environment holds.
   std::optional<double> timeout;
   std::optional<double> heartbeat_timeout;
+  // --bind-cores: per local process, the cores it is bound to (empty: no
+  // binding, the processes run where the system puts them).
+  std::vector<std::vector<int>> cores;
   std::string program;
   std::vector<std::string> args;
   // How the plan came about, for the first line kiln-run prints when a
@@ -82,12 +85,23 @@ struct LaunchPlan {
 // MASTER_PORT, then the defaults) and checks the whole: node rank below
 // nnodes, an address and a non-zero port of node 0 on the other nodes of a
 // multi-node job. Throws kiln::Error naming the flag or variable.
-LaunchPlan resolve_plan(const RunOptions& options, const Environment& env);
+// `allowed_cores` (the cores kiln-run may run on, allowed_cores()) is what
+// --bind-cores divides among the local processes.
+LaunchPlan resolve_plan(const RunOptions& options, const Environment& env, const std::vector<int>& allowed_cores = {});
+
+// The cores this process may run on (sched_getaffinity), in increasing order.
+std::vector<int> allowed_cores();
+
+// `cores` divided among `processes` in order: contiguous shares, the first
+// (cores % processes) one core larger. Throws kiln::Error naming both counts
+// when there are fewer cores than processes.
+std::vector<std::vector<int>> share_cores(const std::vector<int>& cores, int processes);
 
 // The environment of local process `local_rank`: `base` with torchrun's
 // variables set (MASTER_PORT = `store_port`, the port node 0 really serves
 // on) and OMP_NUM_THREADS=1 when more than one process shares the node and
-// `base` has none. As "NAME=value" strings for execve.
+// `base` has none (with --bind-cores, the number of cores the process is
+// bound to, also for one process). As "NAME=value" strings for execve.
 std::vector<std::string> child_environment(const LaunchPlan& plan, int local_rank, const Environment& base,
                                            uint16_t store_port);
 

@@ -191,6 +191,16 @@ Tensor Pipeline::evaluate(const TensorList& inputs, const Tensor& target) {
 namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+struct MeanSeconds {
+  double sum = 0;
+  int count = 0;
+  void add(double seconds) {
+    sum += seconds;
+    ++count;
+  }
+  double mean() const { return count > 0 ? sum / count : 0.0; }
+};
 }  // namespace
 
 Tensor Pipeline::run(const TensorList& inputs, const Tensor& target, bool train) {
@@ -199,6 +209,7 @@ Tensor Pipeline::run(const TensorList& inputs, const Tensor& target, bool train)
   const int M = schedule_.num_micro_batches;
   Run run;
   run.train = train;
+  std::map<std::pair<int, ActionType>, MeanSeconds> action_seconds;  // (stage, type) of the compute actions
   // The micro-batch sizes go from stage 0's rank to every rank.
   // A batch stage 0's rank cannot split is announced as -1 so that every
   // rank fails at once instead of waiting for micro-batches that never come.
@@ -261,7 +272,11 @@ Tensor Pipeline::run(const TensorList& inputs, const Tensor& target, bool train)
       if (!train && !forward_only) continue;
       const auto start = Clock::now();
       run_action(run, action);
-      if (is_compute(action.type)) times_.compute_seconds += seconds_since(start);
+      if (is_compute(action.type)) {
+        const double seconds = seconds_since(start);
+        times_.compute_seconds += seconds;
+        action_seconds[{action.stage, action.type}].add(seconds);
+      }
       if (action.type == ActionType::RecvActivations || action.type == ActionType::RecvGrads)
         times_.recv_seconds += seconds_since(start);
     }
@@ -280,6 +295,14 @@ Tensor Pipeline::run(const TensorList& inputs, const Tensor& target, bool train)
   if (train) exchange_tied_gradients();
   times_.seconds = seconds_since(step_start);
   times_.other_seconds = times_.seconds - times_.compute_seconds - times_.recv_seconds;
+  for (int stage : schedule_.stages_of(rank_)) {
+    auto mean = [&](ActionType type) {
+      auto it = action_seconds.find({stage, type});
+      return it == action_seconds.end() ? 0.0 : it->second.mean();
+    };
+    times_.stage_costs[stage] = ActionCosts{mean(ActionType::Forward), mean(ActionType::Backward),
+                                            mean(ActionType::BackwardInput), mean(ActionType::BackwardWeight)};
+  }
   return holds_last_stage() ? run.loss_sum : Tensor();
 }
 

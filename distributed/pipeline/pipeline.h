@@ -118,6 +118,10 @@ struct StepTimes {
   double compute_seconds = 0;  // in F, B, I and W actions
   double recv_seconds = 0;     // waiting in receives (the bubble, and transfer time)
   double other_seconds = 0;    // the rest: the step's size broadcast, sends, the tied gradients' exchange
+  // Per stage this rank holds, the mean seconds of one action of each
+  // compute type in the step (0 for a type it did not run): what
+  // simulate(schedule, stage_costs) takes, with the other ranks' stages.
+  std::map<int, ActionCosts> stage_costs;
 };
 
 class Pipeline {

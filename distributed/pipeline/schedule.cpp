@@ -456,12 +456,20 @@ void validate(const Schedule& schedule) {
 }
 
 Timeline simulate(const Schedule& schedule, const ActionCosts& costs) {
+  return simulate(schedule, std::vector<ActionCosts>(static_cast<size_t>(std::max(schedule.num_stages, 0)), costs));
+}
+
+Timeline simulate(const Schedule& schedule, const std::vector<ActionCosts>& stage_costs) {
   validate(schedule);
+  KILN_CHECK(stage_costs.size() == static_cast<size_t>(schedule.num_stages), "pipeline schedule '", schedule.name,
+             "': simulate was given costs for ", stage_costs.size(), " stages but the schedule has ",
+             schedule.num_stages);
   Timeline timeline;
   std::vector<std::set<std::pair<int, int>>> holding(schedule.num_ranks);
   timeline.peak_in_flight.assign(schedule.num_ranks, 0);
   double busy = 0;
   run_on_paper(schedule, [&](int r, const Action& a, double start) {
+    const ActionCosts& costs = stage_costs[static_cast<size_t>(a.stage)];
     double cost = costs.forward;
     const std::pair<int, int> key{a.stage, a.micro_batch};
     switch (a.type) {

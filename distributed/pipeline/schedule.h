@@ -172,6 +172,12 @@ struct Timeline {
 // Runs a valid schedule on paper (validate() first; an invalid one throws as
 // validate does).
 Timeline simulate(const Schedule& schedule, const ActionCosts& costs = {});
+// The same with costs per stage (stage_costs[s] for stage s, one per
+// stage): with the durations a run measured (StepTimes::stage_costs), what
+// a runtime that loses no time between actions would take on those stages,
+// unequal ones included. The measured step less this makespan is the
+// runtime's own cost: transfers, waking threads, the step's exchanges.
+Timeline simulate(const Schedule& schedule, const std::vector<ActionCosts>& stage_costs);
 
 // The formula for the bubble fraction of the built-in schedules, for
 // comparison with simulate() and with measurement: (p-1)/(m+p-1) for gpipe,

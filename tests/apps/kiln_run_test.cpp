@@ -9,7 +9,10 @@
 #include <set>
 #include <sstream>
 
+#include "apps/kiln-run/child_process.h"
+#include "apps/kiln-run/plan.h"
 #include "distributed/tcp_store.h"
+#include "tensor/error.h"
 #include "kiln_run_process.h"
 
 namespace kiln::apps::run {
@@ -66,6 +69,50 @@ TEST(KilnRun, KeepsAnOmpNumThreadsThatIsSet) {
   EXPECT_TRUE(contains(r.out, "[rank 0] OMP_NUM_THREADS=4\n")) << r.out;
   EXPECT_TRUE(contains(r.out, "[rank 1] OMP_NUM_THREADS=4\n")) << r.out;
   EXPECT_FALSE(contains(r.err, "setting OMP_NUM_THREADS")) << r.err;
+}
+
+TEST(KilnRun, ShareCoresSplitsInOrderAndRefusesTooFewCores) {
+  EXPECT_EQ(share_cores({0, 1, 2, 3, 4}, 2), (std::vector<std::vector<int>>{{0, 1, 2}, {3, 4}}));
+  EXPECT_EQ(share_cores({4, 5, 8, 9}, 4), (std::vector<std::vector<int>>{{4}, {5}, {8}, {9}}));
+  EXPECT_EQ(share_cores({2, 3, 6, 7, 8, 9, 10}, 3), (std::vector<std::vector<int>>{{2, 3, 6}, {7, 8}, {9, 10}}));
+  EXPECT_EQ(core_list({0, 1, 2, 3, 8}), "0-3,8");
+  EXPECT_EQ(core_list({5}), "5");
+  EXPECT_EQ(core_list({1, 3, 4}), "1,3-4");
+  try {
+    share_cores({0}, 2);
+    ADD_FAILURE() << "2 processes on 1 core did not throw";
+  } catch (const kiln::Error& e) {
+    EXPECT_TRUE(contains(e.message(), "2 processes would share the 1 core kiln-run may run on")) << e.message();
+  }
+}
+
+TEST(KilnRun, BindCoresGivesEachProcessItsShareOfTheCores) {
+  const std::vector<int> cores = allowed_cores();
+  if (cores.size() < 2) GTEST_SKIP() << "this process may run on " << cores.size() << " core: --bind-cores needs 2";
+  const std::vector<std::vector<int>> shares = share_cores(cores, 2);
+  const RunResult r =
+      run_kiln_run(concat({"--nproc-per-node", "2", "--master-port", "0", "--bind-cores"},
+                          sh("echo \"$(grep Cpus_allowed_list /proc/self/status | cut -f2) OMP=$OMP_NUM_THREADS\"")),
+                   5s, {{"OMP_NUM_THREADS", std::nullopt}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::vector<int>& share = shares[static_cast<size_t>(rank)];
+    const std::string expected = "[rank " + std::to_string(rank) + "] " + core_list(share) +
+                                 " OMP=" + std::to_string(share.size()) + "\n";
+    EXPECT_TRUE(contains(r.out, expected)) << "missing: " << expected << "in:\n" << r.out;
+  }
+  EXPECT_TRUE(contains(r.err, "kiln-run: binding each process to its cores (--bind-cores): rank 0: " +
+                                  core_list(shares[0]) + "; rank 1: " + core_list(shares[1])))
+      << r.err;
+  // More processes than cores is a usage error, before anything starts.
+  const std::string too_many = std::to_string(cores.size() + 1);
+  const RunResult refused =
+      run_kiln_run({"--nproc-per-node", too_many, "--master-port", "0", "--bind-cores", "true"}, 5s);
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_TRUE(contains(refused.err, "kiln-run: --bind-cores gives each process at least one core, but " + too_many +
+                                        " processes would share the " + std::to_string(cores.size()) + " cores"))
+      << refused.err;
+  EXPECT_EQ(refused.out, "");
 }
 
 TEST(KilnRun, TimeoutFlagsReachEveryProcess) {
@@ -232,7 +279,7 @@ TEST(KilnRun, HelpDocumentsEveryFlag) {
   const RunResult r = run_kiln_run({"--help"});
   EXPECT_EQ(r.exit_code, 0);
   for (const std::string flag : {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
-                                 "--standalone", "--term-timeout", "--timeout", "--heartbeat-timeout",
+                                 "--standalone", "--term-timeout", "--timeout", "--heartbeat-timeout", "--bind-cores",
                                  "KILN_DISTRIBUTED_TIMEOUT", "KILN_HEARTBEAT_TIMEOUT", "KILN_GLOO_SOCKET_IFNAME",
                                  "KILN_STORE_SERVED_BY_LAUNCHER", "PROGRAM [ARGS...]"}) {
     EXPECT_TRUE(contains(r.out, flag)) << flag << " missing from:\n" << r.out;

@@ -264,6 +264,24 @@ TEST(Pipeline, SeveralTensorsCrossTheStages) {
       Tensor x = randn({7, 4}, DType::Float64, &gen), labels = arange(0, 7, 1, DType::Int64);
       Tensor y = randint(0, 3, {7}, DType::Int64, &gen);
       Tensor loss = pipe.step({x, labels}, y);
+      // The step's durations per stage (what bench/pipeline simulates):
+      // this rank's one stage, each of its 3 micro-batches' actions timed.
+      const StepTimes& times = pipe.last_step_times();
+      ASSERT_EQ(times.stage_costs.size(), 1u);
+      ASSERT_EQ(times.stage_costs.count(rank), 1u);
+      const ActionCosts& costs = times.stage_costs.at(rank);
+      EXPECT_GT(costs.forward, 0.0);
+      if (std::string(name) == "zero-bubble") {
+        EXPECT_EQ(costs.backward, 0.0);
+        EXPECT_GT(costs.backward_input, 0.0);
+        EXPECT_GT(costs.backward_weight, 0.0);
+      } else {
+        EXPECT_GT(costs.backward, 0.0);
+        EXPECT_EQ(costs.backward_input, 0.0);
+        EXPECT_EQ(costs.backward_weight, 0.0);
+      }
+      const double per_micro_batch = costs.forward + costs.backward + costs.backward_input + costs.backward_weight;
+      EXPECT_NEAR(3 * per_micro_batch, times.compute_seconds, 1e-9 * times.compute_seconds);
       // The same two modules in one process, on the whole batch.
       const TensorList in_pipeline = rank == 0 ? TensorList{first->fc->weight.grad()} : TensorList{second->fc->weight.grad()};
       for (const Tensor& p : first->parameters()) p.set_grad(Tensor());

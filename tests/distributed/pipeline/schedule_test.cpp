@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "tensor/error.h"
 #include "tests/distributed/store_test_util.h"
@@ -137,6 +138,39 @@ TEST(PipelineSchedule, ZeroBubbleFillsIdleTimeWithWeightGradients) {
       EXPECT_EQ(weights, p * m);
     }
   }
+}
+
+TEST(PipelineSchedule, PerStageCostsSimulateUnequalStages) {
+  // GPipe, 2 ranks, 2 micro-batches; stage 1 takes twice stage 0's time
+  // (F 2, B 4 against F 1, B 2). By hand: rank 0 runs F F in [0, 2]; rank 1
+  // its F's in [1, 3] and [3, 5], its B's in [5, 9] and [9, 13]; rank 0
+  // each B after the matching one of rank 1's, the last in [13, 15]. Busy
+  // 6 + 12 of 2 x 15.
+  const Schedule s = gpipe(2, 2);
+  const Timeline t = simulate(s, std::vector<ActionCosts>{{1, 2, 1, 1}, {2, 4, 2, 2}});
+  EXPECT_DOUBLE_EQ(t.makespan, 15.0);
+  EXPECT_DOUBLE_EQ(t.busy, 18.0);
+  EXPECT_DOUBLE_EQ(t.bubble_fraction, 1.0 - 18.0 / 30.0);
+  // Equal costs per stage are the one-cost simulation.
+  for (const Schedule& each : {one_f_one_b(4, 8), interleaved_1f1b(2, 2, 4), zero_bubble(3, 6)}) {
+    const ActionCosts costs{1.5, 2.5, 1.25, 1.25};
+    const Timeline one = simulate(each, costs);
+    const Timeline per = simulate(each, std::vector<ActionCosts>(static_cast<size_t>(each.num_stages), costs));
+    EXPECT_DOUBLE_EQ(per.makespan, one.makespan) << each.name;
+    EXPECT_DOUBLE_EQ(per.bubble_fraction, one.bubble_fraction) << each.name;
+  }
+  // One cost per stage, no more and no fewer.
+  EXPECT_THROW(
+      {
+        try {
+          simulate(s, std::vector<ActionCosts>(3));
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("costs for 3 stages but the schedule has 2"), std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      Error);
 }
 
 TEST(PipelineSchedule, FewerMicroBatchesThanStagesRunsInsteadOfHanging) {
