@@ -416,6 +416,26 @@ TEST_P(Collectives, SendAndRecv) {
     EXPECT_EQ(values_of(got_first), from(previous, 100));
     EXPECT_EQ(values_of(got_second), from(previous, 200));
 
+    // Sizes either side of the gloo backend's 256 KiB that ride in a send's
+    // first message (Note [Point-to-point preamble]), on one tag: each
+    // arrives whole, in order.
+    const std::vector<int64_t> sizes = {3, 100000, 0, 70000, 5, 65536, 65537, 1};
+    std::vector<Tensor> outs, ins;
+    std::vector<WorkPtr> mixed;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      outs.push_back(full({sizes[k]}, 1000.0 * double(k) + rank, DType::Float32));
+      ins.push_back(full({sizes[k]}, -1.0, DType::Float32));
+      mixed.push_back(group.irecv(ins.back(), previous, 5));
+    }
+    for (const Tensor& o : outs) mixed.push_back(group.isend(o, next, 5));
+    for (const WorkPtr& w : mixed) w->wait();
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      if (sizes[k] == 0) continue;
+      const double want = 1000.0 * double(k) + previous;
+      EXPECT_EQ(ins[k].min().item<double>(), want) << "message " << k << " of " << sizes[k] << " elements";
+      EXPECT_EQ(ins[k].max().item<double>(), want) << "message " << k << " of " << sizes[k] << " elements";
+    }
+
     // Blocking calls, into a strided tensor: even ranks send first.
     Tensor strided_base = full({8}, -1.0, DType::Float64);
     Tensor strided = strided_base.slice(0, 0, 8, 2);

@@ -12,6 +12,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include <algorithm>
+#include <cstring>
 #include <exception>
 #include <limits>
 
@@ -469,18 +470,32 @@ WorkPtr ProcessGroupGloo::run_barrier() {
 // Note [Point-to-point preamble]
 // A recv posted for fewer bytes than its matching send makes Gloo throw on
 // its event-loop thread, which ends the process (std::terminate), and one
-// posted for more completes with the tail unwritten. So a send goes as two
-// messages: a preamble of CollectiveCall::kWords words (the dtype and
-// element count, whatever the tensor) on a slot of its own, then the data.
-// A recv posts only the preamble's receive at once; its waiting thread reads
-// the preamble and then posts the data's receive: into the tensor when the
-// two agree, else into scratch memory of the sent size (so that the pair
-// stays usable and the sender is not left waiting), and then raises a
-// kiln::Error on the receiving rank naming both sides. Receives from one
-// rank with one tag must post their data in the order of their preambles,
-// which separate waiting threads would not keep by themselves: each recv
-// waits for its predecessor's RecvGate. The cost is one small message per
-// send and, for the receiver, posting the data a preamble's latency later.
+// posted for more completes with the tail unwritten. So every send starts
+// with a *first message* on a slot of its own: a preamble of
+// CollectiveCall::kWords words (the dtype and element count, whatever the
+// tensor), then the data itself when it is at most kInlineBytes. Every recv
+// posts, at once, the first message's receive for the preamble plus
+// kInlineBytes, the longest first message there is, so no first message can
+// overflow it.
+// - Data that rode in the first message is copied into the tensor when the
+//   preamble agrees with the recv, else dropped; nothing more is received.
+// - Larger data follows as a second message. The recv's waiting thread reads
+//   the preamble and then posts the data's receive: into the tensor when
+//   the two agree, else into scratch memory of the sent size (so that the
+//   pair stays usable and the sender is not left waiting).
+// Either way a disagreement raises a kiln::Error on the receiving rank
+// naming both sides. Receives from one rank with one tag must post their
+// data in the order of their preambles, which separate waiting threads
+// would not keep by themselves: each recv waits for its predecessor's
+// RecvGate before it posts its data or completes.
+// Why the data rides along: Gloo moves a message only once the receiver has
+// told the sender that its receive is posted. A receive posted when the
+// preamble arrives made the sender's event-loop thread wake up to send the
+// data, on a core where the sender was computing by then: in a 2-stage
+// pipeline on 2 cores, a transfer cost up to a millisecond of waiting. The
+// first message's receive is posted when the recv is, usually long before
+// the send, so a small send leaves with the preamble, at the cost of a copy
+// on each side (docs/BENCHMARKS.md, issue 24).
 
 struct ProcessGroupGloo::RecvGate {
   std::mutex mutex;
@@ -503,6 +518,18 @@ struct ProcessGroupGloo::RecvGate {
 namespace {
 
 constexpr uint8_t kPreambleSlotPrefix = gloo_backend::kPointToPointSlotPrefix + 1;
+constexpr size_t kPreambleBytes = sizeof(CollectiveCall::Words);
+// The most data bytes a send's first message carries after its preamble.
+constexpr size_t kInlineBytes = size_t{256} << 10;
+
+// The bytes a preamble announces (one per element for a dtype it cannot
+// name, which then disagrees with every recv).
+size_t announced_bytes(const CollectiveCall& sent) {
+  const size_t element_bytes = sent.dtype >= 0 && sent.dtype <= static_cast<int32_t>(DType::Float64)
+                                   ? element_size(static_cast<DType>(sent.dtype))
+                                   : 1;
+  return static_cast<size_t>(sent.elements) * element_bytes;
+}
 
 uint64_t preamble_slot(int tag) {
   return (uint64_t{kPreambleSlotPrefix} << 56) | static_cast<uint32_t>(tag);
@@ -540,11 +567,19 @@ void ProcessGroupGloo::wait_tracked(const std::shared_ptr<::gloo::transport::Unb
 WorkPtr ProcessGroupGloo::run_send(const Tensor& tensor, int dst, int tag) {
   const std::string name = detail::str("send to rank ", dst, " tag ", tag);
   Tensor host = host_buffer(tensor, true);
-  auto preamble = std::make_shared<CollectiveCall::Words>(message_of(tensor).encode());
+  const size_t bytes = host.nbytes();
+  const bool inline_data = bytes <= kInlineBytes;
+  // The first message (Note [Point-to-point preamble]): the preamble, then
+  // the data if it fits.
+  Tensor preamble = kiln::empty({static_cast<int64_t>(kPreambleBytes + (inline_data ? bytes : 0))}, DType::UInt8);
+  auto* first = static_cast<uint8_t*>(preamble.data_ptr());
+  const CollectiveCall::Words words = message_of(tensor).encode();
+  std::memcpy(first, words.data(), kPreambleBytes);
+  if (inline_data && bytes > 0) std::memcpy(first + kPreambleBytes, host.data_ptr(), bytes);
   std::shared_ptr<::gloo::transport::UnboundBuffer> preamble_buffer =
-      context_->createUnboundBuffer(preamble->data(), sizeof(CollectiveCall::Words));
+      context_->createUnboundBuffer(first, static_cast<size_t>(preamble.nbytes()));
   std::shared_ptr<::gloo::transport::UnboundBuffer> data_buffer;
-  if (host.numel() > 0) data_buffer = context_->createUnboundBuffer(host.data_ptr(), host.nbytes());
+  if (!inline_data) data_buffer = context_->createUnboundBuffer(host.data_ptr(), bytes);
   // Posted before being tracked: a post that throws (a peer already gone)
   // must leave no pointer to these buffers behind for the destructor.
   post(name, [&] {
@@ -573,9 +608,10 @@ WorkPtr ProcessGroupGloo::run_send(const Tensor& tensor, int dst, int tag) {
 WorkPtr ProcessGroupGloo::run_recv(const Tensor& tensor, int src, int tag) {
   const std::string name = detail::str("recv from rank ", src, " tag ", tag);
   Tensor host = host_buffer(tensor, false);
-  auto preamble = std::make_shared<CollectiveCall::Words>();
+  // The first message's receive, for the longest there is (Note [Point-to-point preamble]).
+  Tensor preamble = kiln::empty({static_cast<int64_t>(kPreambleBytes + kInlineBytes)}, DType::UInt8);
   std::shared_ptr<::gloo::transport::UnboundBuffer> preamble_buffer =
-      context_->createUnboundBuffer(preamble->data(), sizeof(CollectiveCall::Words));
+      context_->createUnboundBuffer(preamble.data_ptr(), static_cast<size_t>(preamble.nbytes()));
   auto gate = std::make_shared<RecvGate>();
   std::shared_ptr<RecvGate> previous;
   {
@@ -618,19 +654,28 @@ WorkPtr ProcessGroupGloo::run_recv(const Tensor& tensor, int src, int tag) {
     } release{this, gate, {src, tag}};
 
     wait_tracked(preamble_buffer, true, remaining(), name);
-    const CollectiveCall sent = CollectiveCall::decode(*preamble);
+    const auto* first = static_cast<const uint8_t*>(preamble.data_ptr());
+    CollectiveCall::Words words;
+    std::memcpy(words.data(), first, kPreambleBytes);
+    const CollectiveCall sent = CollectiveCall::decode(words);
     KILN_CHECK(!previous || previous->wait_open(remaining()), "gloo ", name,
                ": an earlier recv from the same rank with the same tag did not complete within ", timeout.count(),
                " ms");
     const bool agree = sent.dtype == expected.dtype && sent.elements == expected.elements;
+    const size_t sent_bytes = announced_bytes(sent);
+    if (sent_bytes <= kInlineBytes) {
+      // The data came in the first message: nothing more to receive.
+      KILN_CHECK(agree, "gloo ", name, ": rank ", src, " sends ", sent.describe_payload(), " but rank ", rank(),
+                 " receives ", expected.describe_payload(), " (Note [Point-to-point preamble]); the data was dropped");
+      if (sent_bytes > 0) std::memcpy(host.data_ptr(), first + kPreambleBytes, sent_bytes);
+      copy_to_device(tensor, host);
+      return;
+    }
     // scratch: the sent bytes, received and dropped when the two disagree.
     Tensor scratch;
     Tensor into = host;
     if (!agree) {
-      const int64_t element_bytes = sent.dtype >= 0 && sent.dtype <= static_cast<int32_t>(DType::Float64)
-                                        ? static_cast<int64_t>(element_size(static_cast<DType>(sent.dtype)))
-                                        : 1;
-      scratch = kiln::empty({static_cast<int64_t>(sent.elements) * element_bytes}, DType::UInt8);
+      scratch = kiln::empty({static_cast<int64_t>(sent_bytes)}, DType::UInt8);
       into = scratch;
     }
     if (into.numel() > 0) {
