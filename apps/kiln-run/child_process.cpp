@@ -90,7 +90,10 @@ std::string core_list(const std::vector<int>& cores) {
     while (j + 1 < cores.size() && cores[j + 1] == cores[j] + 1) ++j;
     if (!text.empty()) text += ',';
     text += std::to_string(cores[i]);
-    if (j > i) text += '-' + std::to_string(cores[j]);
+    if (j > i) {
+      text += '-';
+      text += std::to_string(cores[j]);
+    }
     i = j + 1;
   }
   return text;
