@@ -288,7 +288,8 @@ int run_rank(const Options& options) {
         options.schedule.c_str(), schedule.num_stages, static_cast<long long>(options.micro_batches),
         static_cast<long long>(config.batch), static_cast<long long>(options.steps),
         static_cast<double>(config.batch * block) / step_s, step_s * 1e3, median(bubbles), pp::bubble_formula(schedule),
-        sim, median(bubbles_measured_sim), median(overheads), compute_total / (options.steps * world) * 1e3, peak_max / (1 << 20), per_rank_peaks.c_str(), loss);
+        sim, median(bubbles_measured_sim), median(overheads), compute_total / (options.steps * world) * 1e3,
+        peak_max / (1 << 20), per_rank_peaks.c_str(), loss);
     std::fflush(stdout);
   }
   dist::destroy_process_group();

@@ -571,27 +571,27 @@ WorkPtr ProcessGroupGloo::run_send(const Tensor& tensor, int dst, int tag) {
   const bool inline_data = bytes <= kInlineBytes;
   // The first message (Note [Point-to-point preamble]): the preamble, then
   // the data if it fits.
-  Tensor preamble = kiln::empty({static_cast<int64_t>(kPreambleBytes + (inline_data ? bytes : 0))}, DType::UInt8);
-  auto* first = static_cast<uint8_t*>(preamble.data_ptr());
+  Tensor first_message = kiln::empty({static_cast<int64_t>(kPreambleBytes + (inline_data ? bytes : 0))}, DType::UInt8);
+  auto* first = static_cast<uint8_t*>(first_message.data_ptr());
   const CollectiveCall::Words words = message_of(tensor).encode();
   std::memcpy(first, words.data(), kPreambleBytes);
   if (inline_data && bytes > 0) std::memcpy(first + kPreambleBytes, host.data_ptr(), bytes);
-  std::shared_ptr<::gloo::transport::UnboundBuffer> preamble_buffer =
-      context_->createUnboundBuffer(first, static_cast<size_t>(preamble.nbytes()));
+  std::shared_ptr<::gloo::transport::UnboundBuffer> first_buffer =
+      context_->createUnboundBuffer(first, static_cast<size_t>(first_message.nbytes()));
   std::shared_ptr<::gloo::transport::UnboundBuffer> data_buffer;
   if (!inline_data) data_buffer = context_->createUnboundBuffer(host.data_ptr(), bytes);
   // Posted before being tracked: a post that throws (a peer already gone)
   // must leave no pointer to these buffers behind for the destructor.
   post(name, [&] {
-    preamble_buffer->send(dst, preamble_slot(tag));
+    first_buffer->send(dst, preamble_slot(tag));
     if (data_buffer) data_buffer->send(dst, point_to_point_slot(tag));
   });
-  track(preamble_buffer, false);
+  track(first_buffer, false);
   if (data_buffer) track(data_buffer, false);
-  return point_to_point_->enqueue(name, [this, name, preamble, preamble_buffer, data_buffer, host,
+  return point_to_point_->enqueue(name, [this, name, first_message, first_buffer, data_buffer, host,
                                          timeout = timeout()] {
     try {
-      wait_tracked(preamble_buffer, false, timeout, name);
+      wait_tracked(first_buffer, false, timeout, name);
     } catch (...) {
       // The data buffer dies with this operation: the destructor must not
       // find it among the pending buffers and abort a freed one.
@@ -609,9 +609,9 @@ WorkPtr ProcessGroupGloo::run_recv(const Tensor& tensor, int src, int tag) {
   const std::string name = detail::str("recv from rank ", src, " tag ", tag);
   Tensor host = host_buffer(tensor, false);
   // The first message's receive, for the longest there is (Note [Point-to-point preamble]).
-  Tensor preamble = kiln::empty({static_cast<int64_t>(kPreambleBytes + kInlineBytes)}, DType::UInt8);
-  std::shared_ptr<::gloo::transport::UnboundBuffer> preamble_buffer =
-      context_->createUnboundBuffer(preamble.data_ptr(), static_cast<size_t>(preamble.nbytes()));
+  Tensor first_message = kiln::empty({static_cast<int64_t>(kPreambleBytes + kInlineBytes)}, DType::UInt8);
+  std::shared_ptr<::gloo::transport::UnboundBuffer> first_buffer =
+      context_->createUnboundBuffer(first_message.data_ptr(), static_cast<size_t>(first_message.nbytes()));
   auto gate = std::make_shared<RecvGate>();
   std::shared_ptr<RecvGate> previous;
   {
@@ -621,7 +621,7 @@ WorkPtr ProcessGroupGloo::run_recv(const Tensor& tensor, int src, int tag) {
     last = gate;
   }
   try {
-    post(name, [&] { preamble_buffer->recv(src, preamble_slot(tag)); });
+    post(name, [&] { first_buffer->recv(src, preamble_slot(tag)); });
   } catch (...) {
     // Nothing will wait on this recv: its successor must not wait for it.
     gate->open();
@@ -630,9 +630,9 @@ WorkPtr ProcessGroupGloo::run_recv(const Tensor& tensor, int src, int tag) {
     if (it != last_recv_gate_.end() && it->second == gate) last_recv_gate_.erase(it);
     throw;
   }
-  track(preamble_buffer, true);
+  track(first_buffer, true);
   const CollectiveCall expected = message_of(tensor);
-  return point_to_point_->enqueue(name, [this, name, src, tag, preamble, preamble_buffer, gate, previous, expected,
+  return point_to_point_->enqueue(name, [this, name, src, tag, first_message, first_buffer, gate, previous, expected,
                                          tensor, host, timeout = timeout()]() mutable {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     auto remaining = [&] {
@@ -653,8 +653,8 @@ WorkPtr ProcessGroupGloo::run_recv(const Tensor& tensor, int src, int tag) {
       }
     } release{this, gate, {src, tag}};
 
-    wait_tracked(preamble_buffer, true, remaining(), name);
-    const auto* first = static_cast<const uint8_t*>(preamble.data_ptr());
+    wait_tracked(first_buffer, true, remaining(), name);
+    const auto* first = static_cast<const uint8_t*>(first_message.data_ptr());
     CollectiveCall::Words words;
     std::memcpy(words.data(), first, kPreambleBytes);
     const CollectiveCall sent = CollectiveCall::decode(words);
