@@ -143,13 +143,6 @@ const uint8_t* CallExchange::exchange_step(int distance, int send_to, int receiv
   }
   auto* out = static_cast<uint8_t*>(outgoing.data_ptr());
   auto* in = static_cast<uint8_t*>(incoming.data_ptr());
-  const uint64_t posted_rest = rest;
-  std::memcpy(out, &posted_rest, sizeof(posted_rest));
-  for (int i = 0; i < mine.count; ++i) {
-    const size_t r = static_cast<size_t>(mine.at(i, context_->size));
-    std::memcpy(out + sizeof(posted_rest) + static_cast<size_t>(i) * kCallBytes, table_[r].data(), kCallBytes);
-  }
-  if (first > 0) std::memcpy(out + header, send, first);
   uint8_t* rest_into = in + header + kFirstMessageData;
 
   const uint64_t first_slot = slot(kCallSlotPrefix, 0, tag_);
@@ -158,12 +151,21 @@ const uint8_t* CallExchange::exchange_step(int distance, int send_to, int receiv
   auto first_out = context_->createUnboundBuffer(out, header + first);
   std::unique_ptr<::gloo::transport::UnboundBuffer> rest_in, rest_out;
   // Receives are posted before sends, so that no message waits for its
-  // receiver to get round to posting.
+  // receiver to get round to posting, and before the first message is
+  // built: Gloo sends nothing until the receiver says its receive is
+  // posted, and that word then travels while this rank copies its data.
   first_in->recv(receive_from, first_slot);
   if (rest > 0) {
     rest_in = context_->createUnboundBuffer(rest_into, rest);
     rest_in->recv(receive_from, rest_slot);
   }
+  const uint64_t posted_rest = rest;
+  std::memcpy(out, &posted_rest, sizeof(posted_rest));
+  for (int i = 0; i < mine.count; ++i) {
+    const size_t r = static_cast<size_t>(mine.at(i, context_->size));
+    std::memcpy(out + sizeof(posted_rest) + static_cast<size_t>(i) * kCallBytes, table_[r].data(), kCallBytes);
+  }
+  if (first > 0) std::memcpy(out + header, send, first);
   first_out->send(send_to, first_slot);
   if (rest > 0) {
     // Gloo's buffers take a mutable pointer; this one is only sent from.
