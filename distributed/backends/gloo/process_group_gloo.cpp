@@ -495,7 +495,9 @@ WorkPtr ProcessGroupGloo::run_barrier() {
 // pipeline on 2 cores, a transfer cost up to a millisecond of waiting. The
 // first message's receive is posted when the recv is, usually long before
 // the send, so a small send leaves with the preamble, at the cost of a copy
-// on each side (docs/BENCHMARKS.md, issue 24).
+// on each side (docs/BENCHMARKS.md, issue 24), and of memory: each recv
+// holds its preamble + kInlineBytes (256 KiB) until it completes, so a
+// program with a thousand receives outstanding at once holds 256 MiB.
 
 struct ProcessGroupGloo::RecvGate {
   std::mutex mutex;
