@@ -8,7 +8,7 @@
 //
 //   one      one N-byte message (the plain form, and the baseline)
 //   again    one N-byte message again: the baseline against itself, the noise
-//   split    a first message of a 104-byte header and 256 KiB of data, then
+//   split    a first message of the header and 256 KiB of data, then
 //            the other N - 256 KiB as a second message
 //   header   a first message of the header alone, then the N bytes whole
 //   inline   one message of the header and the N bytes (N <= 256 KiB), copied

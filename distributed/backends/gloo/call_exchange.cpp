@@ -30,8 +30,7 @@ bool is_known(const CollectiveCall::Words& words) { return words[1] != 0; }
 
 CallExchange::CallExchange(std::shared_ptr<::gloo::Context> context, const CollectiveCall& call, uint32_t tag,
                            std::chrono::milliseconds timeout, std::string group,
-                           std::function<void(int rank, const CollectiveCall& call)> received, bool check_calls,
-                           ExchangeBuffers& buffers)
+                           std::function<void(int rank, const CollectiveCall& call)> received, bool check_calls)
     : context_(std::move(context)),
       call_(call),
       tag_(tag),
@@ -39,8 +38,7 @@ CallExchange::CallExchange(std::shared_ptr<::gloo::Context> context, const Colle
       group_(std::move(group)),
       received_(std::move(received)),
       table_(static_cast<size_t>(context_->size)),
-      check_calls_(check_calls),
-      buffers_(buffers) {
+      check_calls_(check_calls) {
   table_[static_cast<size_t>(context_->rank)] = call.encode();
 }
 
@@ -92,11 +90,10 @@ const uint8_t* CallExchange::step(int distance, const void* send, size_t bytes) 
 }
 
 const uint8_t* CallExchange::data_step(int partner, const void* send, size_t bytes) {
-  Tensor& incoming = buffers_.incoming;
-  if (!incoming.defined() || static_cast<size_t>(incoming.nbytes()) < bytes) {
-    incoming = empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, DType::UInt8);
+  if (!incoming_.defined() || static_cast<size_t>(incoming_.nbytes()) < bytes) {
+    incoming_ = empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, DType::UInt8);
   }
-  auto* in = static_cast<uint8_t*>(incoming.data_ptr());
+  auto* in = static_cast<uint8_t*>(incoming_.data_ptr());
   if (bytes == 0) return in;
   const uint64_t data_slot = slot(kCallSlotPrefix, 0, tag_);
   auto receive = context_->createUnboundBuffer(in, bytes);
@@ -131,18 +128,16 @@ const uint8_t* CallExchange::exchange_step(int distance, int send_to, int receiv
   KILN_CHECK(rest < (size_t{1} << 24), "gloo ", call_.describe(), ": a step's rest of ", rest,
              " bytes does not fit its slot (Note [Calls in the first message])");
 
-  // incoming: the first message's receive, then the rest's.
-  Tensor& incoming = buffers_.incoming;
-  Tensor& outgoing = buffers_.outgoing;
+  // incoming_: the first message's receive, then the rest's.
   const size_t incoming_bytes = header + kFirstMessageData + rest;
-  if (!incoming.defined() || static_cast<size_t>(incoming.nbytes()) < incoming_bytes) {
-    incoming = empty({static_cast<int64_t>(incoming_bytes)}, DType::UInt8);
+  if (!incoming_.defined() || static_cast<size_t>(incoming_.nbytes()) < incoming_bytes) {
+    incoming_ = empty({static_cast<int64_t>(incoming_bytes)}, DType::UInt8);
   }
-  if (!outgoing.defined() || static_cast<size_t>(outgoing.nbytes()) < header + first) {
-    outgoing = empty({static_cast<int64_t>(header + first)}, DType::UInt8);
+  if (!outgoing_.defined() || static_cast<size_t>(outgoing_.nbytes()) < header + first) {
+    outgoing_ = empty({static_cast<int64_t>(header + first)}, DType::UInt8);
   }
-  auto* out = static_cast<uint8_t*>(outgoing.data_ptr());
-  auto* in = static_cast<uint8_t*>(incoming.data_ptr());
+  auto* out = static_cast<uint8_t*>(outgoing_.data_ptr());
+  auto* in = static_cast<uint8_t*>(incoming_.data_ptr());
   uint8_t* rest_into = in + header + kFirstMessageData;
 
   const uint64_t first_slot = slot(kCallSlotPrefix, 0, tag_);

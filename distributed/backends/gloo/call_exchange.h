@@ -89,15 +89,6 @@ inline constexpr uint8_t kRestSlotPrefix = 0x61;  // a step's data after the fir
 // docs/BENCHMARKS.md, "Always-on collective agreement").
 inline constexpr size_t kFirstMessageData = size_t{256} << 10;
 
-// Where a group's exchanges put their messages: kept by the group from one
-// collective to the next (they run one at a time, on one thread), so that
-// the steps of a small all-reduce allocate nothing. They only grow: to the
-// largest step's header, first message and rest.
-struct ExchangeBuffers {
-  Tensor outgoing;  // the step's first message
-  Tensor incoming;  // the partner's first message, then its rest
-};
-
 // One collective's exchange of calls (Note [Calls in the first message]),
 // run on the communication thread.
 class CallExchange {
@@ -106,11 +97,9 @@ class CallExchange {
   // exchange must finish within `timeout`. Without `check_calls` (a group
   // made with ProcessGroupOptions::agreement_check off, only to measure what
   // the check costs) the steps move the data alone and nothing is checked.
-  // `buffers` must outlive the exchange and be used by no other at once.
   CallExchange(std::shared_ptr<::gloo::Context> context, const CollectiveCall& call, uint32_t tag,
                std::chrono::milliseconds timeout, std::string group,
-               std::function<void(int rank, const CollectiveCall& call)> received, bool check_calls,
-               ExchangeBuffers& buffers);
+               std::function<void(int rank, const CollectiveCall& call)> received, bool check_calls);
 
   // True if the exchange goes by recursive doubling's steps (a power-of-two
   // world size), which recursive_doubling_all_reduce shares.
@@ -166,7 +155,8 @@ class CallExchange {
   // The step's outgoing first message, and where the partner's messages
   // land: its header, then its data (bytes long, the rest after the first
   // message's part).
-  ExchangeBuffers& buffers_;
+  Tensor outgoing_;
+  Tensor incoming_;
 };
 
 }  // namespace kiln::distributed::gloo_backend

@@ -110,7 +110,7 @@ gloo_backend::CallExchange call_exchange(const std::shared_ptr<::gloo::Context>&
     std::lock_guard lock(seen->mutex);
     seen->calls[rank] = theirs;
   };
-  return gloo_backend::CallExchange(context, call, tag, timeout, group, record, seen->check, *seen->buffers);
+  return gloo_backend::CallExchange(context, call, tag, timeout, group, record, seen->check);
 }
 
 // Note [Always-on collective agreement]: returns once every rank makes
@@ -159,10 +159,6 @@ Connection connect(const std::shared_ptr<Store>& store, int rank, int size, cons
 }  // namespace
 
 // ---- construction ---------------------------------------------------------------------
-
-ProcessGroupGloo::CallsSeen::CallsSeen(int size, bool check)
-    : calls(static_cast<size_t>(size)), check(check), buffers(std::make_unique<gloo_backend::ExchangeBuffers>()) {}
-ProcessGroupGloo::CallsSeen::~CallsSeen() = default;
 
 ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options)
     : ProcessGroupGloo(std::move(store), rank, size, std::move(options), nullptr) {}

@@ -91,7 +91,6 @@ namespace kiln::distributed {
 namespace gloo_backend {
 class OperationThreads;
 class SharedMemoryAllReduce;
-struct ExchangeBuffers;
 // The top byte of a point-to-point message's slot; gloo's collectives use
 // 0x01-0x08, the ring reduce-scatter kReduceScatterSlotPrefix (0x40).
 inline constexpr uint8_t kPointToPointSlotPrefix = 0x50;
@@ -175,14 +174,10 @@ class ProcessGroupGloo : public ProcessGroup {
   // false only in a group made with ProcessGroupOptions::agreement_check
   // off: its collectives then exchange no calls.
   struct CallsSeen {
-    CallsSeen(int size, bool check);
-    ~CallsSeen();
+    CallsSeen(int size, bool check) : calls(static_cast<size_t>(size)), check(check) {}
     std::mutex mutex;
     std::vector<CollectiveCall> calls;  // (size): calls[r] is rank r's last; sequence 0 for none
     const bool check;
-    // The TCP exchanges' buffers, used only on the collectives' one thread,
-    // so outside the mutex.
-    std::unique_ptr<gloo_backend::ExchangeBuffers> buffers;
   };
   std::shared_ptr<CallsSeen> calls_seen_ = std::make_shared<CallsSeen>(size(), agreement_check());
   // The group's name for the operations' errors, shared rather than copied
